@@ -1,0 +1,1 @@
+"""The ``aiayn`` command: list, audit and export Transformer implementations."""

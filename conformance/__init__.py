@@ -1,0 +1,1 @@
+"""The conformance suite: ``pytest conformance/ --impl=NAME``. See conformance/plugin.py for options."""

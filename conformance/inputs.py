@@ -1,0 +1,27 @@
+"""Deterministic witness inputs and the configurations the suite audits with."""
+
+from __future__ import annotations
+
+import torch
+
+from spec.config import TINY, ModelConfig
+
+# The default audit configuration: h > 1, N = 2, d_model 32, max_len 24.
+CONFIG: ModelConfig = TINY
+
+
+def random_tokens(config: ModelConfig, lengths: list[int], total: int, *, vocab: int, seed: int) -> torch.Tensor:
+    """Right-padded [len(lengths), total] ids; row b has lengths[b] real (non-pad) tokens."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, vocab, (len(lengths), total), generator=g)
+    ids = torch.where(ids == config.pad_id, (ids + 1) % vocab, ids)
+    for b, n in enumerate(lengths):
+        ids[b, n:] = config.pad_id
+    return ids
+
+
+def witness_batch(config: ModelConfig = CONFIG, *, seed: int = 0):
+    """A padded batch with src_len != tgt_len: src [3, 7], tgt [3, 5]."""
+    src = random_tokens(config, [7, 4, 2], 7, vocab=config.src_vocab, seed=seed)
+    tgt = random_tokens(config, [5, 3, 1], 5, vocab=config.tgt_vocab, seed=seed + 1)
+    return src, tgt

@@ -1,0 +1,183 @@
+"""The suite's control panel, loaded as a pytest plugin (``pytest11`` entry point
+``conformance.plugin``, and ``pytest_plugins`` in the root conftest when run
+from a checkout).
+
+Options
+    --impl NAME|a,b|all   implementations to audit (default: reference)
+    --plugin MOD_OR_PATH  load one more plugin (repeatable)
+    --check-timeout SEC   per-check time budget; a check running past it fails its clause
+Markers
+    clause(id)            the spec clause a test checks (exactly one per test)
+
+Deviations an implementation declares become ``xfail(strict=True)`` on the
+deterministic (witness) tests of that clause, and skips on the hypothesis
+tests of that clause (a random search cannot promise to find a known bug on
+every run; the witness does).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from spec.clauses import CLAUSES
+
+from .harness import CheckTimeout, ClauseViolation, ImplementationError
+
+CONFORMANCE_DIR = Path(__file__).resolve().parent
+DEFAULT_TIMEOUT = 120.0
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("aiayn", "aiayn-conformance")
+    group.addoption("--impl", action="store", default=None, metavar="NAME",
+                    help="implementation(s) to audit: a name, a comma-separated list, or 'all' "
+                         "(default: reference). `aiayn list` shows the names.")
+    group.addoption("--plugin", action="append", default=[], metavar="MODULE_OR_PATH",
+                    help="load an extra aiayn plugin from a module name or a .py file (repeatable)")
+    group.addoption("--check-timeout", action="store", type=float, default=None, metavar="SECONDS",
+                    help=f"time budget per check; a check past it fails its clause "
+                         f"(default {DEFAULT_TIMEOUT:g}, or $AIAYN_CHECK_TIMEOUT; 0 disables)")
+
+
+def _registry(config: pytest.Config):
+    from implementations import get_registry
+
+    return get_registry(config.getoption("--plugin") or ())
+
+
+def selected_implementations(config: pytest.Config):
+    """The Implementations chosen by --impl (cached on the config)."""
+    cached = getattr(config, "_aiayn_impls", None)
+    if cached is not None:
+        return cached
+    from implementations import UnknownImplementationError
+
+    registry = _registry(config)
+    selection = config.getoption("--impl") or "reference"
+    try:
+        impls = registry.select(selection)
+    except UnknownImplementationError as exc:
+        raise pytest.UsageError(f"--impl: {exc}") from None
+    config._aiayn_impls = impls
+    return impls
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "clause(id): the spec clause this test checks (spec/clauses.py)")
+    if config.getoption("--impl") is not None or config.getoption("--plugin"):
+        selected_implementations(config)  # fail at once on an unknown name
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    if config.getoption("--impl") is None and not config.getoption("--plugin"):
+        return []
+    import spec
+
+    impls = selected_implementations(config)
+    lines = [f"aiayn-conformance: spec {spec.SPEC_VERSION} ({spec.PAPER}), {len(CLAUSES)} clauses"]
+    for impl in impls:
+        dev = f", declares {len(impl.deviations)} deviation(s)" if impl.deviations else ""
+        lines.append(f"  implementation under test: {impl.name} [{impl.output}] from {impl.source or '?'}{dev}")
+    errors = _registry(config).errors
+    for err in errors:
+        lines.append(f"  plugin error: {err}")
+    env = {k: v for k, v in os.environ.items() if k.startswith("AIAYN_")}
+    if env:
+        lines.append("  environment: " + ", ".join(f"{k}={v}" for k, v in sorted(env.items())))
+    return lines
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "impl" in metafunc.fixturenames:
+        impls = selected_implementations(metafunc.config)
+        metafunc.parametrize("impl", impls, ids=[i.name for i in impls], scope="module")
+
+
+def _is_conformance_item(item: pytest.Item) -> bool:
+    try:
+        return Path(str(item.path)).resolve().is_relative_to(CONFORMANCE_DIR)
+    except (AttributeError, ValueError):
+        return False
+
+
+def item_clause(item: pytest.Item) -> str | None:
+    marks = list(item.iter_markers("clause"))
+    return marks[0].args[0] if marks and marks[0].args else None
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    problems = []
+    for item in items:
+        marks = list(item.iter_markers("clause"))
+        if not marks:
+            if _is_conformance_item(item):
+                problems.append(f"{item.nodeid}: no @pytest.mark.clause(...) marker")
+            continue
+        ids = [m.args[0] if m.args else None for m in marks]
+        if len(ids) != 1:
+            problems.append(f"{item.nodeid}: exactly one clause marker expected, found {ids}")
+            continue
+        clause_id = ids[0]
+        if clause_id not in CLAUSES:
+            problems.append(f"{item.nodeid}: unknown clause {clause_id!r} (known: {', '.join(CLAUSES)})")
+            continue
+        callspec = getattr(item, "callspec", None)
+        impl = callspec.params.get("impl") if callspec is not None else None
+        why = getattr(impl, "deviations", {}).get(clause_id) if impl is not None else None
+        if why is None:
+            continue
+        if item.get_closest_marker("hypothesis") is not None:
+            item.add_marker(pytest.mark.skip(
+                reason=f"declared deviation {clause_id} ({why}); the witness test checks it"))
+        else:
+            item.add_marker(pytest.mark.xfail(
+                strict=True, raises=AssertionError, reason=f"declared deviation {clause_id}: {why}"))
+    if problems:
+        raise pytest.UsageError("conformance tests with bad clause markers:\n  " + "\n  ".join(problems))
+
+
+def _timeout(config: pytest.Config) -> float:
+    value = config.getoption("--check-timeout")
+    if value is None:
+        value = float(os.environ.get("AIAYN_CHECK_TIMEOUT", DEFAULT_TIMEOUT))
+    return value
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    budget = _timeout(item.config)
+    use_alarm = budget > 0 and hasattr(signal, "setitimer") and item.get_closest_marker("clause") is not None
+    if not use_alarm:
+        return (yield)
+
+    def on_alarm(signum, frame):
+        raise CheckTimeout(f"the check ran past its time budget of {budget:g} s (--check-timeout); "
+                           f"the implementation hangs or is far too slow")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, budget)
+    try:
+        return (yield)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    clause_id = item_clause(item)
+    if clause_id is not None:
+        report.user_properties.append(("clause", clause_id))
+    if call.excinfo is not None and call.when == "call":
+        exc = call.excinfo.value
+        if isinstance(exc, (ClauseViolation, ImplementationError)):
+            status = "error" if isinstance(exc, ImplementationError) else "fail"
+            report.user_properties.append(("aiayn_status", status))
+            if report.failed:
+                report.longrepr = str(exc)
+    return report

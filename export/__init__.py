@@ -1,0 +1,1 @@
+"""ONNX export of a conforming model, with equivalence proven by onnxruntime."""

@@ -1,0 +1,17 @@
+"""Built-in plugin: the reference implementation (``reference/model.py``), the oracle."""
+
+from reference.model import build
+
+from .hookspecs import hookimpl
+from .registry import Implementation
+
+
+@hookimpl
+def register_implementations(register):
+    register(Implementation(
+        name="reference",
+        build=build,
+        summary="The project's oracle: the paper to the letter (post-norm, 1/sqrt(d_k), -inf masks, tied weights)",
+        source="aiayn-conformance reference/model.py; Vaswani et al. 2017, arXiv:1706.03762v7",
+        output="logits",
+    ))

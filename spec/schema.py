@@ -1,0 +1,82 @@
+"""The canonical parameter schema: the paper's model as names and shapes.
+
+Names follow ``torch.nn.Linear`` layout ([out_features, in_features]).
+Attention projections carry no bias (§3.2.2 has none); the feed-forward
+network has both biases (Eq. 2); each layer norm has a per-feature weight
+(gain) and bias; the pre-softmax projection ``generator`` has no bias (§3.4).
+For ``q``, ``k`` and ``v``, head j owns output rows ``j*d_k`` to
+``(j+1)*d_k``; ``o`` takes the heads concatenated in head order.
+"""
+
+from __future__ import annotations
+
+from .config import ModelConfig
+
+__all__ = ["parameter_schema", "tied_groups", "parameter_count", "ATTENTION", "NORMS"]
+
+ATTENTION = ("q", "k", "v", "o")
+NORMS = {"encoder": ("norm1", "norm2"), "decoder": ("norm1", "norm2", "norm3")}
+
+
+def _attention(prefix: str, d: int) -> dict[str, tuple[int, ...]]:
+    return {f"{prefix}.{p}.weight": (d, d) for p in ATTENTION}
+
+
+def _norm(prefix: str, d: int) -> dict[str, tuple[int, ...]]:
+    return {f"{prefix}.weight": (d,), f"{prefix}.bias": (d,)}
+
+
+def _ffn(prefix: str, d: int, d_ff: int) -> dict[str, tuple[int, ...]]:
+    return {
+        f"{prefix}.w1.weight": (d_ff, d),
+        f"{prefix}.w1.bias": (d_ff,),
+        f"{prefix}.w2.weight": (d, d_ff),
+        f"{prefix}.w2.bias": (d,),
+    }
+
+
+def parameter_schema(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """``{name: shape}`` for every parameter of the paper's model, in paper order."""
+    d, d_ff = config.d_model, config.d_ff
+    schema: dict[str, tuple[int, ...]] = {
+        "src_embed.weight": (config.src_vocab, d),
+        "tgt_embed.weight": (config.tgt_vocab, d),
+    }
+    for i in range(config.n_layers):
+        p = f"encoder.{i}"
+        schema.update(_attention(f"{p}.self_attn", d))
+        schema.update(_norm(f"{p}.norm1", d))
+        schema.update(_ffn(f"{p}.ffn", d, d_ff))
+        schema.update(_norm(f"{p}.norm2", d))
+    for i in range(config.n_layers):
+        p = f"decoder.{i}"
+        schema.update(_attention(f"{p}.self_attn", d))
+        schema.update(_norm(f"{p}.norm1", d))
+        schema.update(_attention(f"{p}.cross_attn", d))
+        schema.update(_norm(f"{p}.norm2", d))
+        schema.update(_ffn(f"{p}.ffn", d, d_ff))
+        schema.update(_norm(f"{p}.norm3", d))
+    schema["generator.weight"] = (config.tgt_vocab, d)
+    return schema
+
+
+def tied_groups(config: ModelConfig) -> list[tuple[str, ...]]:
+    """Names that are one tensor: the three-way tie of §3.4 when configured."""
+    if config.share_embeddings:
+        return [("src_embed.weight", "tgt_embed.weight", "generator.weight")]
+    return []
+
+
+def parameter_count(config: ModelConfig) -> int:
+    """Distinct trainable scalars of the paper's model (tied tensors counted once)."""
+    schema = parameter_schema(config)
+    skip = {name for group in tied_groups(config) for name in group[1:]}
+    total = 0
+    for name, shape in schema.items():
+        if name in skip:
+            continue
+        n = 1
+        for s in shape:
+            n *= s
+        total += n
+    return total

@@ -1,0 +1,103 @@
+"""The tolerance policy: one table, per dtype, used by every comparison.
+
+Comparisons use ``torch.testing.assert_close`` semantics: a value passes when
+``|actual - expected| <= atol + rtol * |expected|``. The defaults are
+``torch.testing``'s own per-dtype defaults, except where a model-level
+comparison accumulates rounding through many layers (``MODEL``), which is
+measured in log-probability space. A check may use a looser entry only with
+a reason written next to it; every message reports the largest difference
+and where it occurred.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["Tolerance", "ELEMENTWISE", "MODEL", "tolerance", "compare"]
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+
+    def __str__(self) -> str:
+        return f"rtol={self.rtol:g}, atol={self.atol:g}"
+
+
+# Element-wise (one operation, e.g. a positional table or one attention call).
+ELEMENTWISE: dict[torch.dtype, Tolerance] = {
+    torch.float64: Tolerance(rtol=1e-7, atol=1e-7),
+    torch.float32: Tolerance(rtol=1.3e-6, atol=1e-5),
+    torch.float16: Tolerance(rtol=1e-3, atol=1e-5),
+    torch.bfloat16: Tolerance(rtol=1.6e-2, atol=1e-5),
+}
+
+# A whole model (2 to 6 layers of matmuls, softmaxes and norms), compared in
+# log-probability space. float32 rounding through a tiny model stays below
+# 1e-5; 1e-4 leaves room for other kernels (SDPA, fused QKV) while every bug
+# in the catalogue moves outputs by 1e-2 or more.
+MODEL: dict[torch.dtype, Tolerance] = {
+    torch.float64: Tolerance(rtol=1e-7, atol=1e-7),
+    torch.float32: Tolerance(rtol=1e-4, atol=1e-4),
+    torch.float16: Tolerance(rtol=1e-2, atol=1e-2),
+    torch.bfloat16: Tolerance(rtol=5e-2, atol=5e-2),
+}
+
+
+def tolerance(dtype: torch.dtype, *, scope: str = "elementwise") -> Tolerance:
+    table = {"elementwise": ELEMENTWISE, "model": MODEL}.get(scope)
+    if table is None:
+        raise ValueError(f"unknown tolerance scope {scope!r}; accepted: elementwise, model")
+    try:
+        return table[dtype]
+    except KeyError:
+        raise ValueError(
+            f"no tolerance for dtype {dtype}; accepted: {', '.join(str(d) for d in table)}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    ok: bool
+    max_abs: float
+    index: tuple[int, ...]
+    actual: float
+    expected: float
+    tol: Tolerance
+
+    def describe(self) -> str:
+        return (
+            f"max |diff| = {self.max_abs:.3g} at index {list(self.index)} "
+            f"(got {self.actual:.6g}, expected {self.expected:.6g}; {self.tol})"
+        )
+
+
+def compare(actual: torch.Tensor, expected: torch.Tensor, *, dtype: torch.dtype | None = None,
+            scope: str = "elementwise", tol: Tolerance | None = None) -> Comparison:
+    """Compare two same-shaped tensors under the policy; never raises on mismatch.
+
+    Non-finite values count as mismatches unless both sides hold the same one.
+    """
+    if actual.shape != expected.shape:
+        raise ValueError(f"shape mismatch: {tuple(actual.shape)} vs {tuple(expected.shape)}")
+    tol = tol or tolerance(dtype or expected.dtype, scope=scope)
+    a = actual.detach().to("cpu", torch.float64)
+    e = expected.detach().to("cpu", torch.float64)
+    if a.numel() == 0:
+        return Comparison(True, 0.0, (), 0.0, 0.0, tol)
+    same_nonfinite = (~torch.isfinite(a)) & (a == e) | (torch.isnan(a) & torch.isnan(e))
+    diff = (a - e).abs()
+    diff = torch.where(same_nonfinite, torch.zeros_like(diff), diff)
+    diff = torch.nan_to_num(diff, nan=float("inf"))
+    excess = diff - (tol.atol + tol.rtol * e.abs().nan_to_num(posinf=0.0, neginf=0.0))
+    flat = int(torch.argmax(excess).item())
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), a.shape))
+    worst = int(torch.argmax(diff).item())
+    windex = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), a.shape))
+    ok = bool((excess <= 0).all().item())
+    where = index if not ok else windex
+    return Comparison(ok, float(diff[windex].item()), where, float(a[where].item()),
+                      float(e[where].item()), tol)
