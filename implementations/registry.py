@@ -45,7 +45,18 @@ ENV_PLUGINS = "AIAYN_PLUGINS"
 ENV_STRICT = "AIAYN_STRICT_PLUGINS"
 
 # Built-ins are plugins like any other, registered through the same manager.
-DEFAULT_PLUGINS: tuple[str, ...] = ("implementations.reference",)
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "implementations.reference",
+    "implementations.building_blocks",
+    "implementations.sections_notebook",
+    "implementations.annotated_notebook",
+    "implementations.jadore801120",
+    "implementations.hyunwoongko",
+    "implementations.torch_nn",
+    "implementations.prenorm",
+    "implementations.fused",
+    "implementations.components",
+)
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=\-]*$")
 COMPONENT_KINDS: tuple[str, ...] = ("attention", "positional_encoding", "layer_norm", "feed_forward")
