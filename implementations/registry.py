@@ -14,11 +14,12 @@ import os
 import re
 import sys
 import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from types import MappingProxyType, ModuleType
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import pluggy
 
@@ -253,7 +254,7 @@ class Registry:
             if only is not None:
                 caller = self.pm.subset_hook_caller(hookname, [p for p in self.pm.get_plugins() if p not in only])
             # Call each plugin's hook alone, so one failing plugin cannot hide the others.
-            for hookimpl in reversed(caller.get_hookimpls()):
+            for hookimpl in caller.get_hookimpls():  # registration order: built-ins first
                 plugin_name = hookimpl.plugin_name
 
                 def register(item: Any = None, /, _plugin: str = plugin_name, _record=record, **fields: Any) -> None:
@@ -301,7 +302,7 @@ class Registry:
             return
         self.components[key] = comp
 
-    def load(self) -> "Registry":
+    def load(self) -> Registry:
         """Discover and collect everything (once; later calls return at once)."""
         with self._lock:
             if self._loaded:

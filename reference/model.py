@@ -21,7 +21,7 @@ Mask polarity
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping, Optional
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import Tensor, nn
@@ -41,7 +41,7 @@ __all__ = [
     "causal_mask",
 ]
 
-AttentionFn = Callable[[Tensor, Tensor, Tensor, Optional[Tensor]], Tensor]
+AttentionFn = Callable[[Tensor, Tensor, Tensor, Tensor | None], Tensor]
 PositionalFn = Callable[[int, int], Tensor]
 NormFactory = Callable[[int, float], nn.Module]
 FeedForwardFactory = Callable[[int, int], nn.Module]
@@ -50,7 +50,7 @@ FeedForwardFactory = Callable[[int, int], nn.Module]
 # ---------------------------------------------------------------------------
 # §3.2.1 Scaled dot-product attention
 # ---------------------------------------------------------------------------
-def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
     """§3.2.1, Eq. (1): Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V.
 
     q (B, h, Lq, d_k), k (B, h, Lk, d_k), v (B, h, Lk, d_v); mask broadcastable
@@ -96,7 +96,7 @@ class MultiHeadAttention(nn.Module):
         B, L, _ = x.shape
         return x.view(B, L, self.h, self.d_k).transpose(1, 2)  # (B, h, L, d_k)
 
-    def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None) -> Tensor:
         q = self.split_heads(self.q(query))  # (B, h, Lq, d_k)
         k = self.split_heads(self.k(key))  # (B, h, Lk, d_k)
         v = self.split_heads(self.v(value))  # (B, h, Lk, d_v)

@@ -80,7 +80,7 @@ class ModelConfig:
         """Per-head value dimension, d_model / h (section 3.2.2)."""
         return self.d_model // self.n_heads
 
-    def replace(self, **changes) -> "ModelConfig":
+    def replace(self, **changes) -> ModelConfig:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
 

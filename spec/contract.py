@@ -33,7 +33,8 @@ attention is allowed ("may attend").
 
 from __future__ import annotations
 
-from typing import Literal, Mapping, Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import Literal, Protocol, runtime_checkable
 
 import torch
 
@@ -51,10 +52,10 @@ class Adapter(Protocol):
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:  # [B, T, V]
         ...
 
-    def train(self, mode: bool = True) -> "Adapter":
+    def train(self, mode: bool = True) -> Adapter:
         ...
 
-    def eval(self) -> "Adapter":
+    def eval(self) -> Adapter:
         ...
 
 

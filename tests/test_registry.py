@@ -1,0 +1,163 @@
+"""Discovery: built-ins, AIAYN_PLUGINS, --plugin, and one clear line per broken plugin."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from implementations import Implementation, PluginError, Registry, UnknownImplementationError
+from reference.model import Transformer
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def isolated(*extra, env=None, strict=False):
+    return Registry(extra, builtins=("implementations.reference",), entry_points=False, env=env or {},
+                    strict=strict).load()
+
+
+def test_reference_is_registered_first():
+    reg = isolated()
+    assert reg.names() == ["reference"] and reg.errors == []
+    impl = reg.get("reference")
+    assert impl.output == "logits" and impl.plugin == "implementations.reference" and not impl.deviations
+
+
+def test_loading_is_idempotent():
+    reg = isolated()
+    assert reg.load() is reg and reg.names() == ["reference"]
+
+
+def test_unknown_name_lists_the_known_ones():
+    with pytest.raises(UnknownImplementationError, match="unknown implementation 'nope'; known: reference"):
+        isolated().get("nope")
+
+
+def test_selection():
+    reg = isolated(str(FIXTURES / "good_plugin.py"))
+    assert [i.name for i in reg.select("all")] == ["reference", "file-plugin-model"]
+    assert [i.name for i in reg.select("file-plugin-model, reference")] == ["file-plugin-model", "reference"]
+    with pytest.raises(UnknownImplementationError):
+        reg.select("reference,nope")
+
+
+def test_plugin_from_a_py_path_and_from_the_environment():
+    by_arg = isolated(str(FIXTURES / "good_plugin.py"))
+    by_env = isolated(env={"AIAYN_PLUGINS": f"{FIXTURES / 'good_plugin.py'}"})
+    for reg in (by_arg, by_env):
+        assert "file-plugin-model" in reg.names() and reg.errors == []
+
+
+def test_plugin_by_module_name(monkeypatch):
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    reg = isolated("good_plugin")
+    assert "file-plugin-model" in reg.names()
+
+
+def test_import_failure_is_one_line_naming_the_plugin_and_others_still_load():
+    reg = isolated(str(FIXTURES / "broken_import_plugin.py"), str(FIXTURES / "good_plugin.py"))
+    assert "file-plugin-model" in reg.names()
+    assert len(reg.errors) == 1
+    (err,) = reg.errors
+    assert "broken_import_plugin.py" in err and "ModuleNotFoundError" in err and "\n" not in err
+
+
+def test_missing_plugin_file():
+    reg = isolated("/nonexistent/plugin.py")
+    assert len(reg.errors) == 1 and "no such plugin file" in reg.errors[0]
+
+
+def test_invalid_registrations_are_rejected_one_by_one():
+    reg = isolated(str(FIXTURES / "bad_registrations_plugin.py"))
+    assert reg.names() == ["reference", "fine-one"]
+    text = "\n".join(reg.errors)
+    assert len(reg.errors) == 3
+    assert "already registered by plugin 'implementations.reference'" in text
+    assert "unknown clause 'attention.scaling'" in text
+    assert "output 'softmax' is not one of logits, log_probs, probs" in text
+
+
+def test_a_raising_hook_is_reported_and_others_still_load():
+    reg = isolated(str(FIXTURES / "raising_plugin.py"))
+    assert reg.names() == ["reference"]
+    assert any("raised in register_implementations: RuntimeError: boom in the plugin" in e for e in reg.errors)
+
+
+def test_misspelled_hook_is_reported():
+    reg = isolated(str(FIXTURES / "misspelled_hook_plugin.py"))
+    assert any("unknown hook" in e and "register_implementation" in e for e in reg.errors)
+
+
+def test_strict_mode_raises():
+    with pytest.raises(PluginError, match="failed to import"):
+        isolated(str(FIXTURES / "broken_import_plugin.py"), strict=True)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"name": "all"}, "reserved"),
+    ({"name": "has space"}, "invalid"),
+    ({"name": "a,b"}, "invalid"),
+    ({"build": 3}, "callable"),
+    ({"deviations": {"mask.causal": ""}}, "needs a reason"),
+])
+def test_implementation_validation(kwargs, message):
+    fields = {"name": "x", "build": Transformer, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        Implementation(**fields)
+
+
+def test_deviations_are_read_only():
+    impl = Implementation(name="x", build=Transformer, deviations={"norm.post-norm": "pre-norm"})
+    with pytest.raises(TypeError):
+        impl.deviations["mask.causal"] = "no"  # type: ignore[index]
+
+
+def run(*args, env_extra=None):
+    env = {k: v for k, v in os.environ.items() if k != "AIAYN_PLUGINS"}
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_aiayn_list_shows_a_file_plugin_given_by_env():
+    res = run("-m", "aiayn", "list", env_extra={"AIAYN_PLUGINS": str(FIXTURES / "good_plugin.py")})
+    assert res.returncode == 0, res.stderr
+    assert "reference" in res.stdout and "file-plugin-model" in res.stdout
+
+
+def test_aiayn_list_json_and_plugin_option():
+    import json
+
+    res = run("-m", "aiayn", "list", "--json", "--plugin", str(FIXTURES / "good_plugin.py"))
+    assert res.returncode == 0, res.stderr
+    names = [i["name"] for i in json.loads(res.stdout)["implementations"]]
+    assert names[0] == "reference" and "file-plugin-model" in names
+
+
+def test_aiayn_list_reports_a_broken_plugin_on_stderr_and_still_lists():
+    res = run("-m", "aiayn", "list", "--plugin", str(FIXTURES / "broken_import_plugin.py"))
+    assert res.returncode == 0
+    assert "reference" in res.stdout
+    assert "plugin error" in res.stderr and "broken_import_plugin.py" in res.stderr
+
+
+def test_suite_audits_a_file_plugin_with_the_plugin_option():
+    res = run("-m", "pytest", "conformance/test_shapes.py", f"--plugin={FIXTURES / 'good_plugin.py'}",
+              "--impl=file-plugin-model", "-v", "-p", "no:cacheprovider")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "implementation under test: file-plugin-model" in res.stdout  # the report header
+    assert "test_shape_witness[file-plugin-model] PASSED" in res.stdout
+
+
+def test_suite_audits_a_file_plugin_given_by_env():
+    res = run("-m", "pytest", "conformance/test_shapes.py", "--impl=file-plugin-model", "-q", "-p",
+              "no:cacheprovider", env_extra={"AIAYN_PLUGINS": str(FIXTURES / "good_plugin.py")})
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_suite_rejects_an_unknown_name_at_once_with_the_known_ones():
+    res = run("-m", "pytest", "conformance/", "--impl=nope", "-q", "-p", "no:cacheprovider")
+    assert res.returncode == 4
+    assert "unknown implementation 'nope'; known:" in res.stderr and "reference" in res.stderr
