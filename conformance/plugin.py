@@ -38,6 +38,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "(default: reference). `aiayn list` shows the names.")
     group.addoption("--plugin", action="append", default=[], metavar="MODULE_OR_PATH",
                     help="load an extra aiayn plugin from a module name or a .py file (repeatable)")
+    group.addoption("--component", action="store", default=None, metavar="NAME",
+                    help="component(s) to audit alone: NAME (every kind), KIND:NAME, a comma list, or 'all'; "
+                         "without --impl only the component checks run")
     group.addoption("--check-timeout", action="store", type=float, default=None, metavar="SECONDS",
                     help=f"time budget per check; a check past it fails its clause "
                          f"(default {DEFAULT_TIMEOUT:g}, or $AIAYN_CHECK_TIMEOUT; 0 disables)")
@@ -66,14 +69,47 @@ def selected_implementations(config: pytest.Config):
     return impls
 
 
+def selected_components(config: pytest.Config):
+    """The Components chosen by --component (cached on the config); [] without the option."""
+    cached = getattr(config, "_aiayn_components", None)
+    if cached is not None:
+        return cached
+    selection = config.getoption("--component")
+    comps = []
+    if selection:
+        from implementations import UnknownImplementationError
+
+        try:
+            comps = _registry(config).select_components(selection)
+        except UnknownImplementationError as exc:
+            raise pytest.UsageError(f"--component: {exc}") from None
+    config._aiayn_components = comps
+    return comps
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config):
+    """Component checks run only with --component; with --component alone, only they run."""
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    if not Path(collection_path).resolve().is_relative_to(CONFORMANCE_DIR):
+        return None
+    is_component_module = collection_path.name.startswith("test_component_")
+    if is_component_module and not config.getoption("--component"):
+        return True
+    if not is_component_module and config.getoption("--component") and config.getoption("--impl") is None:
+        return True
+    return None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "clause(id): the spec clause this test checks (spec/clauses.py)")
     if config.getoption("--impl") is not None or config.getoption("--plugin"):
         selected_implementations(config)  # fail at once on an unknown name
+    selected_components(config)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    if config.getoption("--impl") is None and not config.getoption("--plugin"):
+    if config.getoption("--impl") is None and not config.getoption("--plugin") and not config.getoption("--component"):
         return []
     import spec
 
@@ -82,6 +118,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     for impl in impls:
         dev = f", declares {len(impl.deviations)} deviation(s)" if impl.deviations else ""
         lines.append(f"  implementation under test: {impl.name} [{impl.output}] from {impl.source or '?'}{dev}")
+    for comp in selected_components(config):
+        dev = f", declares {len(comp.deviations)} deviation(s)" if comp.deviations else ""
+        lines.append(f"  component under test: {comp.kind}:{comp.name} from {comp.source or '?'}{dev}")
     errors = _registry(config).errors
     for err in errors:
         lines.append(f"  plugin error: {err}")
@@ -95,6 +134,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "impl" in metafunc.fixturenames:
         impls = selected_implementations(metafunc.config)
         metafunc.parametrize("impl", impls, ids=[i.name for i in impls], scope="module")
+    if "component" in metafunc.fixturenames:
+        kind = getattr(metafunc.module, "COMPONENT_KIND", None)
+        comps = [c for c in selected_components(metafunc.config) if c.kind == kind]
+        # A module whose kind was not selected gets no items (see pytest_collection_modifyitems).
+        params = comps or [pytest.param(None, id=f"no-{kind}-selected")]
+        metafunc.parametrize("component", params, ids=[c.name for c in comps] or None, scope="module")
 
 
 def _is_conformance_item(item: pytest.Item) -> bool:
@@ -111,6 +156,11 @@ def item_clause(item: pytest.Item) -> str | None:
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     problems = []
+    unselected = [i for i in items if getattr(i, "callspec", None) is not None
+                  and "component" in i.callspec.params and i.callspec.params["component"] is None]
+    if unselected:
+        config.hook.pytest_deselected(items=unselected)
+        items[:] = [i for i in items if i not in unselected]
     for item in items:
         marks = list(item.iter_markers("clause"))
         if not marks:
@@ -126,8 +176,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             problems.append(f"{item.nodeid}: unknown clause {clause_id!r} (known: {', '.join(CLAUSES)})")
             continue
         callspec = getattr(item, "callspec", None)
-        impl = callspec.params.get("impl") if callspec is not None else None
-        why = getattr(impl, "deviations", {}).get(clause_id) if impl is not None else None
+        params = callspec.params if callspec is not None else {}
+        subject = params.get("impl") or params.get("component")
+        why = getattr(subject, "deviations", {}).get(clause_id) if subject is not None else None
         if why is None:
             continue
         if item.get_closest_marker("hypothesis") is not None:

@@ -141,10 +141,11 @@ class PluginError(RuntimeError):
 
 
 class UnknownImplementationError(LookupError):
-    def __init__(self, name: str, known: Iterable[str], what: str = "implementation"):
+    def __init__(self, name: str, known: Iterable[str], what: str = "implementation", detail: str = ""):
         self.name = name
         self.known = sorted(known)
-        super().__init__(f"unknown {what} {name!r}; known: {', '.join(self.known) or '(none)'}")
+        why = f" ({detail})" if detail else ""
+        super().__init__(f"unknown {what} {name!r}{why}; known: {', '.join(self.known) or '(none)'}")
 
     def __str__(self) -> str:  # LookupError would repr() the message
         return self.args[0]
@@ -191,6 +192,7 @@ class Registry:
         self.pm.add_hookspecs(hookspecs)
         self.implementations: dict[str, Implementation] = {}
         self.components: dict[tuple[str, str], Component] = {}
+        self.composed: dict[str, Implementation] = {}
         self.errors: list[str] = []
         self._builtins = tuple(builtins)
         self._entry_points = entry_points
@@ -334,10 +336,41 @@ class Registry:
         return list(self.load().implementations)
 
     def get(self, name: str) -> Implementation:
+        """A registered implementation, or a composition ``reference+KIND=NAME[+KIND=NAME...]``."""
         impls = self.load().implementations
-        if name not in impls:
-            raise UnknownImplementationError(name, impls)
-        return impls[name]
+        if name in impls:
+            return impls[name]
+        if "+" in name:
+            return self._composed(name)
+        raise UnknownImplementationError(name, impls)
+
+    def _composed(self, name: str) -> Implementation:
+        if name not in self.composed:
+            from .components import compose, parse_composition
+
+            try:
+                _, pairs = parse_composition(name)
+            except ValueError as exc:
+                raise UnknownImplementationError(name, self.implementations, detail=str(exc)) from None
+            self.composed[name] = compose(name, [self.component(kind, comp) for kind, comp in pairs])
+        return self.composed[name]
+
+    def select_components(self, selection: str) -> list[Component]:
+        """``all``, or comma-separated ``NAME`` (every kind with that name), ``KIND:NAME`` or ``KIND:all``."""
+        comps = self.load().components
+        wanted = [s.strip() for s in selection.split(",") if s.strip()]
+        if wanted == ["all"]:
+            return list(comps.values())
+        chosen: dict[tuple[str, str], Component] = {}
+        for item in wanted:
+            kind, sep, name = item.rpartition(":")
+            found = [c for (k, n), c in comps.items()
+                     if (n == name or (sep and name == "all")) and (not sep or k == kind)]
+            if not found:
+                known = sorted({f"{k}:{n}" for k, n in comps})
+                raise UnknownImplementationError(item, known, what="component")
+            chosen.update({(c.kind, c.name): c for c in found})
+        return list(chosen.values())
 
     def select(self, selection: str) -> list[Implementation]:
         """``"all"``, a name, or a comma-separated list of names, in that order."""

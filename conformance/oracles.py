@@ -1,0 +1,112 @@
+"""Closed forms of the paper's equations in float64, and the named variants real code computes instead.
+
+The variants exist to *name* a failure ("the table matches sines and cosines
+concatenated"), never to accept it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+__all__ = ["attention", "layer_norm", "feed_forward", "PE_FORMS", "pe_table", "ACTIVATIONS"]
+
+
+def attention(q, k, v, mask=None, *, scale: float | None = None, axis: str = "keys"):
+    """§3.2.1, Eq. (1) in float64: softmax(q k^T * scale) v, masked scores -inf, empty rows -> 0.
+
+    ``axis="queries"`` is the classic bug (softmax over the query axis).
+    """
+    q, k, v = (t.detach().to(torch.float64) for t in (q, k, v))
+    scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
+    scores = q @ k.transpose(-2, -1) * scale  # (B, h, Lq, Lk)
+    dim = -1 if axis == "keys" else -2
+    if mask is None:
+        return torch.softmax(scores, dim=dim) @ v
+    mask = mask.to(torch.bool).expand_as(scores)
+    any_allowed = mask.any(dim=dim, keepdim=True)
+    scores = scores.masked_fill(~(mask | ~any_allowed), float("-inf"))
+    weights = torch.softmax(scores, dim=dim).masked_fill(~mask, 0.0)
+    return weights @ v  # (B, h, Lq, d_v)
+
+
+def layer_norm(x, weight, bias, eps: float, *, form: str = "paper"):
+    """§3.1 layer norm over the last axis in float64.
+
+    forms: ``paper`` (biased variance, eps inside the sqrt), ``unbiased-std``
+    (the Annotated Transformer's (x - mean) / (std_unbiased + eps)).
+    """
+    x, weight, bias = (t.detach().to(torch.float64) for t in (x, weight, bias))
+    mean = x.mean(-1, keepdim=True)
+    if form == "paper":
+        normed = (x - mean) / torch.sqrt((x - mean).pow(2).mean(-1, keepdim=True) + eps)
+    elif form == "unbiased-std":
+        normed = (x - mean) / (x.std(-1, keepdim=True, unbiased=True) + eps)
+    else:
+        raise ValueError(f"unknown layer-norm form {form!r}")
+    return normed * weight + bias
+
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": torch.relu,
+    "gelu": torch.nn.functional.gelu,
+    "identity": lambda t: t,
+}
+
+
+def feed_forward(x, w1, b1, w2, b2, *, activation: str = "relu", after_w2: bool = False):
+    """§3.3, Eq. (2) in float64: max(0, x W1^T + b1) W2^T + b2 (nn.Linear layout)."""
+    x, w1, b1, w2, b2 = (t.detach().to(torch.float64) for t in (x, w1, b1, w2, b2))
+    act = ACTIVATIONS[activation]
+    out = act(x @ w1.T + b1) @ w2.T + b2
+    return torch.relu(out) if after_w2 else out
+
+
+def _interleave(sin: torch.Tensor, cos: torch.Tensor, d_model: int) -> torch.Tensor:
+    table = torch.zeros(sin.size(0), d_model, dtype=torch.float64)
+    table[:, 0::2] = sin[:, : (d_model + 1) // 2]
+    table[:, 1::2] = cos[:, : d_model // 2]
+    return table
+
+
+def pe_table(length: int, d_model: int, *, form: str = "paper") -> torch.Tensor:
+    """The positional table of §3.5 (``paper``) or a named variant, float64 [length, d_model]."""
+    pos = torch.arange(length, dtype=torch.float64)[:, None]
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)[None, :]
+    if form == "paper":
+        angle = pos / 10000.0 ** (two_i / d_model)
+        return _interleave(torch.sin(angle), torch.cos(angle), d_model)
+    if form == "positions-from-1":
+        angle = (pos + 1) / 10000.0 ** (two_i / d_model)
+        return _interleave(torch.sin(angle), torch.cos(angle), d_model)
+    if form == "base-1000":
+        angle = pos / 1000.0 ** (two_i / d_model)
+        return _interleave(torch.sin(angle), torch.cos(angle), d_model)
+    if form == "sin-cos-swapped":
+        angle = pos / 10000.0 ** (two_i / d_model)
+        return _interleave(torch.cos(angle), torch.sin(angle), d_model)
+    if form == "concatenated":
+        angle = pos / 10000.0 ** (two_i / d_model)
+        return torch.cat([torch.sin(angle), torch.cos(angle)], dim=1)[:, :d_model]
+    if form == "tensor2tensor":
+        half = d_model // 2
+        inv = torch.exp(torch.arange(half, dtype=torch.float64) * -(math.log(10000.0) / max(half - 1, 1)))
+        angle = pos * inv[None, :]
+        return torch.nn.functional.pad(torch.cat([torch.sin(angle), torch.cos(angle)], dim=1), (0, d_model % 2))
+    if form == "exponent-2i-twice":  # 2*i where i already steps by 2
+        angle = pos / 10000.0 ** (2 * two_i / d_model)
+        return _interleave(torch.sin(angle), torch.cos(angle), d_model)
+    raise ValueError(f"unknown PE form {form!r}")
+
+
+PE_FORMS: dict[str, str] = {
+    "paper": "the paper's interleaved sin/cos from position 0",
+    "concatenated": "all sines, then all cosines (two halves) instead of interleaved",
+    "tensor2tensor": "tensor2tensor's timing signal: halves, frequencies 10000^(-i/(d/2-1))",
+    "positions-from-1": "positions counted from 1 instead of 0",
+    "base-1000": "base 1000 instead of 10000",
+    "sin-cos-swapped": "cosines on even and sines on odd dimensions",
+    "exponent-2i-twice": "exponent 4i/d_model (2*i where i already steps by 2)",
+}
