@@ -155,6 +155,11 @@ DEVIATIONS: dict[str, str] = {
         "the extra final LayerNorm of each stack re-normalizes the last layer's output: even with gain 1 and "
         "bias 0 loaded it discards the last norm's gain and bias, so the function differs from the paper's"
     ),
+    "mask.finite": (
+        "in eval mode without autograd, nn.TransformerEncoderLayer's fast path (torch._transformer_encoder_layer_fwd) "
+        "returns NaN for a fully padded source sequence, and cross-attention carries the NaN to every target "
+        "position of that sample (B04; training mode and the autograd path give finite values)"
+    ),
 }
 
 
