@@ -16,3 +16,21 @@ def test_readme_names_every_suite_option():
     readme = (ROOT / "README.md").read_text()
     for option in ("--impl", "--plugin", "--component", "--check-timeout", "--hypothesis-profile"):
         assert option in readme, f"README.md does not document {option}"
+
+
+def readme_commands() -> list[str]:
+    blocks = (ROOT / "README.md").read_text().split("```")[1::2]
+    return [b.strip() for b in blocks]
+
+
+def test_readme_opens_with_the_two_commands():
+    main_job, tests = readme_commands()[:2]
+    assert main_job.endswith("aiayn audit") and "torch==2.13.0" in main_job
+    assert "pytest" in tests and "torch==2.13.0" in tests
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    tests = readme_commands()[1]
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert tests in ci, f".ci/run must run the README's test command verbatim: {tests}"
+    assert ci.index("python3 -m pip install --quiet torch==2.13.0") < ci.index(tests)
