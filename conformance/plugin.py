@@ -25,6 +25,7 @@ import pytest
 
 from spec.clauses import CLAUSES
 
+from . import strategies  # noqa: F401  (registers and loads the hypothesis profiles)
 from .harness import CheckTimeout, ClauseViolation, ImplementationError
 
 CONFORMANCE_DIR = Path(__file__).resolve().parent
@@ -185,10 +186,67 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             item.add_marker(pytest.mark.skip(
                 reason=f"declared deviation {clause_id} ({why}); the witness test checks it"))
         else:
+            # Not strict per test: a clause has several witnesses and a deviation may break only some.
+            # Strictness is per clause, in pytest_sessionfinish: at least one witness must fail.
             item.add_marker(pytest.mark.xfail(
-                strict=True, raises=AssertionError, reason=f"declared deviation {clause_id}: {why}"))
+                strict=False, raises=AssertionError, reason=f"declared deviation {clause_id}: {why}"))
+            item.user_properties.append(("aiayn_declared", f"{subject.name}::{clause_id}"))
     if problems:
         raise pytest.UsageError("conformance tests with bad clause markers:\n  " + "\n  ".join(problems))
+
+
+class DeclaredDeviations:
+    """Per (implementation, clause) outcome of the witness tests of a declared deviation."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
+        self.unseen: dict[str, int] = {}
+
+    def record(self, report: pytest.TestReport) -> None:
+        key = dict(report.user_properties).get("aiayn_declared")
+        if key is None or report.when != "call":
+            return
+        self.seen.setdefault(key, 0)
+        self.unseen.setdefault(key, 0)
+        if report.skipped and hasattr(report, "wasxfail"):
+            self.seen[key] += 1
+        elif report.passed:
+            self.unseen[key] += 1
+
+    def not_observed(self) -> list[str]:
+        return [key for key, n in self.seen.items() if n == 0 and self.unseen.get(key, 0) > 0]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config._aiayn_declared = DeclaredDeviations()
+    session.config.pluginmanager.register(_DeclaredRecorder(session.config._aiayn_declared), "aiayn-declared")
+
+
+class _DeclaredRecorder:
+    def __init__(self, tracker: DeclaredDeviations) -> None:
+        self.tracker = tracker
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.tracker.record(report)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    tracker = getattr(session.config, "_aiayn_declared", None)
+    missing = tracker.not_observed() if tracker is not None else []
+    session.config._aiayn_not_observed = missing
+    if missing and session.exitstatus == 0:
+        session.exitstatus = 1
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    missing = getattr(config, "_aiayn_not_observed", [])
+    if missing:
+        terminalreporter.section("declared deviations not observed", sep="=", red=True, bold=True)
+        for key in missing:
+            name, clause_id = key.split("::", 1)
+            terminalreporter.line(f"{name}: declares {clause_id}, but every witness test of that clause passed "
+                                  f"(the declaration is stale, or the suite misses the bug)", red=True)
 
 
 def _timeout(config: pytest.Config) -> float:

@@ -53,8 +53,8 @@ _RECORDS: tuple[Clause, ...] = (
            "Loaded with the same parameters (canonical schema), the implementation computes the "
            "same next-token distribution as the reference model, in eval mode, on padded batches."),
     Clause("model.batch-independence", "3", "must",
-           "A sample's outputs do not depend on the other samples of its batch, nor on how much "
-           "padding the batch adds after it."),
+           "A sample's outputs do not depend on the other samples of its batch or on their order "
+           "(padding is the subject of the mask clauses)."),
     Clause("model.eval-determinism", "5.4", "must",
            "In eval mode two identical calls agree exactly; in train mode dropout is the only "
            "source of randomness, so with dropout 0 train mode equals eval mode."),
