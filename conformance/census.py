@@ -1,0 +1,67 @@
+"""Which canonical parameters matter: perturb one group at a time and watch the output.
+
+In the paper's model every parameter takes part in the output (eval mode,
+weights that make attention sharp). A group whose perturbation changes
+nothing is dead: a module built but never called, a decoder that returns an
+intermediate layer, a cross-attention that reads the wrong encoder layer.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from spec.schema import tied_groups
+
+from .harness import build_model
+from .inputs import CONFIG, witness_batch
+from .probes import log_probs
+from .weights import has_method, load_into, visible_state
+
+
+def groups(state: dict[str, torch.Tensor]) -> dict[str, list[str]]:
+    """Canonical names grouped by module (``decoder.1.norm3`` -> its weight and bias)."""
+    out: dict[str, list[str]] = {}
+    for name in state:
+        out.setdefault(name.rsplit(".", 1)[0], []).append(name)
+    return out
+
+
+_CACHE: dict[tuple[str, int], tuple[dict[str, float], str]] = {}
+
+
+def _census(impl) -> tuple[dict[str, float], str]:
+    model = build_model(impl, CONFIG, "layers.independent")
+    if not has_method(model, "load_reference_state"):
+        return {}, f"{impl.name} has no load_reference_state"
+    state = visible_state(CONFIG, seed=21)
+    src, tgt = witness_batch()
+    load_into(model, state, "layers.independent", impl.name)
+    base = log_probs(model, impl, src, tgt, "layers.independent", CONFIG)
+    real = (tgt != CONFIG.pad_id)
+    effect: dict[str, float] = {}
+    g = torch.Generator().manual_seed(22)
+    for module, names in groups(state).items():
+        if module in ("tgt_embed", "generator") and CONFIG.share_embeddings:
+            continue  # one tensor with src_embed
+        changed = dict(state)
+        for n in names:
+            changed[n] = state[n] + torch.randn(state[n].shape, generator=g) * 0.5
+            for group in tied_groups(CONFIG):
+                if n in group:  # a tied tensor changes under all its names
+                    changed.update({other: changed[n] for other in group})
+        load_into(model, changed, "layers.independent", impl.name)
+        out = log_probs(model, impl, src, tgt, "layers.independent", CONFIG)
+        effect[module] = (out - base)[real].abs().max().item()
+    load_into(model, state, "layers.independent", impl.name)
+    return effect, ""
+
+
+def census(impl) -> tuple[dict[str, float], str]:
+    """``({module: max output change when perturbed}, reason if unavailable)`` (cached per implementation)."""
+    key = (impl.name, id(impl))
+    if key not in _CACHE:
+        _CACHE[key] = _census(impl)
+    return _CACHE[key]
+
+
+DEAD = 1e-6

@@ -1,0 +1,47 @@
+"""layers.independent (§3.1): N layers with their own parameters, in sequence, the last one's output used."""
+
+from __future__ import annotations
+
+import pytest
+
+from .census import DEAD, census
+from .harness import build_model, violation
+from .inputs import CONFIG
+
+CLAUSE = "layers.independent"
+
+
+@pytest.mark.clause(CLAUSE)
+def test_no_parameter_is_shared_between_layers_or_sublayers(impl):
+    model = build_model(impl, CONFIG, CLAUSE)
+    vocab_shapes = {(CONFIG.src_vocab, CONFIG.d_model), (CONFIG.tgt_vocab, CONFIG.d_model)}
+    owners: dict[int, list[str]] = {}
+    for module_name, module in model.named_modules():
+        for pname, p in module.named_parameters(recurse=False):
+            owners.setdefault(id(p), []).append(f"{module_name}.{pname}" if module_name else pname)
+    shapes = {id(p): tuple(p.shape) for p in model.parameters()}
+    shared = [names for pid, names in owners.items() if len(names) > 1 and shapes[pid] not in vocab_shapes]
+    if shared:
+        violation(CLAUSE, measured="one parameter tensor serves several modules: "
+                  + "; ".join(" = ".join(n) for n in shared[:3]),
+                  expected="each layer and each sub-layer owns its parameters (only the §3.4 embedding tie is shared)",
+                  call=f"{impl.name}.build(config) parameter census",
+                  hint="a module instance reused ([layer] * N instead of copies, or one LayerNorm for two sub-layers)")
+
+
+@pytest.mark.clause(CLAUSE)
+def test_every_layer_parameter_matters(impl):
+    """Perturbing any canonical parameter group of any layer changes the output (except those that
+    only reach the decoder through the final encoder layer: attention.cross-source judges those)."""
+    effect, why = census(impl)
+    if why:
+        pytest.skip(why)
+    last = f"encoder.{CONFIG.n_layers - 1}."
+    dead = [m for m, e in effect.items() if e <= DEAD and not m.startswith(last)]
+    if dead:
+        violation(CLAUSE, measured=f"perturbing these canonical parameters changes no output: {', '.join(dead[:6])}",
+                  expected="every layer's parameters take part, each stack's layers applied in sequence and the "
+                           "decoder's output taken from its last layer",
+                  call="load_reference_state(visible weights), then each group perturbed by N(0, 0.5^2) in turn",
+                  hint="a module built but never called (another one reused in its place), or the decoder "
+                       "returning an intermediate layer's output")
