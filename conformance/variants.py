@@ -1,0 +1,337 @@
+"""Reference variants: the paper's model with named departures, to say what an implementation does instead.
+
+``run_variant(knobs, state, config, src, tgt)`` computes the paper's Transformer
+(§3) functionally, in float64, from a canonical state dict (``spec.schema``
+names), with each ``Knobs`` field switching one part to a departure seen in
+real code. The default ``Knobs()`` is the paper's model (it agrees with
+``reference/model.py``; a test keeps them equal). Variants exist to *name* a
+failure ("matches the reference with attention scale 1/sqrt(d_model)"),
+never to accept one; the reference itself holds no flags.
+
+``diagnose`` searches the variants for one that reproduces an
+implementation holding the same weights: single departures first, then
+greedy combinations, each step keeping the departure that brings the
+variant closest to the implementation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from spec.config import ModelConfig
+from spec.tolerance import compare
+
+from . import oracles
+
+__all__ = ["Knobs", "KNOBS", "run_variant", "Diagnosis", "diagnose"]
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One departure axis: the paper's value first, the clause it belongs to, and what each value means."""
+
+    name: str
+    clause: str
+    values: dict[str, str]  # value -> description, the paper's value first
+
+
+KNOBS: dict[str, Knob] = {k.name: k for k in (
+    Knob("scale", "attention.scale", {
+        "1/sqrt(d_k)": "scores divided by sqrt(d_k)",
+        "1/sqrt(d_model)": "scores divided by sqrt(d_model) instead of sqrt(d_k) (an extra factor 1/sqrt(h))",
+        "1": "scores not scaled at all",
+        "sqrt(d_k)": "scores multiplied by sqrt(d_k) (the scale inverted)"}),
+    Knob("softmax_axis", "attention.softmax-over-keys", {
+        "keys": "softmax over the keys", "queries": "softmax over the queries instead of the keys"}),
+    Knob("heads", "attention.heads", {
+        "transpose": "heads split and merged per position",
+        "merge-without-transpose": "heads merged with reshape but no transpose (positions mixed)",
+        "split-without-transpose": "heads split and merged with view/reshape but no transpose (positions mixed)"}),
+    Knob("cross_memory", "attention.cross-source", {
+        "final": "cross-attention keys/values from the final encoder output",
+        "first-layer": "cross-attention keys/values from the FIRST encoder layer's output"}),
+    Knob("cross_query", "attention.cross-source", {
+        "previous": "cross-attention queries from the decoder's previous sub-layer",
+        "layer-input": "cross-attention queries from the decoder layer's input (before self-attention)"}),
+    Knob("norm_place", "norm.post-norm", {
+        "post": "LayerNorm(x + Sublayer(x)) (post-norm)", "pre": "x + Sublayer(LayerNorm(x)) (pre-norm)"}),
+    Knob("ffn_residual", "norm.post-norm", {
+        "input": "the FFN residual adds the sub-layer input",
+        "sublayer-output": "the FFN residual adds the FFN output to itself (LayerNorm(F(x) + F(x)))"}),
+    Knob("final_norm", "norm.no-extra-norm", {
+        "no": "no norm at the top of the stacks", "yes": "an extra LayerNorm at the top of each stack"}),
+    Knob("embed_norm", "norm.no-extra-norm", {
+        "no": "no norm after the embeddings", "yes": "an extra LayerNorm right after embedding + PE"}),
+    Knob("ln_form", "norm.layer-norm", {
+        "paper": "(x - mean) / sqrt(biased var + eps)",
+        "unbiased-std": "(x - mean) / (unbiased std + eps)"}),
+    Knob("cross_norm", "layers.independent", {
+        "own": "the cross-attention sub-layer has its own norm",
+        "self-attention's": "the cross-attention sub-layer reuses the self-attention sub-layer's norm"}),
+    Knob("activation", "ffn.formula", {
+        "relu": "max(0, x W1 + b1) W2 + b2", "gelu": "GELU instead of ReLU",
+        "identity": "no activation between W1 and W2",
+        "relu-after-w2": "ReLU after W2 instead of between W1 and W2"}),
+    Knob("embed_scale", "embedding.scale", {
+        "sqrt(d_model)": "embeddings multiplied by sqrt(d_model)", "1": "embeddings not scaled",
+        "1/sqrt(d_model)": "embeddings divided by sqrt(d_model)"}),
+    Knob("pe", "position.added", {
+        "once": "PE added once at the bottom of both stacks", "absent": "no positional encoding at all",
+        "twice": "PE added twice in both stacks", "encoder-only": "PE added to the encoder input only",
+        "decoder-only": "PE added to the decoder input only"}),
+    Knob("pe_form", "position.formula", dict(oracles.PE_FORMS)),
+    Knob("mask_fill", "mask.source-padding", {
+        "-inf": "masked scores set to -inf", "~0": "masked scores set to a tiny value (1e-9) instead of -inf"}),
+    Knob("causal", "mask.causal", {
+        "inclusive": "position i attends to 0..i", "none": "no causal mask",
+        "strict": "position i attends to 0..i-1 (diagonal excluded)"}),
+    Knob("cross_mask", "mask.source-padding", {
+        "yes": "source padding masked in cross-attention", "no": "no source mask in cross-attention"}),
+    Knob("output_softmax", "model.output-normalization", {
+        "no": "the declared output", "yes": "a softmax applied to the declared logits (probabilities returned)"}),
+)}
+
+PAPER = {name: next(iter(k.values)) for name, k in KNOBS.items()}
+
+Knobs = dataclasses.make_dataclass(
+    "Knobs", [(name, str, field(default=value)) for name, value in PAPER.items()], frozen=True,
+    namespace={
+        "__doc__": "One variant: a value per knob (``KNOBS``); the defaults are the paper's.",
+        "departures": lambda self: {n: v for n, v in dataclasses.asdict(self).items() if v != PAPER[n]},
+        "describe": lambda self: "; ".join(KNOBS[n].values[v] for n, v in self.departures().items())
+        or "the paper's model",
+    },
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# The functional model
+# --------------------------------------------------------------------------------------------------
+class _Run:
+    """One forward pass of a variant over a canonical state dict, in float64."""
+
+    def __init__(self, knobs, state: Mapping[str, Tensor], config: ModelConfig):
+        self.k, self.cfg = knobs, config
+        self.p = {name: t.detach().to(torch.float64) for name, t in state.items()}
+
+    def norm(self, x: Tensor, prefix: str | None) -> Tensor:
+        """§3.1 layer norm (``ln_form``); prefix None: a parameter-free norm (gain 1, bias 0)."""
+        mean = x.mean(-1, keepdim=True)
+        if self.k.ln_form == "paper":
+            normed = (x - mean) / torch.sqrt((x - mean).pow(2).mean(-1, keepdim=True) + self.cfg.norm_eps)
+        else:
+            normed = (x - mean) / (x.std(-1, keepdim=True, unbiased=True) + self.cfg.norm_eps)
+        if prefix is None:
+            return normed
+        return normed * self.p[f"{prefix}.weight"] + self.p[f"{prefix}.bias"]
+
+    def attention(self, prefix: str, query: Tensor, memory: Tensor, mask: Tensor | None) -> Tensor:
+        """§3.2.2 multi-head attention; mask (B|1, 1, Lq|1, Lk), True = may attend."""
+        h, d = self.cfg.n_heads, self.cfg.d_model
+        d_k = d // h
+        B, Lq, Lk = query.size(0), query.size(1), memory.size(1)
+
+        def split(x: Tensor, L: int) -> Tensor:
+            if self.k.heads == "split-without-transpose":
+                return x.reshape(B, h, L, d_k)  # (B, h, L, d_k), positions mixed
+            return x.reshape(B, L, h, d_k).transpose(1, 2)  # (B, h, L, d_k)
+
+        q = split(query @ self.p[f"{prefix}.q.weight"].T, Lq)
+        k = split(memory @ self.p[f"{prefix}.k.weight"].T, Lk)
+        v = split(memory @ self.p[f"{prefix}.v.weight"].T, Lk)
+        scale = {"1/sqrt(d_k)": d_k ** -0.5, "1/sqrt(d_model)": d ** -0.5, "1": 1.0,
+                 "sqrt(d_k)": d_k ** 0.5}[self.k.scale]
+        scores = q @ k.transpose(-2, -1) * scale  # (B, h, Lq, Lk)
+        axis = -1 if self.k.softmax_axis == "keys" else -2
+        if mask is None:
+            weights = torch.softmax(scores, dim=axis)
+        elif self.k.mask_fill == "~0":
+            weights = torch.softmax(scores.masked_fill(~mask, 1e-9), dim=axis)
+        else:
+            mask = mask.expand_as(scores)
+            allowed = mask.any(dim=axis, keepdim=True)
+            weights = torch.softmax(scores.masked_fill(~(mask | ~allowed), float("-inf")), dim=axis)
+            weights = weights.masked_fill(~allowed, 0.0)
+        heads = weights @ v  # (B, h, Lq, d_k)
+        if self.k.heads == "transpose":
+            concat = heads.transpose(1, 2).reshape(B, Lq, d)  # (B, Lq, d_model)
+        else:
+            concat = heads.reshape(B, Lq, d)  # (B, Lq, d_model), positions mixed
+        return concat @ self.p[f"{prefix}.o.weight"].T
+
+    def ffn(self, prefix: str, x: Tensor) -> Tensor:
+        act = "identity" if self.k.activation == "relu-after-w2" else self.k.activation
+        inner = oracles.ACTIVATIONS[act](x @ self.p[f"{prefix}.w1.weight"].T + self.p[f"{prefix}.w1.bias"])
+        out = inner @ self.p[f"{prefix}.w2.weight"].T + self.p[f"{prefix}.w2.bias"]
+        return torch.relu(out) if self.k.activation == "relu-after-w2" else out
+
+    def sublayer(self, x: Tensor, norm: str, fn: Callable[[Tensor], Tensor]) -> Tensor:
+        """§3.1 residual and norm around fn (post-norm or pre-norm)."""
+        if self.k.norm_place == "pre":
+            return x + fn(self.norm(x, norm))
+        out = fn(x)
+        return self.norm(x + out, norm)
+
+    def embed(self, tokens: Tensor, table: str, stack: str) -> Tensor:
+        """§3.4, §3.5: scaled embeddings plus the positional table (per ``pe``)."""
+        d = self.cfg.d_model
+        scale = {"sqrt(d_model)": math.sqrt(d), "1": 1.0, "1/sqrt(d_model)": 1 / math.sqrt(d)}[self.k.embed_scale]
+        x = self.p[f"{table}.weight"][tokens] * scale  # (B, L, d_model)
+        times = {"once": 1, "absent": 0, "twice": 2, "encoder-only": int(stack == "encoder"),
+                 "decoder-only": int(stack == "decoder")}[self.k.pe]
+        if times:
+            x = x + times * oracles.pe_table(tokens.size(1), d, form=self.k.pe_form)
+        return self.norm(x, None) if self.k.embed_norm == "yes" else x
+
+    def encoder(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """(final encoder output, first layer's output), each (B, S, d_model)."""
+        mask = (src != self.cfg.pad_id)[:, None, None, :]  # (B, 1, 1, S)
+        x, first = self.embed(src, "src_embed", "encoder"), None
+        for i in range(self.cfg.n_layers):
+            pre = f"encoder.{i}"
+            x = self.sublayer(x, f"{pre}.norm1", lambda t, pre=pre: self.attention(f"{pre}.self_attn", t, t, mask))
+            x = self.ffn_sublayer(x, pre, "norm2")
+            first = x if first is None else first
+        if self.k.final_norm == "yes":
+            x = self.norm(x, None)
+        return x, first
+
+    def ffn_sublayer(self, x: Tensor, pre: str, norm: str) -> Tensor:
+        if self.k.ffn_residual == "sublayer-output" and self.k.norm_place == "post":
+            out = self.ffn(f"{pre}.ffn", x)
+            return self.norm(out + out, f"{pre}.{norm}")
+        return self.sublayer(x, f"{pre}.{norm}", lambda t: self.ffn(f"{pre}.ffn", t))
+
+    def forward(self, src: Tensor, tgt: Tensor) -> tuple[Tensor, Tensor]:
+        """(log-probabilities (B, T, V), final encoder output (B, S, d_model))."""
+        final, first = self.encoder(src)
+        memory = final if self.k.cross_memory == "final" else first
+        T = tgt.size(1)
+        causal = torch.ones(T, T, dtype=torch.bool)
+        causal = {"inclusive": causal.tril(), "none": causal, "strict": causal.tril(-1)}[self.k.causal]
+        tgt_mask = causal[None, None] & (tgt != self.cfg.pad_id)[:, None, None, :]  # (B, 1, T, T)
+        src_mask = (src != self.cfg.pad_id)[:, None, None, :] if self.k.cross_mask == "yes" else None
+        y = self.embed(tgt, "tgt_embed", "decoder")
+        for i in range(self.cfg.n_layers):
+            pre = f"decoder.{i}"
+            layer_in = y
+            y = self.sublayer(y, f"{pre}.norm1", lambda t, pre=pre: self.attention(f"{pre}.self_attn", t, t, tgt_mask))
+            norm2 = f"{pre}.norm1" if self.k.cross_norm == "self-attention's" else f"{pre}.norm2"
+            if self.k.cross_query == "layer-input":
+                def cross(t, pre=pre, layer_in=layer_in):
+                    return self.attention(f"{pre}.cross_attn", layer_in, memory, src_mask)
+            else:
+                def cross(t, pre=pre):
+                    return self.attention(f"{pre}.cross_attn", t, memory, src_mask)
+            y = self.sublayer(y, norm2, cross)
+            y = self.ffn_sublayer(y, pre, "norm3")
+        if self.k.final_norm == "yes":
+            y = self.norm(y, None)
+        logits = y @ self.p["generator.weight"].T  # (B, T, V)
+        if self.k.output_softmax == "yes":
+            logits = torch.softmax(logits, dim=-1)
+        return torch.log_softmax(logits, dim=-1), final
+
+
+def run_variant(knobs, state: Mapping[str, Tensor], config: ModelConfig, src: Tensor, tgt: Tensor):
+    """(log-probabilities [B, T, V], final encoder output [B, S, d_model]) of the variant, float64."""
+    with torch.no_grad():
+        return _Run(knobs, state, config).forward(src, tgt)
+
+
+# --------------------------------------------------------------------------------------------------
+# Diagnosis: which variant reproduces the implementation
+# --------------------------------------------------------------------------------------------------
+@dataclass
+class Diagnosis:
+    """The variant that best reproduces an implementation on one input.
+
+    ``knobs`` is the closest variant found, ``exact`` whether it agrees within
+    the model tolerance (log-probabilities, and the encoder output when the
+    adapter has ``encode``); ``distance`` the mean |difference| left.
+    """
+
+    knobs: object
+    exact: bool
+    distance: float
+    detail: str
+    tried: int
+
+    @property
+    def matches_paper(self) -> bool:
+        return self.exact and not self.knobs.departures()
+
+    def departures_for(self, clause_id: str) -> dict[str, str]:
+        """The departures of the explaining variant that belong to ``clause_id`` (knob -> value)."""
+        return {n: v for n, v in self.knobs.departures().items() if KNOBS[n].clause == clause_id}
+
+
+# Departures that come together in real code, tried as one move.
+_PAIRED_MOVES: tuple[dict[str, str], ...] = (
+    {"norm_place": "pre", "final_norm": "yes"},
+)
+
+
+def _moves(current) -> list:
+    out = []
+    for name, knob in KNOBS.items():
+        for value in knob.values:
+            if value != getattr(current, name):
+                out.append(dataclasses.replace(current, **{name: value}))
+    for pair in _PAIRED_MOVES:
+        out.append(dataclasses.replace(current, **pair))
+    return out
+
+
+def _gap(got: Tensor, expected: Tensor, real: Tensor) -> tuple[float, bool, str]:
+    """(mean |diff| over comparable entries, within tolerance, description); ``real`` broadcasts over got."""
+    real = real & torch.isfinite(got)
+    if not bool(real.any()):
+        return float("inf"), False, "no finite output at a real position"
+    a, e = torch.where(real, got, 0.0), torch.where(real, expected, 0.0)
+    a, e = a.nan_to_num(0.0), e.nan_to_num(1e6, posinf=1e6, neginf=-1e6)
+    cmp = compare(a, e, dtype=torch.float32, scope="model")
+    return float((a - e).abs().sum() / real.expand_as(a).sum()), cmp.ok, cmp.describe()
+
+
+def diagnose(observe: Callable[[Tensor, Tensor], tuple[Tensor, Tensor | None]], state: Mapping[str, Tensor],
+             config: ModelConfig, src: Tensor, tgt: Tensor, *, max_departures: int = 8) -> Diagnosis:
+    """Search the variants for the one that reproduces ``observe(src, tgt)`` -> (log-probs, encoder output or None).
+
+    Greedy: start from the paper's model; at each step try every single
+    departure (and the paired ones) from the current variant and keep the
+    closest, until one agrees within tolerance or none brings it closer.
+    """
+    got_lp, got_enc = observe(src, tgt)
+    real_t = (tgt != config.pad_id)[..., None]  # (B, T, 1)
+    real_s = (src != config.pad_id)[..., None]  # (B, S, 1)
+    tried = 0
+
+    def score(knobs) -> tuple[float, bool, str]:
+        nonlocal tried
+        tried += 1
+        lp, enc = run_variant(knobs, state, config, src, tgt)
+        d_lp, ok_lp, desc = _gap(got_lp, lp, real_t)
+        if got_enc is None:
+            return d_lp, ok_lp, desc
+        d_enc, ok_enc, desc_enc = _gap(got_enc, enc, real_s)
+        return d_lp + d_enc, ok_lp and ok_enc, desc if not ok_lp else desc_enc
+
+    best = Knobs()
+    best_d, best_ok, best_desc = score(best)
+    for _ in range(max_departures):
+        if best_ok:
+            break
+        scored = [(score(k), k) for k in _moves(best)]
+        exact = [(s, k) for s, k in scored if s[1]]
+        (d, ok, desc), k = min(exact or scored, key=lambda sk: sk[0][0])
+        if not ok and d >= best_d * 0.98:
+            break
+        best, best_d, best_ok, best_desc = k, d, ok, desc
+    return Diagnosis(best, best_ok, best_d, best_desc, tried)
