@@ -9,9 +9,18 @@ the paper fixes, so bugs in other clauses cannot make them fail.
 
 from __future__ import annotations
 
-import pytest
+import dataclasses
 
-from .diagnosis import judge
+import pytest
+import torch
+
+from spec.config import ModelConfig
+
+from .diagnosis import STATE_SEED, judge, transplanted
+from .harness import describe_call, seeded, violation
+from .inputs import CONFIG, witness_batch
+from .probes import compare_real, log_probs
+from .weights import visible_state
 
 
 @pytest.mark.clause("attention.scale")
@@ -43,3 +52,123 @@ def test_cross_source_variant(impl):
     judge(impl, "attention.cross-source",
           hint="pass the output of the self-attention sub-layer (after its add & norm) as the query, and the "
                "output of the LAST encoder layer as memory")
+
+
+# --------------------------------------------------------------------------------------------------
+# Metamorphic probes: the implementation against itself
+# --------------------------------------------------------------------------------------------------
+ATTENTION_PREFIXES = tuple(f"encoder.{i}.self_attn" for i in range(CONFIG.n_layers)) + tuple(
+    f"decoder.{i}.{kind}" for i in range(CONFIG.n_layers) for kind in ("self_attn", "cross_attn"))
+D_K = CONFIG.d_model // CONFIG.n_heads
+
+
+def outputs(impl, state, clause_id: str, config: ModelConfig = CONFIG) -> torch.Tensor:
+    """Log-probabilities [B, T, V] on the witness batch of the implementation built for config holding state."""
+    model = transplanted(impl, clause_id, state, config, cache=False)
+    src, tgt = witness_batch()
+    return log_probs(model, impl, src, tgt, clause_id, config)
+
+
+def only_head_zero(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every attention keeps head 0 alone: rows d_k.. of W^Q, W^K, W^V and columns d_k.. of W^O are zero."""
+    out = dict(state)
+    for prefix in ATTENTION_PREFIXES:
+        for p in "qkv":
+            w = out[f"{prefix}.{p}.weight"].clone()
+            w[D_K:] = 0.0
+            out[f"{prefix}.{p}.weight"] = w
+        w = out[f"{prefix}.o.weight"].clone()
+        w[:, D_K:] = 0.0
+        out[f"{prefix}.o.weight"] = w
+    return out
+
+
+# How the scale depends on the head size, inferred from the factor c that makes the h-head model (head 0 only)
+# equal the 1-head model whose W^Q is multiplied by c (d_k = d_model / h there, d_model in the 1-head model).
+SCALE_LAWS = {
+    "1/sqrt(d_k)": (CONFIG.n_heads ** 0.5, "the paper's 1/sqrt(d_k)"),
+    "independent of d_k": (1.0, "a scale that does not depend on the head size: 1/sqrt(d_model), or none"),
+    "sqrt(d_k)": (CONFIG.n_heads ** -0.5, "sqrt(d_k): the scale inverted"),
+    "1/d_k": (float(CONFIG.n_heads), "1/d_k: the square root forgotten"),
+}
+
+
+@pytest.mark.clause("attention.scale")
+def test_scale_follows_head_size(impl):
+    """§3.2.1: with only head 0 active, the h-head model equals the 1-head model (same d_model) whose W^Q is
+    multiplied by sqrt(h): d_k shrinks by h, so 1/sqrt(d_k) grows by sqrt(h). Bugs elsewhere act alike in
+    both models; merged-heads bugs make the probe inconclusive (attention.heads judges them)."""
+    state = only_head_zero(visible_state(CONFIG, seed=STATE_SEED))
+    many = outputs(impl, state, "attention.scale")
+    one_cfg = dataclasses.replace(CONFIG, n_heads=1)
+    _, tgt = witness_batch()
+    found, gaps = [], {}
+    for law, (factor, _) in SCALE_LAWS.items():
+        one_state = dict(state)
+        for prefix in ATTENTION_PREFIXES:
+            one_state[f"{prefix}.q.weight"] = state[f"{prefix}.q.weight"] * factor
+        cmp = compare_real(outputs(impl, one_state, "attention.scale", one_cfg), many, tgt, CONFIG.pad_id)
+        gaps[law] = cmp.max_abs
+        if cmp.ok:
+            found.append(law)
+    if not found:
+        pytest.skip("attention.scale head-size probe inconclusive: no scale law makes the h-head model (head 0 only) "
+                    f"equal the 1-head model (max |diff| per law: {gaps}); the variant test judges the scale")
+    if "1/sqrt(d_k)" not in found:
+        violation("attention.scale",
+                  measured=f"the scale behaves as {SCALE_LAWS[found[0]][1]}: the {CONFIG.n_heads}-head model with only "
+                           f"head 0 active equals the 1-head model with W^Q multiplied by "
+                           f"{SCALE_LAWS[found[0]][0]:.4g}",
+                  expected=f"W^Q multiplied by sqrt(h) = {CONFIG.n_heads ** 0.5:.4g} (scores scaled by 1/sqrt(d_k), "
+                           f"d_k = {D_K} with h = {CONFIG.n_heads}, d_k = {CONFIG.d_model} with h = 1)",
+                  call=f"witness batch, d_model {CONFIG.d_model}, n_heads {CONFIG.n_heads} vs 1, load_reference_state "
+                       f"of visible weights with heads 1.. zeroed in every attention",
+                  hint="divide by math.sqrt(d_k) with d_k = d_model // h (the per-head size), not sqrt(d_model); "
+                       "multiply by d_k ** -0.5, do not divide by it")
+
+
+@pytest.mark.clause("attention.heads")
+def test_head_order_is_irrelevant(impl):
+    """§3.2.2: heads are independent and concatenated per position, so permuting the heads (row blocks of
+    W^Q, W^K, W^V together with the column blocks of W^O) leaves every output unchanged."""
+    state = visible_state(CONFIG, seed=STATE_SEED)
+    perm = torch.arange(CONFIG.n_heads).roll(1)  # head j takes head j-1's weights
+    rows = (perm[:, None] * D_K + torch.arange(D_K)).reshape(-1)  # (d_model,)
+    permuted = dict(state)
+    for prefix in ATTENTION_PREFIXES:
+        for p in "qkv":
+            permuted[f"{prefix}.{p}.weight"] = state[f"{prefix}.{p}.weight"][rows]
+        permuted[f"{prefix}.o.weight"] = state[f"{prefix}.o.weight"][:, rows]
+    _, tgt = witness_batch()
+    cmp = compare_real(outputs(impl, permuted, "attention.heads"), outputs(impl, state, "attention.heads"),
+                       tgt, CONFIG.pad_id)
+    if not cmp.ok:
+        src, tgt = witness_batch()
+        violation("attention.heads", measured=f"rotating the heads' weights changed the outputs: {cmp.describe()}",
+                  expected="identical outputs: heads attend separately and are concatenated per position before W^O",
+                  call=f"{describe_call(src, tgt, CONFIG.pad_id)}, visible weights vs the same with heads rotated "
+                       f"(rows j*d_k..(j+1)*d_k of W^Q, W^K, W^V and the same columns of W^O, d_k = {D_K})",
+                  hint="heads split or merged with view/reshape but without transpose(1, 2) mix positions into "
+                       "heads; or head j does not use rows j*d_k..(j+1)*d_k")
+
+
+@pytest.mark.clause("attention.cross-source")
+def test_cross_attention_reads_the_last_encoder_layer(impl):
+    """§3.2.3: keys and values come from the final encoder output, so changing only the last encoder layer's
+    FFN output bias must change the decoder's outputs."""
+    state = visible_state(CONFIG, seed=STATE_SEED)
+    changed = dict(state)
+    name = f"encoder.{CONFIG.n_layers - 1}.ffn.w2.bias"
+    with seeded(3):
+        changed[name] = state[name] + torch.randn(CONFIG.d_model)
+    _, tgt = witness_batch()
+    cmp = compare_real(outputs(impl, changed, "attention.cross-source"), outputs(impl, state, "attention.cross-source"),
+                       tgt, CONFIG.pad_id)
+    if cmp.ok:
+        src, tgt = witness_batch()
+        violation("attention.cross-source",
+                  measured=f"changing {name} by N(0, 1) left every output unchanged ({cmp.describe()})",
+                  expected="different outputs: cross-attention reads the output of the last encoder layer",
+                  call=f"{describe_call(src, tgt, CONFIG.pad_id)} with visible weights vs the same with {name} changed",
+                  hint="memory taken from the first or an intermediate encoder layer, or the encoder stack's output "
+                       "discarded")
