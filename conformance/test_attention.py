@@ -114,6 +114,9 @@ def test_scale_follows_head_size(impl):
     if not found:
         pytest.skip("attention.scale head-size probe inconclusive: no scale law makes the h-head model (head 0 only) "
                     f"equal the 1-head model (max |diff| per law: {gaps}); the variant test judges the scale")
+    if len(found) > 1:
+        pytest.skip(f"attention.scale head-size probe inconclusive: the outputs do not depend on the scale (laws "
+                    f"{', '.join(found)} all fit): attention scores do not reach the output")
     if "1/sqrt(d_k)" not in found:
         violation("attention.scale",
                   measured=f"the scale behaves as {SCALE_LAWS[found[0]][1]}: the {CONFIG.n_heads}-head model with only "
