@@ -100,7 +100,7 @@ def judge(impl, clause_id: str, hint: str) -> Diagnosis:
         src, tgt = witness_batch()
         what = "; ".join(KNOBS[n].values[v] for n, v in departures.items())
         expected = "; ".join(next(iter(KNOBS[n].values.values())) for n in departures)
-        violation(clause_id, measured=f"{explanation(diag)} (the {clause_id} departure: {what})",
+        violation(clause_id, measured=f"{explanation(diag)}. The {clause_id} part of it: {what}",
                   expected=f"a variant that keeps {expected}",
                   call=f"{describe_call(src, tgt, CONFIG.pad_id)} after load_reference_state(visible weights, "
                        f"seed {STATE_SEED}); outputs compared in log-probability space (and encode() when present)",

@@ -35,7 +35,8 @@ def test_scale_variant(impl):
 def test_softmax_axis_variant(impl):
     """§3.2.1, Eq. (1): the softmax runs over the keys (the last axis of Q K^T)."""
     judge(impl, "attention.softmax-over-keys",
-          hint="softmax(dim=-2) or dim=2 on (B, h, Lq, Lk) scores normalizes over the queries")
+          hint="softmax(dim=-2) or dim=2 on (B, h, Lq, Lk) scores normalizes over the queries; in "
+               "einsum('bhqk,bkhd->bqhd', weights, v) the key letter must be the same in both operands")
 
 
 @pytest.mark.clause("attention.heads")

@@ -18,7 +18,8 @@ from .diagnosis import judge
 def test_post_norm_variant(impl):
     """§3.1: LayerNorm(x + Sublayer(x)) around every sub-layer, x the sub-layer's input."""
     judge(impl, "norm.post-norm",
-          hint="pre-norm computes x + Sublayer(LayerNorm(x)); the residual must add the sub-layer's input x")
+          hint="pre-norm computes x + Sublayer(LayerNorm(x)); the residual must add the sub-layer's input x "
+               "(not the sub-layer's output to itself: ffn_out + dropout(ffn_out))")
 
 
 @pytest.mark.clause("norm.no-extra-norm")

@@ -5,7 +5,8 @@ far from 1 and 0, sharp attention). Outputs are compared in log-probability
 space at real target positions, so logits, log-probs and probs are judged
 alike. A failure is localized: the encoder output (when the adapter has
 ``encode``) is compared first, and the message names the first stage that
-diverges.
+diverges and the reference variant that reproduces the implementation
+(``conformance.variants``), if one does.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from reference.model import padding_mask
 
+from .diagnosis import diagnosis_of, explanation
 from .harness import ImplementationError, build_model, describe_call, violation
 from .inputs import CONFIG, random_tokens, witness_batch
 from .probes import compare_real, log_probs
@@ -72,7 +74,7 @@ def check(pair, impl, src, tgt) -> None:
     cmp = compare_real(got, expected, tgt, PAD)
     if not cmp.ok:
         violation(CLAUSE, measured=f"log-probabilities differ from the reference's: {cmp.describe()}; "
-                  f"{encoder_stage(model, ref, src)}",
+                  f"{encoder_stage(model, ref, src)}; {explanation(diagnosis_of(impl, CLAUSE))}",
                   expected="the reference's log-probabilities (model tolerance) with the same canonical weights",
                   call=f"{describe_call(src, tgt, PAD)} after load_reference_state(visible weights, seed 11)",
                   hint="see the structural clauses (attention.*, norm.*, ffn.formula, embedding.*, position.*) "
