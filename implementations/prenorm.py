@@ -199,6 +199,7 @@ DEVIATIONS: dict[str, str] = {
         "LayerNorm(x + Dropout(Sublayer(x)))"
     ),
     "norm.no-extra-norm": "each stack ends with a final LayerNorm (encoder_norm, decoder_norm), which pre-norm needs",
+    "config.parameters": "the two final LayerNorms add 2 x 2 x d_model parameters the paper does not have",
     "model.reference-equivalence": (
         "with the canonical weights loaded the norms sit before the sub-layers and the residual stream is never "
         "normalized between layers, so the function differs from the paper's"

@@ -160,6 +160,10 @@ DEVIATIONS: dict[str, str] = {
         "returns NaN for a fully padded source sequence, and cross-attention carries the NaN to every target "
         "position of that sample (B04; training mode and the autograd path give finite values)"
     ),
+    "config.parameters": (
+        "beyond the paper's parameters: biases on every attention projection (in_proj_bias, out_proj.bias: "
+        "4 x d_model per attention) and the two final LayerNorms (2 x 2 x d_model)"
+    ),
 }
 
 
