@@ -97,6 +97,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
         "strict": "position i attends to 0..i-1 (diagonal excluded)"}),
     Knob("cross_mask", "mask.source-padding", {
         "yes": "source padding masked in cross-attention", "no": "no source mask in cross-attention"}),
+    Knob("logit_scale", "embedding.shared-weights", {
+        "1": "logits = h E^T", "1/sqrt(d_model)": "logits multiplied by 1/sqrt(d_model) (a scaled tied projection)"}),
     Knob("output_softmax", "model.output-normalization", {
         "no": "the declared output", "yes": "a softmax applied to the declared logits (probabilities returned)"}),
 )}
@@ -241,6 +243,8 @@ class _Run:
         if self.k.final_norm == "yes":
             y = self.norm(y, None)
         logits = y @ self.p["generator.weight"].T  # (B, T, V)
+        if self.k.logit_scale != "1":
+            logits = logits / math.sqrt(self.cfg.d_model)
         if self.k.output_softmax == "yes":
             logits = torch.softmax(logits, dim=-1)
         return torch.log_softmax(logits, dim=-1), final
@@ -261,7 +265,8 @@ class Diagnosis:
 
     ``knobs`` is the closest variant found, ``exact`` whether it agrees within
     the model tolerance (log-probabilities, and the encoder output when the
-    adapter has ``encode``); ``distance`` the mean |difference| left.
+    adapter has ``encode``); ``distance`` the mean |difference| left;
+    ``weights`` the canonical weights it was found on.
     """
 
     knobs: object
@@ -269,6 +274,7 @@ class Diagnosis:
     distance: float
     detail: str
     tried: int
+    weights: str = "visible weights"
 
     @property
     def matches_paper(self) -> bool:
