@@ -1,1 +1,16 @@
-"""ONNX export of a conforming model, with equivalence proven by onnxruntime."""
+"""ONNX export of a conforming model, with equivalence proven by onnxruntime (see export/onnx.py)."""
+
+from .onnx import (
+    OPSET,
+    ExportError,
+    Verification,
+    export_generation,
+    export_onnx,
+    ort_greedy_decode,
+    resolve_model,
+    torch_greedy_decode,
+    verify,
+)
+
+__all__ = ["OPSET", "ExportError", "Verification", "export_generation", "export_onnx", "ort_greedy_decode",
+           "resolve_model", "torch_greedy_decode", "verify"]

@@ -1,0 +1,238 @@
+"""ONNX export with equivalence proven by onnxruntime.
+
+``export_onnx`` writes a model meeting the adapter contract to ONNX with the
+dynamo exporter (``torch.onnx.export(..., dynamo=True)``), dynamic batch,
+source and target lengths, opset ``OPSET``; the file is checked with
+``onnx.checker`` and its inputs must carry symbolic dimensions.
+``verify`` runs it in onnxruntime (CPU provider, asserted) on shapes other
+than the export example, with padding, and returns the worst difference.
+``export_generation`` / ``ort_greedy_decode`` export the encoder and a
+full-prefix decoder step as two graphs and decode greedily in onnxruntime.
+
+Opset 18: the first opset whose LayerNormalization, ReduceMean-with-axes-input
+and Split forms the dynamo exporter emits for these models are all available
+in onnxruntime >= 1.16, so the files run on every onnxruntime this project
+supports.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from spec.config import ModelConfig
+
+__all__ = ["OPSET", "ExportError", "Verification", "export_onnx", "verify", "export_generation",
+           "ort_greedy_decode", "torch_greedy_decode", "resolve_model"]
+
+OPSET = 18
+
+
+class ExportError(RuntimeError):
+    """The exporter, the checker or onnxruntime refused the model; the message is one line."""
+
+
+def _short(exc: BaseException, limit: int = 300) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and not ln.strip().startswith(("#", "File"))]
+    first = lines[0] if lines else type(exc).__name__
+    return f"{type(exc).__name__}: {first}"[:limit]
+
+
+def resolve_model(impl_or_model: Any, config: ModelConfig, *, seed: int = 0) -> tuple[nn.Module, str]:
+    """A registered implementation's name (built with ``config``) or a module; returns (module, output kind)."""
+    if isinstance(impl_or_model, nn.Module):
+        return impl_or_model.eval(), getattr(impl_or_model, "output_kind", "logits")
+    from implementations import get_registry
+
+    impl = get_registry().get(impl_or_model) if isinstance(impl_or_model, str) else impl_or_model
+    torch.manual_seed(seed)
+    return impl.build(config).eval(), impl.output
+
+
+def _example(config: ModelConfig, batch: int = 2, s_len: int = 5, t_len: int = 4, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(1, config.src_vocab, (batch, s_len), generator=g)
+    tgt = torch.randint(1, config.tgt_vocab, (batch, t_len), generator=g)
+    src[src == config.pad_id] = (config.pad_id + 1) % config.src_vocab
+    tgt[tgt == config.pad_id] = (config.pad_id + 1) % config.tgt_vocab
+    return src, tgt
+
+
+def _export(module: nn.Module, args: tuple, dynamic: tuple, names: tuple[list[str], list[str]], path: Path,
+            progress: Callable[[str], None]) -> Path:
+    import onnx
+
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb"):
+            pass
+    except OSError as exc:
+        raise ExportError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    progress(f"exporting {type(module).__name__} with torch.onnx.export(dynamo=True, opset {OPSET}) ...")
+    started = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.onnx.export(module, args, dynamo=True, dynamic_shapes=dynamic, opset_version=OPSET,
+                                        input_names=names[0], output_names=names[1], verbose=False)
+        program.save(str(path), external_data=False)
+    except Exception as exc:
+        raise ExportError(f"export failed: {_short(exc)}") from exc
+    progress(f"exported in {time.perf_counter() - started:.1f} s; checking ...")
+    model = onnx.load(str(path))
+    try:
+        onnx.checker.check_model(model)
+        onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception as exc:
+        raise ExportError(f"onnx.checker rejected the exported model: {_short(exc)}") from exc
+    for inp in model.graph.input:  # batch and length axes must stay symbolic (size-1 specialization)
+        dims = [d.dim_param or d.dim_value for d in inp.type.tensor_type.shape.dim]
+        if not all(isinstance(d, str) and d for d in dims[:2]):
+            raise ExportError(f"input {inp.name} was exported with static batch/length dimensions {dims}")
+    return path
+
+
+def export_onnx(impl_or_model: Any, path: str | Path, config: ModelConfig, *,
+                progress: Callable[[str], None] = lambda _: None) -> Path:
+    """Export ``forward(src, tgt)`` with dynamic batch, source and target lengths; returns the path."""
+    model, _ = resolve_model(impl_or_model, config)
+    src, tgt = _example(config)
+    B = torch.export.Dim("batch", min=1, max=1024)
+    S = torch.export.Dim("src_len", min=1, max=config.max_len)
+    T = torch.export.Dim("tgt_len", min=1, max=config.max_len)
+    return _export(model, (src, tgt), ({0: B, 1: S}, {0: B, 1: T}), (["src", "tgt"], ["scores"]), Path(path),
+                   progress)
+
+
+def session(path: str | Path):
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    if sess.get_providers()[0] != "CPUExecutionProvider":  # ORT falls back silently otherwise
+        raise ExportError(f"onnxruntime chose {sess.get_providers()} instead of the CPU provider")
+    return sess
+
+
+@dataclass(frozen=True)
+class Verification:
+    ok: bool
+    max_abs: float
+    shape: tuple[int, int, int]
+    index: tuple[int, ...]
+    shapes_checked: int
+
+    def describe(self) -> str:
+        return (f"worst |onnxruntime - torch| = {self.max_abs:.3g} at index {list(self.index)} for (batch, S, T) = "
+                f"{self.shape}, over {self.shapes_checked} shapes")
+
+
+DEFAULT_SHAPES = ((1, 1, 1), (3, 7, 2), (4, 11, 9), (1, 9, 12))
+
+
+def verify(path: str | Path, impl_or_model: Any, config: ModelConfig, *, shapes=DEFAULT_SHAPES,
+           atol: float = 1e-4, rtol: float = 1e-4) -> Verification:
+    """Compare onnxruntime with PyTorch on shapes other than the export example, right-padded, real positions."""
+    model, _ = resolve_model(impl_or_model, config)
+    sess = session(path)
+    worst = (0.0, (0, 0, 0), ())
+    ok = True
+    for n, (b, s, t) in enumerate(shapes):
+        s, t = min(s, config.max_len), min(t, config.max_len)
+        src, tgt = _example(config, b, s, t, seed=100 + n)
+        if s > 1:
+            src[0, s // 2:] = config.pad_id  # padding in the first row
+        if t > 1:
+            tgt[-1, t - 1:] = config.pad_id
+        with torch.no_grad():
+            expected = model(src, tgt).double()
+        try:
+            got = torch.from_numpy(sess.run(None, {"src": src.numpy(), "tgt": tgt.numpy()})[0]).double()
+        except Exception as exc:
+            raise ExportError(f"onnxruntime failed on (batch, S, T) = {(b, s, t)}: {_short(exc)}") from exc
+        real = (tgt != config.pad_id)[..., None].expand_as(expected)
+        diff = torch.where(real, (got - expected).abs(), torch.zeros_like(expected)).nan_to_num(float("inf"))
+        bad = diff > atol + rtol * expected.abs()
+        ok = ok and not bool(bad.any())
+        m = diff.max().item()
+        if m >= worst[0]:
+            idx = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
+            worst = (m, (b, s, t), idx)
+    return Verification(ok, worst[0], worst[1], worst[2], len(shapes))
+
+
+# -- generation ------------------------------------------------------------------
+class _Encoder(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src):
+        return self.model.encode(src)
+
+
+class _DecoderStep(nn.Module):
+    """Next-token logits at the last position of the prefix ``ys``, given the encoder output."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, memory, src, ys):
+        from reference.model import padding_mask
+
+        hidden = self.model.decode(memory, padding_mask(src, self.model.config.pad_id), ys)
+        return self.model.generator(hidden[:, -1])
+
+
+def export_generation(model, out_dir: str | Path, config: ModelConfig, *,
+                      progress: Callable[[str], None] = lambda _: None) -> tuple[Path, Path]:
+    """Export ``encoder.onnx`` (src -> memory) and ``decoder.onnx`` (memory, src, ys -> next logits).
+
+    Needs a model with the reference's ``encode``, ``decode`` and ``generator``."""
+    for attr in ("encode", "decode", "generator"):
+        if not hasattr(model, attr):
+            raise ExportError(f"generation export needs encode(), decode() and generator; the model lacks {attr}")
+    model = model.eval()
+    out = Path(out_dir)
+    src, tgt = _example(config)
+    B = torch.export.Dim("batch", min=1, max=1024)
+    S = torch.export.Dim("src_len", min=1, max=config.max_len)
+    T = torch.export.Dim("prefix_len", min=1, max=config.max_len)
+    enc = _export(_Encoder(model), (src,), ({0: B, 1: S},), (["src"], ["memory"]), out / "encoder.onnx", progress)
+    with torch.no_grad():
+        memory = model.encode(src)
+    dec = _export(_DecoderStep(model), (memory, src, tgt), ({0: B, 1: S}, {0: B, 1: S}, {0: B, 1: T}),
+                  (["memory", "src", "ys"], ["next_logits"]), out / "decoder.onnx", progress)
+    return enc, dec
+
+
+def ort_greedy_decode(encoder: str | Path, decoder: str | Path, src: torch.Tensor, *, bos_id: int, eos_id: int,
+                      pad_id: int, max_new_tokens: int) -> torch.Tensor:
+    """Greedy decoding entirely in onnxruntime; same stopping rule as the reference's greedy_decode."""
+    import numpy as np
+
+    enc, dec = session(encoder), session(decoder)
+    src_np = src.numpy()
+    memory = enc.run(None, {"src": src_np})[0]
+    ys = np.full((src_np.shape[0], 1), bos_id, dtype=np.int64)
+    done = np.zeros(src_np.shape[0], dtype=bool)
+    for _ in range(max_new_tokens):
+        logits = dec.run(None, {"memory": memory, "src": src_np, "ys": ys})[0]
+        nxt = np.where(done, pad_id, logits.argmax(-1))
+        ys = np.concatenate([ys, nxt[:, None]], axis=1)
+        done |= nxt == eos_id
+        if done.all():
+            break
+    return torch.from_numpy(ys)
+
+
+def torch_greedy_decode(model, src: torch.Tensor, *, bos_id: int, eos_id: int, max_new_tokens: int) -> torch.Tensor:
+    return model.greedy_decode(src, bos_id=bos_id, eos_id=eos_id, max_new_tokens=max_new_tokens)
