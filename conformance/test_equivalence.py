@@ -87,13 +87,24 @@ def test_equivalent_to_the_reference_witness(impl, pair):
     check(pair, impl, src, tgt)
 
 
+@pytest.fixture(scope="module")
+def explorable(impl, pair):
+    """Exploring is for differences the witness misses: when the witness already differs, the explored test
+    would only re-find (and slowly shrink) the same violation, so it is skipped."""
+    try:
+        check(pair, impl, *witness_batch())
+    except AssertionError:
+        pytest.skip("the witness test already shows the difference from the reference; nothing left to explore")
+    return pair
+
+
 @pytest.mark.clause(CLAUSE)
 @given(batch=st.integers(1, 3), s_len=st.integers(1, CONFIG.max_len), t_len=st.integers(1, CONFIG.max_len),
        seed=st.integers(0, 10_000))
-def test_equivalent_to_the_reference_explored(impl, pair, batch, s_len, t_len, seed):
+def test_equivalent_to_the_reference_explored(impl, explorable, batch, s_len, t_len, seed):
     g = torch.Generator().manual_seed(seed)
     src = random_tokens(CONFIG, torch.randint(1, s_len + 1, (batch,), generator=g).tolist(), s_len,
                         vocab=CONFIG.src_vocab, seed=seed)
     tgt = random_tokens(CONFIG, torch.randint(1, t_len + 1, (batch,), generator=g).tolist(), t_len,
                         vocab=CONFIG.tgt_vocab, seed=seed + 1)
-    check(pair, impl, src, tgt)
+    check(explorable, impl, src, tgt)
