@@ -1,5 +1,5 @@
 """The sub-commands beyond ``list``; each module offers ``add_parser(subparsers)``."""
 
-from . import audit
+from . import audit, export_cmd
 
-MODULES = (audit,)
+MODULES = (audit, export_cmd)

@@ -1,0 +1,83 @@
+"""ONNX export: equivalence, greedy decoding in onnxruntime, and the CLI's errors."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("onnx", "onnxruntime", "onnxscript")),
+    reason="the onnx extra is not installed")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from spec import TINY
+
+    return TINY
+
+
+def test_onnxruntime_greedy_decoding_equals_pytorch(tmp_path, tiny):
+    from export import export_generation, ort_greedy_decode, torch_greedy_decode
+    from reference.model import Transformer
+
+    torch.manual_seed(3)
+    model = Transformer(tiny).eval()
+    enc, dec = export_generation(model, tmp_path, tiny)
+    for seed in range(3):
+        g = torch.Generator().manual_seed(seed)
+        src = torch.randint(1, tiny.src_vocab, (3, 8), generator=g)
+        src[1, 5:] = tiny.pad_id
+        ort_tokens = ort_greedy_decode(enc, dec, src, bos_id=1, eos_id=2, pad_id=tiny.pad_id, max_new_tokens=12)
+        pt_tokens = torch_greedy_decode(model, src, bos_id=1, eos_id=2, max_new_tokens=12)
+        assert ort_tokens.tolist() == pt_tokens.tolist()
+
+
+def test_verify_reports_the_worst_error_and_catches_a_mismatch(tmp_path, tiny):
+    from export import export_onnx, verify
+    from reference.model import Transformer
+
+    torch.manual_seed(4)
+    model = Transformer(tiny).eval()
+    path = export_onnx(model, tmp_path / "m.onnx", tiny)
+    good = verify(path, model, tiny)
+    assert good.ok and good.max_abs < 1e-4 and good.shapes_checked == 4
+    other = Transformer(tiny).eval()  # different weights: onnxruntime no longer matches it
+    bad = verify(path, other, tiny)
+    assert not bad.ok and bad.max_abs > 1e-2 and "worst |onnxruntime - torch|" in bad.describe()
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "aiayn", "export", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_cli_export_and_verify(tmp_path):
+    res = cli("--impl", "reference", "--preset", "tiny", "--out", str(tmp_path / "m.onnx"), "--verify")
+    assert res.returncode == 0, res.stderr
+    assert "verified:" in res.stdout and (tmp_path / "m.onnx").exists()
+    assert "exporting" in res.stderr  # progress
+
+
+def test_cli_generation_form(tmp_path):
+    res = cli("--impl", "reference", "--preset", "tiny", "--generation", "--out-dir", str(tmp_path), "--verify")
+    assert res.returncode == 0, res.stderr
+    assert "onnxruntime equals PyTorch" in res.stdout
+
+
+@pytest.mark.parametrize("args, message, code", [
+    (["--impl", "nope", "--preset", "tiny", "--out", "x.onnx"], "unknown implementation 'nope'; known:", 2),
+    (["--preset", "huge", "--out", "x.onnx"], "unknown preset 'huge'; accepted: base, big, tiny", 2),
+    (["--preset", "tiny", "--out", "/proc/forbidden/x.onnx"], "cannot write /proc/forbidden/x.onnx", 1),
+    (["--preset", "tiny", "--generation"], "--generation needs --out-dir", 2),
+])
+def test_cli_errors_are_one_line(args, message, code):
+    res = cli(*args)
+    assert res.returncode == code, res.stderr
+    assert message in res.stderr
+    assert "Traceback" not in res.stderr
