@@ -181,3 +181,47 @@ def test_cross_attention_reads_the_last_encoder_layer(impl):
                   call=f"{describe_call(src, tgt, CONFIG.pad_id)} with visible weights vs the same with {name} changed",
                   hint="memory taken from the first or an intermediate encoder layer, or the encoder stack's output "
                        "discarded")
+
+
+def positions_equal(impl, state, clause_id: str):
+    """(every real target position of each row has position 0's log-probabilities, the worst comparison)."""
+    src, tgt = witness_batch()
+    model = transplanted(impl, clause_id, state, cache=False)
+    lp = log_probs(model, impl, src, tgt, clause_id, CONFIG)
+    first = lp[:, :1].expand_as(lp)  # (B, T, V)
+    cmp = compare_real(lp, first, tgt, CONFIG.pad_id)
+    return cmp.ok, cmp
+
+
+def constant_norm(state, name: str) -> dict[str, torch.Tensor]:
+    """The state with norm ``name`` at gain 0 (its output is its bias, the same at every position)."""
+    out = dict(state)
+    out[f"{name}.weight"] = torch.zeros(CONFIG.d_model)
+    return out
+
+
+@pytest.mark.clause("attention.cross-source")
+def test_cross_attention_queries_come_from_the_previous_sublayer(impl):
+    """§3.2.3: the queries are the self-attention sub-layer's output. With decoder layer 0's first norm at gain 0
+    that output is the same vector at every position, and so (keys and values being the encoder's) is everything
+    after it: all target positions get the same distribution. Queries taken from the layer input (embedding +
+    PE) keep the positions apart. Gate: with the second norm at gain 0 instead the positions must already
+    agree (post-norm around the cross-attention, per-position heads); otherwise the probe is inconclusive."""
+    state = visible_state(CONFIG, seed=STATE_SEED)
+    gate_ok, gate = positions_equal(impl, constant_norm(state, "decoder.0.norm2"), "attention.cross-source")
+    if not gate_ok:
+        pytest.skip("cross-attention query probe inconclusive: with decoder.0.norm2 at gain 0 the target positions "
+                    f"still differ ({gate.describe()}), so the layer is not post-norm around its cross-attention "
+                    "(norm.post-norm, attention.heads and layers.independent judge that)")
+    ok, cmp = positions_equal(impl, constant_norm(state, "decoder.0.norm1"), "attention.cross-source")
+    if not ok:
+        src, tgt = witness_batch()
+        violation("attention.cross-source",
+                  measured=f"with decoder.0.norm1 at gain 0 the target positions still get different distributions "
+                           f"({cmp.describe()}, position vs position 0 of its row)",
+                  expected="the same distribution at every real target position: the cross-attention queries are the "
+                           "self-attention sub-layer's (constant) output",
+                  call=f"{describe_call(src, tgt, CONFIG.pad_id)} after load_reference_state(visible weights, "
+                       "decoder.0.norm1.weight = 0); with decoder.0.norm2.weight = 0 instead, all positions agree",
+                  hint="the cross-attention query is taken from the decoder layer's input (x) instead of the "
+                       "output of the masked self-attention sub-layer after its add & norm")
