@@ -144,6 +144,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _is_conformance_item(item: pytest.Item) -> bool:
+    """A test in conformance/, or any test run against an implementation or a component."""
+    if {"impl", "component"} & set(getattr(item, "fixturenames", ())):
+        return True
     try:
         return Path(str(item.path)).resolve().is_relative_to(CONFORMANCE_DIR)
     except (AttributeError, ValueError):
