@@ -65,3 +65,35 @@ def census(impl) -> tuple[dict[str, float], str]:
 
 
 DEAD = 1e-6
+
+
+def shared_parameters(model: torch.nn.Module, vocab_shapes: set[tuple[int, int]]) -> list[list[str]]:
+    """Groups of module paths that hold one parameter tensor (the embedding tie excepted).
+
+    Walks modules without de-duplication, so ``[layer] * N`` shows up as N names for one tensor.
+    """
+    owners: dict[int, list[str]] = {}
+    shapes: dict[int, tuple[int, ...]] = {}
+    for module_name, module in model.named_modules(remove_duplicate=False):
+        for pname, p in module.named_parameters(recurse=False):
+            owners.setdefault(id(p), []).append(f"{module_name}.{pname}" if module_name else pname)
+            shapes[id(p)] = tuple(p.shape)
+    return [names for pid, names in owners.items() if len(names) > 1 and shapes[pid] not in vocab_shapes]
+
+
+def blocked_by_layers(impl, *groups_used: str) -> str:
+    """A skip reason when probes that perturb named canonical parameters cannot be read (else "").
+
+    Those probes assume each canonical group is its own parameter and takes part in the model; when
+    layers share parameters, or a probed group changes no output at all, layers.independent reports it.
+    """
+    model = build_model(impl, CONFIG, "layers.independent")
+    shared = shared_parameters(model, {(CONFIG.src_vocab, CONFIG.d_model), (CONFIG.tgt_vocab, CONFIG.d_model)})
+    if shared:
+        return f"blocked by layers.independent: {' = '.join(shared[0])} is one tensor"
+    if groups_used:
+        effect, why = census(impl)
+        dead = [g for g in groups_used if g in effect and effect[g] <= DEAD]
+        if dead:
+            return f"blocked by layers.independent: perturbing {', '.join(dead)} changes no output"
+    return ""

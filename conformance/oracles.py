@@ -36,7 +36,8 @@ def layer_norm(x, weight, bias, eps: float, *, form: str = "paper"):
     """§3.1 layer norm over the last axis in float64.
 
     forms: ``paper`` (biased variance, eps inside the sqrt), ``unbiased-std``
-    (the Annotated Transformer's (x - mean) / (std_unbiased + eps)).
+    (the Annotated Transformer's (x - mean) / (std_unbiased + eps)), ``eps-outside``
+    ((x - mean) / (std_biased + eps)), ``unbiased-var`` (sqrt(var_unbiased + eps)).
     """
     x, weight, bias = (t.detach().to(torch.float64) for t in (x, weight, bias))
     mean = x.mean(-1, keepdim=True)
@@ -44,6 +45,10 @@ def layer_norm(x, weight, bias, eps: float, *, form: str = "paper"):
         normed = (x - mean) / torch.sqrt((x - mean).pow(2).mean(-1, keepdim=True) + eps)
     elif form == "unbiased-std":
         normed = (x - mean) / (x.std(-1, keepdim=True, unbiased=True) + eps)
+    elif form == "eps-outside":
+        normed = (x - mean) / ((x - mean).pow(2).mean(-1, keepdim=True).sqrt() + eps)
+    elif form == "unbiased-var":
+        normed = (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=True) + eps)
     else:
         raise ValueError(f"unknown layer-norm form {form!r}")
     return normed * weight + bias

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 import torch
 
@@ -10,13 +12,14 @@ from spec.tolerance import Comparison, compare
 
 from .harness import as_log_probs, run_forward
 
-_DETERMINISTIC: dict[int, bool] = {}
+# Keyed weakly by the model itself: an id() would be reused by a later model after this one is freed.
+_DETERMINISTIC: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def require_deterministic(model, src: torch.Tensor, tgt: torch.Tensor, clause: str, config: ModelConfig) -> None:
     """Skip a comparison-based check when eval-mode outputs are random (model.eval-determinism fails):
     every comparison would fail for that one reason (a cascade, not a finding)."""
-    key = id(model)  # once per model instance: randomness shows on any input
+    key = model  # once per model instance: randomness shows on any input
     if key not in _DETERMINISTIC:
         a = run_forward(model, src, tgt, clause, vocab=config.tgt_vocab, pad_id=config.pad_id)
         b = run_forward(model, src, tgt, clause, vocab=config.tgt_vocab, pad_id=config.pad_id)

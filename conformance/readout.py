@@ -67,14 +67,15 @@ def is_constant_per_sample(h: torch.Tensor, tol: float = 1e-4) -> bool:
 
 
 def post_norm_probe(impl) -> tuple[bool | None, str]:
-    """Is decoder layer 0's output its last norm (post-norm)? (True/False, or None with the reason).
+    """Is the last decoder layer's output its last norm (post-norm)? (True/False, or None with the reason).
 
-    With decoder.0.norm3's gain 0, the paper's layer 0 outputs one constant
-    vector at every position; layer 1 then sees identical queries everywhere,
-    so the final hidden states are identical across positions. Pre-norm keeps
-    the residual stream and varies.
+    With that norm's gain 0 and a constant bias, the paper's decoder outputs
+    the bias at every position: the final hidden states are identical across
+    positions. Pre-norm adds the residual stream after the norm and varies.
+    Probing the last layer keeps every attention out of the way, so a bug in
+    masks or heads cannot pass for a pre-norm residual.
     """
-    h = hidden_states(impl, zero_gain_state("decoder.0.norm3"), "norm.post-norm")
+    h = hidden_states(impl, zero_gain_state(f"{LAST}.norm3"), "norm.post-norm")
     if h is None:
         return None, f"{impl.name}: the hidden state cannot be read back (needs load_reference_state and tied E)"
     return is_constant_per_sample(h), ""
@@ -109,19 +110,25 @@ def sublayers_off(state: dict[str, torch.Tensor], stack: str) -> dict[str, torch
 LAST = f"decoder.{CONFIG.n_layers - 1}"
 
 
-def last_sublayer_diagnosis(impl) -> tuple[list[tuple[str, str, str]], str]:
+def last_sublayer_diagnosis(impl, scale: float = 1.0) -> tuple[list[tuple[str, str, str]], str]:
     """Which (activation, layer-norm form, residual) reproduce the last decoder sub-layer in closed form.
 
     With the last layer's norm2 gain 0 and a per-feature bias b2, the paper's
     FFN input is b2 at every position, so h = LN3(b2 + FFN(b2)) is known. The
     candidates name real bugs: GELU or no activation, a ReLU after W2, the
     unbiased std with eps outside, the residual lost (``F + F``, ``F``).
+
+    ``scale`` < 1 shrinks b2 and the FFN's output (W2, its bias) so that the
+    variance LN3 sees is close to eps: then eps inside or outside the square
+    root, and its value, are told apart (at scale 1 they are not).
     """
     state = visible_state(CONFIG, seed=43)
     g = torch.Generator().manual_seed(44)
-    b2 = torch.randn(CONFIG.d_model, generator=g)
+    b2 = torch.randn(CONFIG.d_model, generator=g) * scale
     state[f"{LAST}.norm2.weight"] = torch.zeros(CONFIG.d_model)
     state[f"{LAST}.norm2.bias"] = b2
+    for n in ("ffn.w2.weight", "ffn.w2.bias"):
+        state[f"{LAST}.{n}"] = state[f"{LAST}.{n}"] * scale
     h = hidden_states(impl, state, "ffn.formula")
     if h is None:
         return [], f"{impl.name}: the hidden state cannot be read back (needs load_reference_state and tied E)"
@@ -131,7 +138,7 @@ def last_sublayer_diagnosis(impl) -> tuple[list[tuple[str, str, str]], str]:
                     ("relu-after-w2", {"after_w2": True})):
         f = oracles.feed_forward(b2, p["ffn.w1.weight"], p["ffn.w1.bias"], p["ffn.w2.weight"], p["ffn.w2.bias"], **kw)
         for residual, u in (("x + F(x)", b2.double() + f), ("F(x) + F(x)", 2 * f), ("F(x)", f)):
-            for form in ("paper", "unbiased-std"):
+            for form in ("paper", "unbiased-std", "eps-outside", "unbiased-var"):
                 expected = layer_norm(u, p["norm3.weight"], p["norm3.bias"], form)
                 if bool(((h - expected).abs() <= 1e-4 * (1 + expected.abs())).all()):
                     matches.append((act, form, residual))

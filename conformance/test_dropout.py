@@ -64,3 +64,40 @@ def test_embedding_sum_dropout_rate(impl):
                   expected=f"P_drop = {p:.0%} of them (dropout on the sums of embeddings and positional encodings)",
                   call=f"forward in train mode, dropout={p}, every decoder sub-layer output zeroed, unit norms",
                   hint="dropout missing on the embedding sum, or a rate that ignores config.dropout")
+
+
+@pytest.mark.clause(CLAUSE)
+def test_sublayer_output_dropout_rate(impl):
+    """The last decoder sub-layer's output is dropped at P_drop before the residual addition.
+
+    With the last layer's norm2 at gain 0 and bias 0, the FFN's input is the zero vector at every position,
+    whatever happened below (so no other dropout reaches this point), and the paper's last sub-layer
+    computes LN3(0 + Dropout(FFN(0))). LayerNorm maps the dropped features (all exactly 0) to one shared
+    value, so about P_drop of each position's features coincide; without that dropout none do."""
+    p = 0.5
+    cfg = CONFIG.replace(dropout=p)
+    model = build_model(impl, cfg, CLAUSE, train=True)
+    if not has_method(model, "load_reference_state"):
+        pytest.skip(f"{impl.name} has no load_reference_state")
+    post, why = ro.post_norm_probe(impl)
+    if not post:
+        pytest.skip(why or "blocked by norm.post-norm: the FFN's input is not norm2's output")
+    state = visible_state(cfg, seed=73, unit_norms=True)
+    state[f"{ro.LAST}.norm2.weight"] = torch.zeros(cfg.d_model)
+    state[f"{ro.LAST}.norm2.bias"] = torch.zeros(cfg.d_model)
+    load_into(model, state, CLAUSE, impl.name)
+    torch.manual_seed(74)
+    from .probes import log_probs
+
+    logp = log_probs(model, impl, ro.SRC, ro.TGT, CLAUSE, cfg)
+    h, residual = ro.readout(logp, state["generator.weight"])
+    if residual > 1e-3:
+        pytest.skip("the hidden state cannot be read back")
+    h = h[ro.TGT != cfg.pad_id]
+    rate = dropped_fraction(h)
+    if abs(rate - p) > 0.15:
+        violation(CLAUSE, measured=f"about {rate:.0%} of the features of the last sub-layer's output are dropped "
+                  "in train mode", expected=f"P_drop = {p:.0%} (dropout on every sub-layer output, §5.4)",
+                  call=f"forward in train mode, dropout={p}, {ro.LAST}.norm2 gain 0 and bias 0, unit norms",
+                  hint="LayerNorm(x + Sublayer(x)) without the Dropout: apply dropout to each sub-layer's output "
+                       "before the residual addition")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .census import DEAD, census
+from .census import DEAD, census, shared_parameters
 from .harness import build_model, violation
 from .inputs import CONFIG
 
@@ -14,13 +14,7 @@ CLAUSE = "layers.independent"
 @pytest.mark.clause(CLAUSE)
 def test_no_parameter_is_shared_between_layers_or_sublayers(impl):
     model = build_model(impl, CONFIG, CLAUSE)
-    vocab_shapes = {(CONFIG.src_vocab, CONFIG.d_model), (CONFIG.tgt_vocab, CONFIG.d_model)}
-    owners: dict[int, list[str]] = {}
-    for module_name, module in model.named_modules():
-        for pname, p in module.named_parameters(recurse=False):
-            owners.setdefault(id(p), []).append(f"{module_name}.{pname}" if module_name else pname)
-    shapes = {id(p): tuple(p.shape) for p in model.parameters()}
-    shared = [names for pid, names in owners.items() if len(names) > 1 and shapes[pid] not in vocab_shapes]
+    shared = shared_parameters(model, {(CONFIG.src_vocab, CONFIG.d_model), (CONFIG.tgt_vocab, CONFIG.d_model)})
     if shared:
         violation(CLAUSE, measured="one parameter tensor serves several modules: "
                   + "; ".join(" = ".join(n) for n in shared[:3]),
