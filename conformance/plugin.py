@@ -6,6 +6,8 @@ Options
     --impl NAME|a,b|all   implementations to audit (default: reference)
     --plugin MOD_OR_PATH  load one more plugin (repeatable)
     --check-timeout SEC   per-check time budget; a check running past it fails its clause
+    --clause ID|a,b       run only the tests of these clauses (ids from docs/clauses.md)
+    --results-json PATH   write one record per test (subject, clause, outcome, diagnostic) as JSON
 Markers
     clause(id)            the spec clause a test checks (exactly one per test)
 
@@ -45,6 +47,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--check-timeout", action="store", type=float, default=None, metavar="SECONDS",
                     help=f"time budget per check; a check past it fails its clause "
                          f"(default {DEFAULT_TIMEOUT:g}, or $AIAYN_CHECK_TIMEOUT; 0 disables)")
+    group.addoption("--clause", action="store", default=None, metavar="ID",
+                    help="run only the tests of this clause (or a comma-separated list of clauses)")
+    group.addoption("--results-json", action="store", default=None, metavar="PATH",
+                    help="write the outcome of every test (subject, clause, diagnostic) to PATH as JSON "
+                         "(what `aiayn audit` reads)")
 
 
 def _registry(config: pytest.Config):
@@ -107,6 +114,24 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--impl") is not None or config.getoption("--plugin"):
         selected_implementations(config)  # fail at once on an unknown name
     selected_components(config)
+    _selected_clauses(config)  # fail at once on an unknown clause
+    path = config.getoption("--results-json")
+    if path and not hasattr(config, "workerinput"):  # under xdist the controller records
+        from .results import ResultsRecorder
+
+        config.pluginmanager.register(ResultsRecorder(path), "aiayn-results")
+
+
+def _selected_clauses(config: pytest.Config) -> list[str] | None:
+    value = config.getoption("--clause")
+    if not value:
+        return None
+    ids = [c.strip() for c in value.split(",") if c.strip()]
+    unknown = [c for c in ids if c not in CLAUSES]
+    if unknown or not ids:
+        raise pytest.UsageError(f"--clause: unknown clause {', '.join(map(repr, unknown)) or repr(value)}; "
+                                f"known: {', '.join(CLAUSES)}")
+    return ids
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -182,6 +207,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         callspec = getattr(item, "callspec", None)
         params = callspec.params if callspec is not None else {}
         subject = params.get("impl") or params.get("component")
+        if params.get("impl") is not None:
+            item.user_properties.append(("aiayn_subject", f"impl:{subject.name}"))
+        elif params.get("component") is not None:
+            item.user_properties.append(("aiayn_subject", f"component:{subject.kind}:{subject.name}"))
         why = getattr(subject, "deviations", {}).get(clause_id) if subject is not None else None
         if why is None:
             continue
@@ -196,6 +225,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             item.user_properties.append(("aiayn_declared", f"{subject.name}::{clause_id}"))
     if problems:
         raise pytest.UsageError("conformance tests with bad clause markers:\n  " + "\n  ".join(problems))
+    wanted = _selected_clauses(config)
+    if wanted is not None:
+        keep = [i for i in items if item_clause(i) in wanted]
+        config.hook.pytest_deselected(items=[i for i in items if item_clause(i) not in wanted])
+        items[:] = keep
 
 
 class DeclaredDeviations:
@@ -290,6 +324,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         if isinstance(exc, (ClauseViolation, ImplementationError)):
             status = "error" if isinstance(exc, ImplementationError) else "fail"
             report.user_properties.append(("aiayn_status", status))
+            report.user_properties.append(("aiayn_message", str(exc)))
             if report.failed:
                 report.longrepr = str(exc)
     return report
