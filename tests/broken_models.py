@@ -1,0 +1,387 @@
+"""Deliberately broken models: one bug each, each declaring the clauses it must break.
+
+A plugin for the suite's own tests (``--plugin tests/broken_models.py``). Every
+model here is the reference Transformer with exactly one bug of a kind real
+implementations carry. Each registers as ``broken-<bug>`` and declares as
+deviations the clauses that bug breaks. A run of the whole conformance suite
+over them exits 0 only if, for every model, each declared clause is observed
+failing (declarations are strict per clause) and no other clause fails: the
+suite catches each bug by the clause it breaks and accuses none of the rest.
+
+``model.reference-equivalence`` is declared wherever the bug changes the
+function the model computes on padded batches with the canonical weights,
+since the differential check must see it too.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from implementations import Implementation, hookimpl
+from reference.model import (
+    DecoderLayer,
+    EncoderLayer,
+    LayerNorm,
+    MultiHeadAttention,
+    PositionwiseFeedForward,
+    Transformer,
+    causal_mask,
+    padding_mask,
+    sinusoid_table,
+)
+from spec.config import ModelConfig
+
+EQ = "model.reference-equivalence"
+
+
+# -- attention kernels with one bug --------------------------------------------------------------------------
+def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, *, scale: float | None = None,
+            fill: float = float("-inf"), dim: int = -1, guard: bool = True) -> Tensor:
+    """Eq. (1) with knobs: the divisor, the masked fill value, the softmax axis, the empty-row guard."""
+    scores = q @ k.transpose(-2, -1) / (scale if scale is not None else math.sqrt(q.size(-1)))  # (B, h, Lq, Lk)
+    if mask is None:
+        return torch.softmax(scores, dim=dim) @ v
+    empty = ~mask.any(dim=-1, keepdim=True) if guard else torch.zeros_like(mask[..., :1])
+    scores = scores.masked_fill(~(mask | empty), fill)
+    weights = torch.softmax(scores, dim=dim).masked_fill(empty, 0.0)  # (B, h, Lq, Lk)
+    if dim != -1:  # a column of -inf over the queries is NaN: zero the masked weights, as such code does
+        weights = weights.masked_fill(~mask, 0.0)
+    return weights @ v  # (B, h, Lq, d_v)
+
+
+def with_attention(**knobs) -> Callable[[ModelConfig], Transformer]:
+    def build(cfg: ModelConfig) -> Transformer:
+        kw = dict(knobs)
+        if kw.pop("scale_by_d_model", False):
+            kw["scale"] = math.sqrt(cfg.d_model)
+        return Transformer(cfg, attention=partial(_attend, **kw))
+    return build
+
+
+# -- multi-head attention: heads merged with a reshape and no transpose --------------------------------------
+class NoTransposeMHA(MultiHeadAttention):
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (self.split_heads(f(x)) for f, x in ((self.q, query), (self.k, key), (self.v, value)))
+        heads = self.attention(q, k, v, mask)  # (B, h, Lq, d_v)
+        B, _, Lq, _ = heads.shape
+        return self.o(heads.reshape(B, Lq, self.h * self.d_k))  # BUG: (B, h, Lq, d_v) read as (B, Lq, h*d_v)
+
+
+def heads_no_transpose(cfg: ModelConfig) -> Transformer:
+    model = Transformer(cfg)
+    for m in model.modules():
+        if type(m) is MultiHeadAttention:
+            m.__class__ = NoTransposeMHA
+    return model
+
+
+# -- layer variants -----------------------------------------------------------------------------------------
+class PreNormEncoderLayer(EncoderLayer):
+    def forward(self, x, src_mask):
+        x = x + self.dropout(self.self_attn(*(self.norm1(x),) * 3, src_mask))  # BUG: pre-norm
+        return x + self.dropout(self.ffn(self.norm2(x)))
+
+
+class PreNormDecoderLayer(DecoderLayer):
+    def forward(self, y, memory, src_mask, tgt_mask):
+        y = y + self.dropout(self.self_attn(*(self.norm1(y),) * 3, tgt_mask))
+        y = y + self.dropout(self.cross_attn(self.norm2(y), memory, memory, src_mask))
+        return y + self.dropout(self.ffn(self.norm3(y)))
+
+
+class CrossNoMaskDecoderLayer(DecoderLayer):
+    def forward(self, y, memory, src_mask, tgt_mask):
+        y = self.norm1(y + self.dropout(self.self_attn(y, y, y, tgt_mask)))
+        y = self.norm2(y + self.dropout(self.cross_attn(y, memory, memory, None)))  # BUG: no source mask
+        return self.norm3(y + self.dropout(self.ffn(y)))
+
+
+class NoResidualDropoutEncoderLayer(EncoderLayer):
+    def forward(self, x, src_mask):
+        x = self.norm1(x + self.self_attn(x, x, x, src_mask))  # BUG: no dropout on the sub-layer output
+        return self.norm2(x + self.ffn(x))
+
+
+class NoResidualDropoutDecoderLayer(DecoderLayer):
+    def forward(self, y, memory, src_mask, tgt_mask):
+        y = self.norm1(y + self.self_attn(y, y, y, tgt_mask))
+        y = self.norm2(y + self.cross_attn(y, memory, memory, src_mask))
+        return self.norm3(y + self.ffn(y))
+
+
+class SharedNormEncoderLayer(EncoderLayer):
+    def forward(self, x, src_mask):
+        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, src_mask)))
+        return self.norm1(x + self.dropout(self.ffn(x)))  # BUG: norm1 reused, norm2 never used
+
+
+def with_layers(enc: type | None = None, dec: type | None = None) -> Callable[[ModelConfig], Transformer]:
+    def build(cfg: ModelConfig) -> Transformer:
+        model = Transformer(cfg)
+        for layer in model.encoder if enc else ():
+            layer.__class__ = enc
+        for layer in model.decoder if dec else ():
+            layer.__class__ = dec
+        return model
+    return build
+
+
+# -- norms and feed-forward ------------------------------------------------------------------------------------
+class UnbiasedLayerNorm(LayerNorm):
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        return (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=True) + self.eps) * self.weight + self.bias
+
+
+class EpsOutsideLayerNorm(LayerNorm):
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        std = (x - mean).pow(2).mean(-1, keepdim=True).sqrt()
+        return (x - mean) / (std + self.eps) * self.weight + self.bias  # BUG: eps outside the root
+
+
+class GeluFeedForward(PositionwiseFeedForward):
+    def forward(self, x):
+        return self.w2(F.gelu(self.w1(x)))  # BUG: GELU for ReLU
+
+
+# -- positional tables -------------------------------------------------------------------------------------------
+def concat_table(length: int, d_model: int) -> Tensor:
+    t = sinusoid_table(length, d_model, dtype=torch.float64)
+    return torch.cat([t[:, 0::2], t[:, 1::2]], dim=1).float()  # BUG: sines then cosines, not interleaved
+
+
+def from_one_table(length: int, d_model: int) -> Tensor:
+    return sinusoid_table(length + 1, d_model)[1:]  # BUG: positions 1..L
+
+
+def base_1000_table(length: int, d_model: int) -> Tensor:
+    pos = torch.arange(length, dtype=torch.float64)[:, None]
+    angle = pos / torch.pow(1000.0, torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # BUG: base 1000
+    return torch.stack([angle.sin(), angle.cos()], dim=-1).reshape(length, d_model).float()
+
+
+# -- whole-model variants ----------------------------------------------------------------------------------------
+class NoEmbeddingScale(Transformer):
+    def embed(self, tokens, embedding):
+        return self.dropout(embedding(tokens) + self.positional_encoding(tokens.size(1)))  # BUG: no sqrt(d_model)
+
+
+class NoPositions(Transformer):
+    def embed(self, tokens, embedding):
+        return self.dropout(embedding(tokens) * math.sqrt(self.config.d_model))  # BUG: the table is never added
+
+
+class NoCausalMask(Transformer):
+    def decode(self, memory, src_mask, tgt):
+        y = self.embed(tgt, self.tgt_embed)
+        for layer in self.decoder:
+            y = layer(y, memory, src_mask, padding_mask(tgt, self.config.pad_id))  # BUG: padding only
+        return y
+
+
+class CausalWithoutDiagonal(Transformer):
+    def decode(self, memory, src_mask, tgt):
+        T = tgt.size(1)
+        strict = torch.ones(T, T, dtype=torch.bool, device=tgt.device).tril(-1)  # BUG: i attends to < i only
+        y = self.embed(tgt, self.tgt_embed)
+        for layer in self.decoder:
+            y = layer(y, memory, src_mask, strict & padding_mask(tgt, self.config.pad_id))
+        return y
+
+
+class CpuCausalMask(Transformer):
+    def decode(self, memory, src_mask, tgt):
+        tgt_mask = causal_mask(tgt.size(1)) & padding_mask(tgt, self.config.pad_id)  # BUG: built on the CPU
+        y = self.embed(tgt, self.tgt_embed)
+        for layer in self.decoder:
+            y = layer(y, memory, src_mask, tgt_mask)
+        return y
+
+
+class PlainAttributeTable(Transformer):
+    def __init__(self, config):
+        super().__init__(config)
+        del self.pe
+        self.pe = sinusoid_table(config.max_len, config.d_model)  # BUG: a plain attribute, not a buffer
+
+
+class FirstSampleSourceMask(Transformer):
+    def forward(self, src, tgt):
+        src_mask = padding_mask(src[:1], self.config.pad_id)  # BUG: sample 0's padding used for the whole batch
+        return self.generator(self.decode(self.encode(src, src_mask), src_mask, tgt))
+
+
+class CrossFromFirstLayer(Transformer):
+    def forward(self, src, tgt):
+        src_mask = padding_mask(src, self.config.pad_id)
+        first = self.encoder[0](self.embed(src, self.src_embed), src_mask)  # BUG: memory from encoder layer 1
+        return self.generator(self.decode(first, src_mask, tgt))
+
+
+class ExtraFinalNorms(Transformer):
+    def __init__(self, config):
+        super().__init__(config)
+        self.enc_norm = LayerNorm(config.d_model, config.norm_eps)  # BUG: a norm on top of each post-norm stack
+        self.dec_norm = LayerNorm(config.d_model, config.norm_eps)
+
+    def encode(self, src, src_mask=None):
+        return self.enc_norm(super().encode(src, src_mask))
+
+    def decode(self, memory, src_mask, tgt):
+        return self.dec_norm(super().decode(memory, src_mask, tgt))
+
+    def load_reference_state(self, state):
+        self.load_state_dict(dict(state), strict=False)  # the extra norms keep gain 1, bias 0
+
+
+class DropoutInEval(Transformer):
+    def __init__(self, config):
+        super().__init__(config)
+        for m in list(self.modules()):
+            if isinstance(m, nn.Dropout):
+                m.forward = partial(F.dropout, p=config.dropout, training=True)  # BUG: ignores .eval()
+
+
+class SharedLayers(Transformer):
+    def __init__(self, config):
+        super().__init__(config)
+        self.encoder = nn.ModuleList([self.encoder[0]] * config.n_layers)  # BUG: one layer applied N times
+
+    def load_reference_state(self, state):
+        keep = {k: v for k, v in state.items() if not k.startswith("encoder.") or k.startswith("encoder.0.")}
+        self.load_state_dict(keep, strict=False)
+
+
+class Untied(Transformer):
+    def __init__(self, config):
+        super().__init__(config)
+        if config.share_embeddings:  # BUG: three separate matrices whatever the config says
+            self.tgt_embed.weight = nn.Parameter(self.src_embed.weight.detach().clone())
+            self.generator.weight = nn.Parameter(self.src_embed.weight.detach().clone())
+
+
+class GeneratorBias(Transformer):
+    def __init__(self, config):
+        super().__init__(config)
+        self.generator_bias = nn.Parameter(torch.randn(config.tgt_vocab))  # BUG: a bias on the tied projection
+
+    def forward(self, src, tgt):
+        return super().forward(src, tgt) + self.generator_bias
+
+    def load_reference_state(self, state):
+        self.load_state_dict(dict(state), strict=False)
+        with torch.no_grad():
+            self.generator_bias.zero_()
+
+
+class LogSoftmaxDeclaredLogits(Transformer):
+    def forward(self, src, tgt):
+        return torch.log_softmax(super().forward(src, tgt), dim=-1)  # BUG: normalized, registered as logits
+
+
+class LogitsDeclaredProbs(Transformer):
+    pass  # BUG: returns logits, registered as probabilities
+
+
+def with_parts(cls=Transformer, **parts) -> Callable[[ModelConfig], Transformer]:
+    return lambda cfg: cls(cfg, **parts)
+
+
+# name -> (build, output, bug, {clause: why})
+BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, str]]] = {
+    "fill-1e-9": (with_attention(fill=1e-9), "logits", "masked scores filled with 1e-9 instead of -inf", {
+        "mask.causal": "future keys keep a score of 1e-9, so they get weight",
+        "mask.source-padding": "padded keys keep weight",
+        "mask.target-padding": "appended padding gets weight in decoder self-attention",
+        EQ: "every masked score leaks"}),
+    "scale-d-model": (with_attention(scale_by_d_model=True), "logits", "scores divided by sqrt(d_model)", {
+        "attention.scale": "divides by sqrt(d_model) = sqrt(h) * sqrt(d_k)", EQ: "softer attention"}),
+    "softmax-over-queries": (with_attention(dim=-2), "logits", "softmax along the query axis", {
+        "attention.softmax-over-keys": "normalizes over queries",
+        "mask.causal": "a later query changes the normalizer of earlier ones",
+        "mask.source-padding": "padded keys still carry weight",
+        "mask.target-padding": "appended queries change the normalizer",
+        EQ: "different weights"}),
+    "nan-empty-rows": (with_attention(guard=False), "logits", "-inf fill with no guard for fully masked rows", {
+        "mask.finite": "a fully padded sequence gives softmax over all -inf: NaN"}),
+    "heads-no-transpose": (heads_no_transpose, "logits", "heads merged by reshape without transpose", {
+        "attention.heads": "the concat mixes positions and heads",
+        "mask.causal": "position i reads heads of later positions",
+        "mask.source-padding": "padded positions leak through the mixed layout",
+        "mask.target-padding": "appended positions leak",
+        EQ: "different function"}),
+    "pre-norm": (with_layers(PreNormEncoderLayer, PreNormDecoderLayer), "logits", "pre-norm residuals", {
+        "norm.post-norm": "LayerNorm before the sub-layer", EQ: "different function"}),
+    "cross-no-source-mask": (with_layers(dec=CrossNoMaskDecoderLayer), "logits",
+                             "cross-attention without the source padding mask", {
+        "mask.source-padding": "decoder attends to padded encoder positions", EQ: "padded memory read"}),
+    "no-residual-dropout": (with_layers(NoResidualDropoutEncoderLayer, NoResidualDropoutDecoderLayer), "logits",
+                            "no dropout on sub-layer outputs", {
+        "dropout.residual": "train mode only drops the embeddings"}),
+    "shared-norm": (with_layers(enc=SharedNormEncoderLayer), "logits", "one LayerNorm reused for both sub-layers", {
+        "layers.independent": "two sub-layers share one LayerNorm", EQ: "norm2's gain and bias are never applied",
+        "train.gradients": "norm2 is never used: its parameters get no gradient"}),
+    "unbiased-layer-norm": (with_parts(layer_norm=UnbiasedLayerNorm), "logits", "unbiased variance in LayerNorm", {
+        "norm.layer-norm": "divides by d_model - 1", EQ: "outputs scaled by sqrt((d-1)/d)"}),
+    "eps-outside-sqrt": (with_parts(layer_norm=EpsOutsideLayerNorm), "logits", "LayerNorm eps added to the std", {
+        "norm.layer-norm": "eps outside the square root"}),
+    "gelu": (with_parts(feed_forward=GeluFeedForward), "logits", "GELU in the FFN", {
+        "ffn.formula": "GELU instead of ReLU", EQ: "different nonlinearity"}),
+    "concat-pe": (with_parts(positional_encoding=concat_table), "logits", "sin and cos halves concatenated", {
+        "position.formula": "sines then cosines", EQ: "different table"}),
+    "pe-from-one": (with_parts(positional_encoding=from_one_table), "logits", "positions counted from 1", {
+        "position.formula": "shifted by one", EQ: "different table"}),
+    "pe-base-1000": (with_parts(positional_encoding=base_1000_table), "logits", "base 1000 instead of 10000", {
+        "position.formula": "wrong base", EQ: "different table"}),
+    "no-positions": (with_parts(NoPositions), "logits", "the positional table is never added", {
+        "position.added": "embeddings only", EQ: "no order information"}),
+    "no-embedding-scale": (with_parts(NoEmbeddingScale), "logits", "embeddings not multiplied by sqrt(d_model)", {
+        "embedding.scale": "unscaled", EQ: "different input scale"}),
+    "no-causal-mask": (with_parts(NoCausalMask), "logits", "decoder self-attention without the causal mask", {
+        "mask.causal": "sees the future", EQ: "different function"}),
+    "causal-without-diagonal": (with_parts(CausalWithoutDiagonal), "logits", "causal mask excludes position i", {
+        "mask.causal": "position i cannot see token i", EQ: "different function"}),
+    "cpu-causal-mask": (with_parts(CpuCausalMask), "logits", "causal mask built on the CPU", {
+        "device.portable": "torch.ones(T, T) without the input's device"}),
+    "plain-attribute-table": (with_parts(PlainAttributeTable), "logits", "positional table as a plain attribute", {
+        "device.portable": "self.pe does not follow .to(device)"}),
+    "first-sample-source-mask": (with_parts(FirstSampleSourceMask), "logits", "one source mask for the batch", {
+        "model.batch-independence": "a sample's output depends on sample 0", EQ: "padding read"}),
+    "cross-from-first-layer": (with_parts(CrossFromFirstLayer), "logits", "memory taken from encoder layer 1", {
+        "attention.cross-source": "cross-attention reads the first layer", EQ: "different memory",
+        "train.gradients": "the last encoder layer is computed by nobody: its parameters get no gradient"}),
+    "extra-final-norm": (with_parts(ExtraFinalNorms), "logits", "a LayerNorm on top of each post-norm stack", {
+        "norm.no-extra-norm": "two norms in a row", "config.parameters": "2 x 2 x d_model extra parameters",
+        EQ: "the last norm's gain and bias are re-normalized away"}),
+    "dropout-in-eval": (with_parts(DropoutInEval), "logits", "dropout stays active in eval mode", {
+        "model.eval-determinism": "two eval calls differ",
+        "export.onnx": "the exported graph keeps the random dropout, so onnxruntime cannot reproduce an output"}),
+    "shared-layers": (with_parts(SharedLayers), "logits", "one encoder layer applied N times", {
+        "layers.independent": "layer 1 and layer 2 are the same parameters",
+        "config.parameters": "(N-1) encoder layers of parameters missing", EQ: "different function"}),
+    "untied": (with_parts(Untied), "logits", "embeddings not shared although configured", {
+        "embedding.shared-weights": "three matrices", "config.parameters": "two extra vocab x d_model matrices"}),
+    "generator-bias": (with_parts(GeneratorBias), "logits", "a bias on the pre-softmax projection", {
+        "embedding.shared-weights": "the projection has a bias", "config.parameters": "tgt_vocab extra parameters"}),
+    "log-softmax-as-logits": (with_parts(LogSoftmaxDeclaredLogits), "logits", "normalized output declared logits", {
+        "model.output-normalization": "already a log-softmax"}),
+    "logits-as-probs": (with_parts(LogitsDeclaredProbs), "probs", "logits declared as probabilities", {
+        "model.output-normalization": "do not sum to 1", EQ: "compared as probabilities"}),
+}
+
+
+@hookimpl
+def register_implementations(register):
+    # AIAYN_BROKEN_UNDECLARED=1 registers them without their declarations (the negative control).
+    declare = os.environ.get("AIAYN_BROKEN_UNDECLARED") != "1"
+    for name, (build, output, bug, clauses) in BROKEN.items():
+        register(Implementation(name=f"broken-{name}", build=build, output=output, summary=f"BUG: {bug}",
+                                source="tests/broken_models.py", deviations=clauses if declare else {}))

@@ -1,0 +1,130 @@
+"""The checks can fail, for the right reason: each broken model is caught by exactly the clauses it breaks.
+
+One run of the whole conformance suite over every model of ``tests/broken_models.py`` (one bug each),
+the independently written conforming model of ``tests/independent_model.py`` and the reference. Each
+broken model declares the clauses its bug breaks; the per-(model, clause) outcomes read from
+``--results-json`` must show every declared clause observed failing and no other clause failing, and the
+two conforming models must pass everything they are checked on.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from spec import CLAUSES
+
+ROOT = Path(__file__).resolve().parents[1]
+BROKEN_PLUGIN = ROOT / "tests" / "broken_models.py"
+INDEPENDENT_PLUGIN = ROOT / "tests" / "independent_model.py"
+
+
+def _load_broken():
+    spec = importlib.util.spec_from_file_location("_broken_models_listing", BROKEN_PLUGIN)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.BROKEN
+
+
+BROKEN = _load_broken()
+CONFORMING = ["reference", "independent"]
+HAVE_ORT = importlib.util.find_spec("onnxruntime") is not None
+
+
+def run_suite(impls, tmp: Path, *extra: str, env=None, suite: str | None = "conformance/"):
+    out = tmp / "results.json"
+    cmd = [sys.executable, "-m", "pytest", *([suite] if suite else []), "-q", "-p", "no:cacheprovider",
+           f"--plugin={BROKEN_PLUGIN}", f"--plugin={INDEPENDENT_PLUGIN}", f"--impl={','.join(impls)}",
+           f"--results-json={out}", *extra]
+    if importlib.util.find_spec("xdist") is not None and (os.cpu_count() or 1) > 1:
+        cmd += ["-n", str(min(4, os.cpu_count() or 1))]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800,
+                         env={**os.environ, **(env or {})})
+    assert out.exists(), \
+        f"the suite wrote no results (exit {res.returncode}):\n{res.stdout[-3000:]}{res.stderr[-2000:]}"
+    return res, json.loads(out.read_text())
+
+
+# Exporting to ONNX takes seconds per model and only one bug here shows in it: the ONNX checks run on the
+# models for which they can tell something, the rest of the suite on every model.
+ONNX_TEST = "conformance/test_onnx.py"
+ONNX_MODELS = ["reference", "broken-dropout-in-eval"]
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    impls = CONFORMING + [f"broken-{n}" for n in BROKEN]
+    res, data = run_suite(impls, tmp_path_factory.mktemp("broken"), f"--ignore={ONNX_TEST}")
+    tests = data["tests"]
+    if HAVE_ORT:
+        res_onnx, data_onnx = run_suite(ONNX_MODELS, tmp_path_factory.mktemp("onnx"), ONNX_TEST, suite=None)
+        tests += data_onnx["tests"]
+        res.returncode = res.returncode or res_onnx.returncode
+        res.stdout += res_onnx.stdout
+    table: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for rec in tests:
+        if rec["subject"]:
+            table[rec["subject"].split(":", 1)[1]][rec["clause"]].append(rec)
+    return res, table
+
+
+def _problems(per_clause: dict[str, list[dict]], declared: set[str]) -> list[str]:
+    problems = []
+    for clause, recs in sorted(per_clause.items()):
+        bad = [r for r in recs if r["outcome"] in ("failed", "error")]
+        if bad:
+            problems.append(f"{clause} {bad[0]['outcome']} (not declared): {bad[0]['message'][:300]}")
+    for clause in sorted(declared):
+        recs = per_clause.get(clause, [])
+        if not any(r["outcome"] == "xfailed" for r in recs):
+            seen = sorted({r["outcome"] for r in recs}) or ["no test ran"]
+            problems.append(f"{clause} declared but not caught (outcomes: {', '.join(seen)})")
+    return problems
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_model_is_caught_by_exactly_its_clauses(outcomes, name):
+    _, table = outcomes
+    build, output, bug, clauses = BROKEN[name]
+    assert set(clauses) <= set(CLAUSES), f"broken-{name} declares unknown clauses {set(clauses) - set(CLAUSES)}"
+    per_clause = table.get(f"broken-{name}")
+    assert per_clause, f"broken-{name}: no results (was it registered?)"
+    declared = set(clauses) - (set() if HAVE_ORT else {"export.onnx"})  # no ONNX run without onnxruntime
+    problems = _problems(per_clause, declared)
+    assert not problems, f"broken-{name} ({bug}):\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("name", CONFORMING)
+def test_conforming_models_raise_no_false_alarm(outcomes, name):
+    _, table = outcomes
+    per_clause = table.get(name)
+    assert per_clause, f"{name}: no results"
+    problems = _problems(per_clause, set())
+    problems += [f"{c}: {r['outcome']}" for c, recs in per_clause.items() for r in recs
+                 if r["outcome"] in ("xfailed", "xpassed")]
+    assert not problems, f"{name} is accused:\n  " + "\n  ".join(problems)
+    ran = {c for c, recs in per_clause.items() if any(r["outcome"] == "passed" for r in recs)}
+    assert ran >= set(CLAUSES) - {"device.parity", "export.onnx"}, f"{name}: clauses never passed: " \
+        f"{sorted(set(CLAUSES) - ran)}"
+
+
+def test_the_whole_run_is_green(outcomes):
+    res, _ = outcomes
+    assert res.returncode == 0, res.stdout[-4000:]
+
+
+def test_without_its_declaration_a_bug_fails_its_clause(tmp_path):
+    """The negative control: the same model, undeclared, fails the clause with its diagnostic."""
+    res, data = run_suite(["broken-scale-d-model"], tmp_path, "--clause=attention.scale",
+                          env={"AIAYN_BROKEN_UNDECLARED": "1"})
+    assert res.returncode == 1, res.stdout[-3000:]
+    failed = [r for r in data["tests"] if r["outcome"] == "failed"]
+    assert failed and all(r["clause"] == "attention.scale" for r in failed), data["tests"]
+    assert "[attention.scale]" in failed[0]["detail"] and "measured:" in failed[0]["detail"]
