@@ -1,31 +1,405 @@
-"""``aiayn audit``: run the conformance suite on registered implementations."""
+"""``aiayn audit``: the conformance matrix across implementations and components.
+
+Each subject (an implementation, or all selected components together) is audited by
+one run of the conformance suite in a subprocess, ``--results-json`` giving one record
+per test; subjects run in parallel (``--jobs``). The records are folded into one status
+per (subject, clause):
+
+``pass``             every check of the clause that ran passed;
+``fail``             a check found a violation the implementation does not declare;
+``deviation``        a declared deviation, observed;
+``unexpected-pass``  declared as a deviation, but no check observed it;
+``skip``             no check could run (the reason says why: no GPU, no ``encode`` ...);
+``error``            the implementation crashed, returned NaN or the wrong shape, or timed out.
+
+A subject is *conforming* when no ``must`` or ``should`` clause is ``fail``, ``deviation``
+or ``error``. Exit status: 0 when every subject is conforming or fails only its declared
+deviations, 1 when any clause is ``fail``, ``error`` or ``unexpected-pass``, 2 for usage errors.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import subprocess
 import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from spec import CLAUSES
 
+STATUSES: tuple[str, ...] = ("pass", "fail", "deviation", "unexpected-pass", "skip", "error")
+BROKEN = ("fail", "deviation", "error")  # statuses that make a subject nonconforming
+BAD = ("fail", "error", "unexpected-pass")  # statuses that make the audit exit 1
+SCHEMA = 1
+
+
+# -- the data ------------------------------------------------------------------------------------------------
+@dataclass
+class ClauseResult:
+    status: str
+    message: str = ""
+    detail: str = ""
+    tests: int = 0
+
+    def to_json(self, clause_id: str) -> dict:
+        c = CLAUSES[clause_id]
+        return {"status": self.status, "severity": c.severity, "section": c.citation, "message": self.message,
+                "detail": self.detail, "tests": self.tests}
+
+
+@dataclass
+class SubjectResult:
+    name: str  # "reference", or "attention:sdpa-math" for a component
+    kind: str  # "implementation" | "component"
+    source: str = ""
+    summary: str = ""
+    deviations: dict[str, str] = field(default_factory=dict)
+    clauses: dict[str, ClauseResult] = field(default_factory=dict)
+    seconds: float = 0.0
+    figures: dict[str, str] = field(default_factory=dict)  # title -> base64 PNG (HTML report)
+    figure_errors: list[str] = field(default_factory=list)
+
+    def broken(self, severity: str) -> list[str]:
+        return [c for c, r in self.clauses.items() if r.status in BROKEN and CLAUSES[c].severity == severity]
+
+    @property
+    def conforming(self) -> bool:
+        return not self.broken("must") and not self.broken("should")
+
+    @property
+    def verdict(self) -> str:
+        if not self.clauses:
+            return "not audited"
+        if self.conforming:
+            return "conforming"
+        return f"nonconforming ({len(self.broken('must'))} must, {len(self.broken('should'))} should)"
+
+    @property
+    def bad(self) -> list[str]:
+        return [c for c, r in self.clauses.items() if r.status in BAD]
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "verdict": self.verdict, "conforming": self.conforming,
+                "source": self.source, "summary": self.summary, "seconds": round(self.seconds, 2),
+                "broken": {"must": len(self.broken("must")), "should": len(self.broken("should"))},
+                "clauses": {c: r.to_json(c) for c, r in self.clauses.items()}}
+
+
+@dataclass
+class AuditResult:
+    subjects: list[SubjectResult]
+    seconds: float = 0.0
+    command: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if any(s.bad for s in self.subjects) else 0
+
+    def to_json(self) -> dict:
+        import spec
+
+        impls = {s.name: s.to_json() for s in self.subjects if s.kind == "implementation"}
+        comps = {s.name: s.to_json() for s in self.subjects if s.kind == "component"}
+        return {"schema": SCHEMA, "spec": spec.SPEC_VERSION, "paper": spec.PAPER, "command": self.command,
+                "seconds": round(self.seconds, 2), "exit_code": self.exit_code,
+                "implementations": impls, "components": comps}
+
+
+# -- folding test records into clause statuses ---------------------------------------------------------------
+def fold(records: list[dict], deviations: dict[str, str]) -> dict[str, ClauseResult]:
+    """One status per clause from the suite's per-test records (see ``conformance/results.py``)."""
+    by_clause: dict[str, list[dict]] = {}
+    for rec in records:
+        if rec.get("clause") in CLAUSES:
+            by_clause.setdefault(rec["clause"], []).append(rec)
+    out: dict[str, ClauseResult] = {}
+    for clause in CLAUSES:  # catalogue order
+        recs = by_clause.get(clause)
+        if not recs:
+            continue
+        outcomes = [r["outcome"] for r in recs]
+
+        def first(*kinds: str, recs: list[dict] = recs) -> dict:
+            return next(r for r in recs if r["outcome"] in kinds)
+
+        if "error" in outcomes:
+            r = first("error")
+            out[clause] = ClauseResult("error", r["message"], r["detail"], len(recs))
+        elif clause in deviations:
+            if "xfailed" in outcomes or "failed" in outcomes:
+                r = first("xfailed", "failed")
+                out[clause] = ClauseResult("deviation", f"declared: {deviations[clause]}",
+                                           f"observed: {r['detail']}", len(recs))
+            elif "passed" in outcomes or "xpassed" in outcomes:
+                out[clause] = ClauseResult("unexpected-pass", f"declared but not observed: {deviations[clause]}",
+                                           "every check of this clause passed; remove the declaration or make "
+                                           "the suite see the deviation", len(recs))
+            else:
+                r = first("skipped")
+                out[clause] = ClauseResult("skip", r["message"], r["detail"], len(recs))
+        elif "failed" in outcomes or "xfailed" in outcomes:
+            r = first("failed", "xfailed")
+            out[clause] = ClauseResult("fail", r["message"], r["detail"], len(recs))
+        elif "passed" in outcomes or "xpassed" in outcomes:
+            out[clause] = ClauseResult("pass", "", "", len(recs))
+        else:
+            r = first("skipped")
+            out[clause] = ClauseResult("skip", r["message"], r["detail"], len(recs))
+    return out
+
+
+# -- running the suite ---------------------------------------------------------------------------------------
+@dataclass
+class Job:
+    """One suite run: an implementation (``--impl``) or the selected components (``--component``)."""
+    label: str
+    args: list[str]
+    subjects: list[SubjectResult]
+
+
+class Progress:
+    """One status line on stderr: which subjects run, how many tests of each are done."""
+
+    def __init__(self, stream=sys.stderr, enabled: bool | None = None):
+        self.stream = stream
+        self.enabled = stream.isatty() if enabled is None else enabled
+        self.lock = threading.Lock()
+        self.state: dict[str, str] = {}
+        self.finished = 0
+        self.total = 0
+
+    def update(self, label: str, text: str | None) -> None:
+        with self.lock:
+            if text is None:
+                self.state.pop(label, None)
+                self.finished += 1
+            else:
+                self.state[label] = text
+            if self.enabled:
+                running = ", ".join(f"{k} {v}" for k, v in self.state.items())
+                line = f"[{self.finished}/{self.total} done] {running}"
+                width = 118
+                self.stream.write("\r" + line[:width].ljust(width))
+                self.stream.flush()
+
+    def log(self, line: str) -> None:
+        with self.lock:
+            if self.enabled:
+                self.stream.write("\r" + " " * 118 + "\r")
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\r" + " " * 118 + "\r")
+            self.stream.flush()
+
+
+def _tail(text: str, lines: int = 15) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def run_job(job: Job, *, plugins: list[str], extra: list[str], workdir: Path, timeout: float,
+            progress: Progress, stream_output: bool = False) -> None:
+    """Run the suite for one job and fold its records into ``job.subjects``."""
+    import conformance
+
+    suite = Path(conformance.__file__).resolve().parent
+    out = workdir / f"{job.label.replace(':', '_').replace('/', '_')}.json"
+    cmd = [sys.executable, "-m", "pytest", str(suite), "-p", "no:cacheprovider", f"--results-json={out}",
+           f"--rootdir={suite.parent}", *job.args, *[f"--plugin={p}" for p in plugins], *extra]
+    if not stream_output:
+        cmd.append("-q")
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=None if stream_output else subprocess.PIPE,
+                            stderr=None if stream_output else subprocess.PIPE, text=True,
+                            cwd=suite.parent)
+    reader = threading.Thread(target=lambda: setattr(proc, "_captured", proc.communicate()), daemon=True)
+    reader.start()
+    progress_file = out.with_name(out.name + ".progress")
+    timed_out = False
+    while reader.is_alive():
+        reader.join(0.5)
+        try:
+            lines = progress_file.read_text().splitlines()
+        except OSError:
+            lines = []
+        total = next((ln.split()[1] for ln in lines if ln.startswith("total ")), "?")
+        done = sum(1 for ln in lines if ln == "done")
+        progress.update(job.label, f"{done}/{total}")
+        if time.monotonic() - started > timeout:
+            timed_out = True
+            proc.kill()
+            reader.join()
+    stdout, stderr = getattr(proc, "_captured", ("", "")) or ("", "")
+    elapsed = time.monotonic() - started
+    progress.update(job.label, None)
+    records: list[dict] | None = None
+    if out.exists():
+        try:
+            records = json.loads(out.read_text())["tests"]
+        except (ValueError, KeyError):
+            records = None
+    if records is None or timed_out:
+        why = (f"the suite run timed out after {timeout:.0f} s" if timed_out else
+               f"the suite run ended with exit status {proc.returncode} and wrote no results")
+        tail = _tail((stderr or "") + "\n" + (stdout or ""))
+        for subject in job.subjects:
+            subject.seconds = elapsed
+            subject.clauses = {c: ClauseResult("error", why, tail) for c in CLAUSES}
+        return
+    prefix = {"implementation": "impl:", "component": "component:"}
+    for subject in job.subjects:
+        mine = [r for r in records if r.get("subject") == prefix[subject.kind] + subject.name]
+        subject.clauses = fold(mine, subject.deviations)
+        subject.seconds = elapsed if len(job.subjects) == 1 else sum(r.get("duration", 0.0) for r in mine)
+
+
+def plan(registry, impl_selection: str | None, component_selection: str | None) -> list[Job]:
+    jobs: list[Job] = []
+    if impl_selection:
+        for impl in registry.select(impl_selection):
+            subject = SubjectResult(impl.name, "implementation", impl.source, impl.summary, dict(impl.deviations))
+            jobs.append(Job(impl.name, [f"--impl={impl.name}"], [subject]))
+    if component_selection:
+        comps = registry.select_components(component_selection)
+        if comps:
+            subjects = [SubjectResult(f"{c.kind}:{c.name}", "component", c.source, c.summary, dict(c.deviations))
+                        for c in comps]
+            # Components are cheap: all of them in one run, each its own subject in the records.
+            selection = ",".join(s.name for s in subjects)
+            jobs.append(Job("components", [f"--component={selection}"], subjects))
+    return jobs
+
+
+def audit(jobs: list[Job], *, plugins: list[str], extra: list[str], jobs_n: int, timeout: float,
+          progress: Progress, with_figures: bool = False) -> AuditResult:
+    started = time.monotonic()
+    progress.total = len(jobs)
+    with tempfile.TemporaryDirectory(prefix="aiayn-audit-") as tmp:
+        workdir = Path(tmp)
+
+        def one(job: Job) -> None:
+            run_job(job, plugins=plugins, extra=extra, workdir=workdir, timeout=timeout, progress=progress)
+            for s in job.subjects:
+                progress.log(f"  {s.name}: {s.verdict} ({s.seconds:.0f} s)")
+            if with_figures:
+                from .figures import figures_for
+
+                for s in job.subjects:
+                    if s.kind == "implementation":
+                        s.figures, s.figure_errors = figures_for(s.name, plugins=plugins, workdir=workdir)
+
+        with ThreadPoolExecutor(max_workers=max(1, jobs_n)) as pool:
+            list(pool.map(one, jobs))
+    progress.close()
+    return AuditResult([s for job in jobs for s in job.subjects], time.monotonic() - started)
+
+
+# -- the command ---------------------------------------------------------------------------------------------
 def add_parser(sub) -> None:
-    p = sub.add_parser("audit", help="run the conformance suite on implementations")
-    p.add_argument("--impl", default="all", help="a name, a comma-separated list, or 'all' (default)")
+    p = sub.add_parser("audit", help="run the conformance suite and print the conformance matrix",
+                       description=__doc__.split("\n\n", 1)[0])
+    p.add_argument("--impl", default=None, help="implementations: a name, a comma-separated list, or 'all' "
+                   "(default: all, plus every component unless --component is given)")
+    p.add_argument("--component", default=None, help="components: 'all', NAME, KIND:NAME or a comma-separated list "
+                   "(default: all when --impl is not given)")
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_PATH",
-                   help="load an extra plugin (repeatable)")
+                   help="load an extra plugin from a module name or a .py file (repeatable)")
+    p.add_argument("--clause", default=None, metavar="ID",
+                   help="re-run only this clause (comma-separated ids allowed) and show its full diagnostics")
+    p.add_argument("--format", choices=("text", "md", "json", "html"), default="text",
+                   help="report format (default: text, the colored matrix)")
+    p.add_argument("--output", "-o", default=None, metavar="PATH", help="write the report here instead of stdout")
+    p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1,
+                   help="suite runs in parallel (default: the number of CPUs)")
+    p.add_argument("--timeout", type=float, default=1800.0, metavar="SECONDS",
+                   help="wall-time limit of one implementation's suite run (default 1800)")
+    p.add_argument("--no-color", action="store_true", help="no ANSI colors (also: the NO_COLOR variable)")
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    import conformance
-    from implementations import UnknownImplementationError, get_registry
+def _usage(msg: str) -> int:
+    print(f"aiayn audit: {msg}", file=sys.stderr)
+    return 2
 
+
+def run(args: argparse.Namespace) -> int:
+    from implementations import UnknownImplementationError, get_registry
+    from implementations.registry import PluginError
+
+    from . import report
+
+    if args.jobs < 1:
+        return _usage(f"--jobs must be at least 1, got {args.jobs}")
+    if args.timeout <= 0:
+        return _usage(f"--timeout must be positive, got {args.timeout}")
+    clause_ids: list[str] = []
+    if args.clause:
+        clause_ids = [c.strip() for c in args.clause.split(",") if c.strip()]
+        unknown = [c for c in clause_ids if c not in CLAUSES]
+        if unknown or not clause_ids:
+            return _usage(f"unknown clause {', '.join(map(repr, unknown)) or repr(args.clause)}; "
+                          f"known: {', '.join(CLAUSES)}")
+    impl_sel = args.impl if args.impl is not None else ("all" if args.component is None else None)
+    comp_sel = args.component if args.component is not None else ("all" if args.impl is None else None)
     try:
-        get_registry(args.plugin).select(args.impl)
+        registry = get_registry(args.plugin)
+        jobs = plan(registry, impl_sel, comp_sel)
     except UnknownImplementationError as exc:
-        print(f"aiayn audit: {exc}", file=sys.stderr)
-        return 2
-    suite = Path(conformance.__file__).resolve().parent
-    cmd = [sys.executable, "-m", "pytest", str(suite), f"--impl={args.impl}", "-q", "-p", "no:cacheprovider"]
-    cmd += [f"--plugin={p}" for p in args.plugin]
-    return 0 if subprocess.call(cmd) == 0 else 1
+        return _usage(str(exc))
+    except PluginError as exc:
+        return _usage(str(exc))
+    for err in registry.errors:
+        print(f"aiayn audit: plugin error: {err}", file=sys.stderr)
+    if not jobs:
+        return _usage("nothing to audit: no implementation or component selected")
+    if args.output:  # fail before a long audit, not after it
+        target = Path(args.output)
+        if target.is_dir():
+            return _usage(f"--output {args.output}: is a directory; give a file path")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.touch()
+        except OSError as exc:
+            return _usage(f"--output {args.output}: cannot write there ({exc.strerror or exc})")
+    extra = [f"--clause={','.join(clause_ids)}"] if clause_ids else []
+    progress = Progress()
+    if clause_ids:
+        # Debugging one clause: the suite's own verbose output on the terminal, then the folded statuses.
+        extra += ["-v", "-rfEsxX", "--tb=short"]
+        result = AuditResult([], 0.0)
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="aiayn-audit-") as tmp:
+            for job in jobs:
+                run_job(job, plugins=args.plugin, extra=extra, workdir=Path(tmp), timeout=args.timeout,
+                        progress=Progress(enabled=False), stream_output=args.output is None and args.format == "text")
+                result.subjects += job.subjects
+                if args.format == "html":
+                    from .figures import figures_for
+
+                    for s in job.subjects:
+                        if s.kind == "implementation":
+                            s.figures, s.figure_errors = figures_for(s.name, plugins=args.plugin, workdir=Path(tmp))
+        result.seconds = time.monotonic() - started
+        print(report.clause_details(result, clause_ids), file=sys.stderr if args.output else sys.stdout)
+    else:
+        progress.log(f"aiayn audit: {len(jobs)} suite run(s), {min(args.jobs, len(jobs))} at a time")
+        result = audit(jobs, plugins=args.plugin, extra=extra, jobs_n=args.jobs, timeout=args.timeout,
+                       progress=progress, with_figures=args.format == "html")
+    result.command = "aiayn " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["audit"] else ["audit"])
+    color = report.use_color(sys.stdout, args.no_color) and args.output is None
+    text = report.render(result, args.format, color=color)
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"aiayn audit: {args.format} report written to {args.output}", file=sys.stderr)
+        print(report.summary_line(result), file=sys.stderr)
+    elif not clause_ids or args.format != "text":
+        sys.stdout.write(text)
+    return result.exit_code

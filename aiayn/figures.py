@@ -1,0 +1,200 @@
+"""Pictures for the HTML audit report, drawn with matplotlib (Agg) in a guarded subprocess.
+
+``python -m aiayn.figures --impl NAME --out DIR [--plugin P]`` writes PNGs and ``index.json``
+(``{"figures": {file: title}, "errors": [...]}``). Each picture is measured on the
+implementation itself, built with the suite's tiny configuration:
+
+* the positional-encoding table it uses (``positional_encoding``), beside the paper's (§3.5)
+  and their difference;
+* the target-influence pattern: which output positions change when target token j changes,
+  against the causal pattern the decoder mask must produce (§3.2.3);
+* per-position statistics of the encoder output (``encode``): mean 0 and standard deviation 1
+  at every position after a post-norm layer with unit gains (§3.1, §5.4 layer norm).
+
+A crash, a hang or a missing probe costs a picture (recorded as an error), never the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+TIMEOUT_S = 180
+
+
+def figures_for(name: str, *, plugins: list[str], workdir: Path) -> tuple[dict[str, str], list[str]]:
+    """Draw the pictures of one implementation in a subprocess: ({title: base64 PNG}, [errors])."""
+    out = workdir / f"figures-{name.replace('/', '_')}"
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "aiayn.figures", "--impl", name, "--out", str(out)]
+    cmd += [f"--plugin={p}" for p in plugins]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {}, [f"drawing the figures timed out after {TIMEOUT_S} s"]
+    index = out / "index.json"
+    if not index.exists():
+        tail = (res.stderr.strip().splitlines() or ["no output"])[-1]
+        return {}, [f"the figure process failed (exit {res.returncode}): {tail}"]
+    data = json.loads(index.read_text())
+    figs = {title: base64.b64encode((out / file).read_bytes()).decode("ascii")
+            for file, title in data["figures"].items()}
+    return figs, data["errors"]
+
+
+# -- measurements (in the subprocess) ------------------------------------------------------------------------
+def _model(impl, config):
+    from conformance.harness import build_model
+
+    return build_model(impl, config, "model.shape")
+
+
+def positional_table(impl, config, length: int = 24):
+    """(the implementation's table, the paper's table), both [length, d_model] float64."""
+    from reference.model import sinusoid_table
+
+    model = _model(impl, config)
+    if not hasattr(model, "positional_encoding"):
+        raise LookupError("the adapter has no positional_encoding(length) probe")
+    import torch
+
+    with torch.no_grad():
+        table = model.positional_encoding(length)
+    table = table.detach().to(torch.float64).reshape(length, config.d_model)
+    return table, sinusoid_table(length, config.d_model, dtype=torch.float64)
+
+
+def target_influence(impl, config, length: int = 10):
+    """[i, j] = largest change of output position i's log-probabilities when target token j changes."""
+    import torch
+
+    from conformance.harness import as_log_probs, run_forward
+    from conformance.inputs import random_tokens
+
+    model = _model(impl, config)
+    src = random_tokens(config, [7, 7], 7, vocab=config.src_vocab, seed=1)
+    tgt = random_tokens(config, [length, length], length, vocab=config.tgt_vocab, seed=2)
+    base = as_log_probs(run_forward(model, src, tgt, "mask.causal", vocab=config.tgt_vocab, pad_id=config.pad_id),
+                        impl.output)
+    influence = torch.zeros(length, length, dtype=torch.float64)
+    for j in range(length):
+        changed = tgt.clone()
+        changed[:, j] = changed[:, j] % (config.tgt_vocab - 1) + 1  # another real token
+        out = as_log_probs(run_forward(model, src, changed, "mask.causal", vocab=config.tgt_vocab,
+                                       pad_id=config.pad_id), impl.output)
+        influence[:, j] = (out - base).abs().amax(dim=(0, 2))
+    return influence
+
+
+def encoder_statistics(impl, config):
+    """(mean, std) of the encoder output per position, averaged over a batch without padding: [S] each."""
+    import torch
+
+    from conformance.inputs import random_tokens
+
+    model = _model(impl, config)
+    if not hasattr(model, "encode"):
+        raise LookupError("the adapter has no encode(src) probe")
+    src = random_tokens(config, [16] * 4, 16, vocab=config.src_vocab, seed=3)
+    with torch.no_grad():
+        enc = model.encode(src).detach().to(torch.float64)  # (B, S, d_model)
+    return enc.mean(dim=-1).mean(dim=0), enc.std(dim=-1, unbiased=False).mean(dim=0)
+
+
+def draw(name: str, out: Path, plugins: list[str]) -> dict:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import torch
+
+    from conformance.inputs import CONFIG
+    from implementations import get_registry
+
+    impl = get_registry(plugins).get(name)
+    figures: dict[str, str] = {}
+    errors: list[str] = []
+
+    def save(fig, file: str, title: str) -> None:
+        fig.tight_layout()
+        fig.savefig(out / file, dpi=80)
+        plt.close(fig)
+        figures[file] = title
+
+    try:
+        table, paper = positional_table(impl, CONFIG)
+        diff = table - paper
+        fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+        for ax, data, title, cmap in ((axes[0], table, f"{name}: positional_encoding(24)", "RdBu"),
+                                      (axes[1], paper, "paper §3.5", "RdBu"),
+                                      (axes[2], diff, f"difference (max |d| = {diff.abs().max():.2g})", "PuOr")):
+            lim = max(float(data.abs().max()), 1e-12)
+            im = ax.imshow(data.numpy(), aspect="auto", cmap=cmap, vmin=-lim, vmax=lim)
+            ax.set_title(title, fontsize=9)
+            ax.set_xlabel("dimension")
+            ax.set_ylabel("position")
+            fig.colorbar(im, ax=ax)
+        save(fig, "position.png", f"Positional encoding (d_model {CONFIG.d_model}): the implementation's table, "
+                                  f"the paper's, and their difference")
+    except Exception as exc:  # a probe missing or crashing costs this picture only
+        errors.append(f"positional encoding: {type(exc).__name__}: {exc}".splitlines()[0])
+
+    try:
+        influence = target_influence(impl, CONFIG)
+        T = influence.size(0)
+        expected = torch.tril(torch.ones(T, T))
+        seen = (influence > 1e-6).to(torch.float64)
+        fig, axes = plt.subplots(1, 2, figsize=(8, 3.6))
+        im = axes[0].imshow(torch.log10(influence + 1e-12).numpy(), cmap="viridis", vmin=-12)
+        axes[0].set_title("observed: log10 max |change| of output i\nwhen target token j changes", fontsize=9)
+        fig.colorbar(im, ax=axes[0])
+        axes[1].imshow((seen - expected).numpy(), cmap="bwr", vmin=-1, vmax=1)
+        leaks = int(((seen == 1) & (expected == 0)).sum())
+        blind = int(((seen == 0) & (expected == 1)).sum())
+        axes[1].set_title(f"observed - causal: {leaks} future leak(s) (red),\n{blind} blind cell(s) (blue)",
+                          fontsize=9)
+        for ax in axes:
+            ax.set_xlabel("changed target position j")
+            ax.set_ylabel("output position i")
+        save(fig, "causal.png", "Attention mask actually applied in the decoder: output i may change only when "
+                                "a token at j <= i changes (lower triangle, diagonal included)")
+    except Exception as exc:
+        errors.append(f"target influence: {type(exc).__name__}: {exc}".splitlines()[0])
+
+    try:
+        mean, std = encoder_statistics(impl, CONFIG)
+        fig, ax = plt.subplots(figsize=(6, 3.2))
+        pos = range(mean.numel())
+        ax.plot(pos, mean.numpy(), "o-", label="mean over features")
+        ax.plot(pos, std.numpy(), "s-", label="std over features")
+        ax.axhline(0, color="gray", lw=0.8, ls="--")
+        ax.axhline(1, color="gray", lw=0.8, ls="--")
+        ax.set_xlabel("source position")
+        ax.set_title("encoder output statistics per position", fontsize=9)
+        ax.legend(fontsize=8)
+        save(fig, "encoder.png", "Encoder output per position, as built (initial weights): a post-norm encoder "
+                                 "with unit gains and zero biases gives mean 0 and std 1 at every position")
+    except Exception as exc:
+        errors.append(f"encoder statistics: {type(exc).__name__}: {exc}".splitlines()[0])
+
+    return {"figures": figures, "errors": errors}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m aiayn.figures", description=__doc__.splitlines()[0])
+    p.add_argument("--impl", required=True)
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--plugin", action="append", default=[])
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    index = draw(args.impl, args.out, args.plugin)
+    (args.out / "index.json").write_text(json.dumps(index, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
