@@ -393,7 +393,7 @@ def run(args: argparse.Namespace) -> int:
         progress.log(f"aiayn audit: {len(jobs)} suite run(s), {min(args.jobs, len(jobs))} at a time")
         result = audit(jobs, plugins=args.plugin, extra=extra, jobs_n=args.jobs, timeout=args.timeout,
                        progress=progress, with_figures=args.format == "html")
-    result.command = "aiayn " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["audit"] else ["audit"])
+    result.command = " ".join(["aiayn", "audit", *(sys.argv[2:] if sys.argv[1:2] == ["audit"] else [])])
     color = report.use_color(sys.stdout, args.no_color) and args.output is None
     text = report.render(result, args.format, color=color)
     if args.output:

@@ -49,3 +49,29 @@ def test_audits_doc_covers_every_builtin_and_each_declared_deviation():
         assert impl.name in sections, f"docs/audits.md has no section '## {impl.name}'"
         missing = [c for c in impl.deviations if f"**{c}**" not in sections[impl.name]]
         assert not missing, f"docs/audits.md, section {impl.name}: declared deviations not explained: {missing}"
+
+
+def test_readme_matrix_matches_the_declared_deviations():
+    """The README's audit matrix (pasted from `aiayn audit --format md`) shows a D exactly where each
+    built-in declares a deviation, and no unexpected result."""
+    from aiayn.report import AREA_CLAUSES
+    from implementations.registry import Registry
+
+    impls = Registry(entry_points=False, env={}).load().implementations
+    lines = (ROOT / "README.md").read_text().splitlines()
+    header = next((ln for ln in lines if ln.startswith("| subject | ")), None)
+    assert header, "README.md has no audit matrix (paste `aiayn audit --format md`)"
+    areas = [c.strip() for c in header.strip("|").split("|")][1:-1]
+    rows = {}
+    for ln in lines[lines.index(header) + 2:]:
+        if not ln.startswith("| "):
+            break
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        rows[cells[0]] = dict(zip(areas, (c.strip("`") for c in cells[1:-1])))
+    assert set(rows) >= set(impls), f"README matrix lacks {sorted(set(impls) - set(rows))}"
+    for name, impl in impls.items():
+        shown = {c for area, cell in rows[name].items() for c, ch in zip(AREA_CLAUSES[area], cell) if ch == "D"}
+        assert shown == set(impl.deviations), f"README matrix row {name}: D at {sorted(shown)}, declared " \
+            f"{sorted(impl.deviations)}"
+        bad = {ch for cell in rows[name].values() for ch in cell} & set("FEU")
+        assert not bad, f"README matrix row {name} shows unexpected results {bad}"
