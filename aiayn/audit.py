@@ -157,10 +157,30 @@ def fold(records: list[dict], deviations: dict[str, str]) -> dict[str, ClauseRes
 # -- running the suite ---------------------------------------------------------------------------------------
 @dataclass
 class Job:
-    """One suite run: an implementation (``--impl``) or the selected components (``--component``)."""
+    """One suite run: an implementation (``--impl``) or the selected components (``--component``),
+    or a group of those (``parts``) run in one process to pay the start-up once."""
     label: str
     args: list[str]
     subjects: list[SubjectResult]
+    parts: list[Job] = field(default_factory=list)
+
+
+def group(jobs: list[Job], n: int) -> list[Job]:
+    """Merge single jobs into ``n`` suite runs (round-robin, so each run gets a mix of subjects).
+
+    Starting pytest, torch and onnx costs seconds per process; one process per core pays it once.
+    A group that dies without results is re-run one subject at a time (see ``run_job``), so a crashing
+    implementation still costs only its own clauses."""
+    if n >= len(jobs):
+        return jobs
+    out = []
+    for i in range(n):
+        parts = jobs[i::n]
+        impls = [s.name for j in parts for s in j.subjects if s.kind == "implementation"]
+        comps = [s.name for j in parts for s in j.subjects if s.kind == "component"]
+        args = ([f"--impl={','.join(impls)}"] if impls else []) + ([f"--component={','.join(comps)}"] if comps else [])
+        out.append(Job(",".join(j.label for j in parts), args, [s for j in parts for s in j.subjects], parts))
+    return out
 
 
 class Progress:
@@ -211,7 +231,7 @@ def run_job(job: Job, *, plugins: list[str], extra: list[str], workdir: Path, ti
     import conformance
 
     suite = Path(conformance.__file__).resolve().parent
-    out = workdir / f"{job.label.replace(':', '_').replace('/', '_')}.json"
+    out = workdir / f"run-{abs(hash(job.label))}-{time.monotonic_ns()}.json"
     cmd = [sys.executable, "-m", "pytest", str(suite), "-p", "no:cacheprovider", f"--results-json={out}",
            f"--rootdir={suite.parent}", *job.args, *[f"--plugin={p}" for p in plugins], *extra]
     if not stream_output:
@@ -246,6 +266,13 @@ def run_job(job: Job, *, plugins: list[str], extra: list[str], workdir: Path, ti
             records = json.loads(out.read_text())["tests"]
         except (ValueError, KeyError):
             records = None
+    if (records is None or timed_out) and len(job.parts) > 1:
+        progress.log(f"  the grouped run of {job.label} ended without results; re-running each alone")
+        progress.total += len(job.parts)
+        for part in job.parts:
+            run_job(part, plugins=plugins, extra=extra, workdir=workdir, timeout=timeout / len(job.parts),
+                    progress=progress, stream_output=stream_output)
+        return
     if records is None or timed_out:
         why = (f"the suite run timed out after {timeout:.0f} s" if timed_out else
                f"the suite run ended with exit status {proc.returncode} and wrote no results")
@@ -279,8 +306,12 @@ def plan(registry, impl_selection: str | None, component_selection: str | None) 
 
 
 def audit(jobs: list[Job], *, plugins: list[str], extra: list[str], jobs_n: int, timeout: float,
-          progress: Progress, with_figures: bool = False) -> AuditResult:
+          progress: Progress, with_figures: bool = False, isolate: bool = False) -> AuditResult:
     started = time.monotonic()
+    singles = jobs
+    if not isolate:
+        jobs = group(jobs, jobs_n)
+        timeout = timeout * max(len(j.parts) for j in jobs) if any(j.parts for j in jobs) else timeout
     progress.total = len(jobs)
     with tempfile.TemporaryDirectory(prefix="aiayn-audit-") as tmp:
         workdir = Path(tmp)
@@ -299,7 +330,7 @@ def audit(jobs: list[Job], *, plugins: list[str], extra: list[str], jobs_n: int,
         with ThreadPoolExecutor(max_workers=max(1, jobs_n)) as pool:
             list(pool.map(one, jobs))
     progress.close()
-    return AuditResult([s for job in jobs for s in job.subjects], time.monotonic() - started)
+    return AuditResult([s for job in singles for s in job.subjects], time.monotonic() - started)
 
 
 # -- the command ---------------------------------------------------------------------------------------------
@@ -320,7 +351,10 @@ def add_parser(sub) -> None:
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1,
                    help="suite runs in parallel (default: the number of CPUs)")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="SECONDS",
-                   help="wall-time limit of one implementation's suite run (default 1800)")
+                   help="wall-time limit per implementation's suite run (default 1800)")
+    p.add_argument("--isolate", action="store_true",
+                   help="one suite process per implementation (default: one per job slot, the start-up paid once; "
+                        "a grouped run that dies is re-run one implementation at a time anyway)")
     p.add_argument("--no-color", action="store_true", help="no ANSI colors (also: the NO_COLOR variable)")
     p.set_defaults(func=run)
 
@@ -371,7 +405,7 @@ def run(args: argparse.Namespace) -> int:
             return _usage(f"--output {args.output}: cannot write there ({exc.strerror or exc})")
     extra = [f"--clause={','.join(clause_ids)}"] if clause_ids else []
     progress = Progress()
-    if clause_ids:
+    if clause_ids and args.format == "text" and args.output is None:
         # Debugging one clause: the suite's own verbose output on the terminal, then the folded statuses.
         extra += ["-v", "-rfEsxX", "--tb=short"]
         result = AuditResult([], 0.0)
@@ -379,20 +413,14 @@ def run(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="aiayn-audit-") as tmp:
             for job in jobs:
                 run_job(job, plugins=args.plugin, extra=extra, workdir=Path(tmp), timeout=args.timeout,
-                        progress=Progress(enabled=False), stream_output=args.output is None and args.format == "text")
+                        progress=Progress(enabled=False), stream_output=True)
                 result.subjects += job.subjects
-                if args.format == "html":
-                    from .figures import figures_for
-
-                    for s in job.subjects:
-                        if s.kind == "implementation":
-                            s.figures, s.figure_errors = figures_for(s.name, plugins=args.plugin, workdir=Path(tmp))
         result.seconds = time.monotonic() - started
-        print(report.clause_details(result, clause_ids), file=sys.stderr if args.output else sys.stdout)
+        print(report.clause_details(result, clause_ids))
     else:
-        progress.log(f"aiayn audit: {len(jobs)} suite run(s), {min(args.jobs, len(jobs))} at a time")
+        progress.log(f"aiayn audit: {len(jobs)} subject group(s), {min(args.jobs, len(jobs))} suite run(s) at a time")
         result = audit(jobs, plugins=args.plugin, extra=extra, jobs_n=args.jobs, timeout=args.timeout,
-                       progress=progress, with_figures=args.format == "html")
+                       progress=progress, with_figures=args.format == "html", isolate=args.isolate)
     result.command = " ".join(["aiayn", "audit", *(sys.argv[2:] if sys.argv[1:2] == ["audit"] else [])])
     color = report.use_color(sys.stdout, args.no_color) and args.output is None
     text = report.render(result, args.format, color=color)
@@ -400,6 +428,6 @@ def run(args: argparse.Namespace) -> int:
         Path(args.output).write_text(text)
         print(f"aiayn audit: {args.format} report written to {args.output}", file=sys.stderr)
         print(report.summary_line(result), file=sys.stderr)
-    elif not clause_ids or args.format != "text":
+    elif not (clause_ids and args.format == "text"):
         sys.stdout.write(text)
     return result.exit_code

@@ -262,3 +262,21 @@ def test_html_report_has_the_pictures_and_renders_in_a_browser(tmp_path):
     subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
                     "--window-size=1280,1600", out.as_uri()], capture_output=True, timeout=120)
     assert shot.exists() and shot.read_bytes()[:4] == b"\x89PNG", f"no screenshot written to {shot}"
+
+
+def test_an_implementation_that_kills_its_process_costs_only_its_own_clauses(tmp_path):
+    """Grouped into one suite process with the reference (--jobs 1), the dying implementation takes the
+    group down; the audit re-runs each alone: the reference passes, the other is all errors."""
+    out = tmp_path / "audit.json"
+    res = subprocess.run([sys.executable, "-m", "aiayn", "audit", "--plugin", "tests/fixtures/exiting_plugin.py",
+                          "--impl", "hard-exit,reference", "--jobs", "1", "--clause", "model.shape,attention.scale",
+                          "--format", "json", "--output", str(out)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 1, res.stderr[-3000:]
+    assert "re-running each alone" in res.stderr
+    data = json.loads(out.read_text())["implementations"]
+    assert {r["status"] for r in data["reference"]["clauses"].values()} == {"pass"}
+    assert set(data["reference"]["clauses"]) == {"model.shape", "attention.scale"}
+    dead = data["hard-exit"]["clauses"]
+    assert dead and {r["status"] for r in dead.values()} == {"error"}
+    assert "exit status 3" in next(iter(dead.values()))["message"]
