@@ -71,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
                                  progress=lambda m: print(m, file=sys.stderr))
     throughput = perf.table(results, peak)
     print(throughput)
+    verdicts = perf.targets(results, peak)
+    print("\n".join(verdicts))
     sections = [
         "# Benchmarks",
         "",
@@ -87,9 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         "",
         throughput,
         "",
+        "### Targets (issue: benchmarks)",
+        "",
+        *verdicts,
+        "",
     ]
     if not args.skip_suite:
-        sections.append(optional_section("suite_time", "Conformance suite wall time", ["--impl", "reference"]))
+        sections.append(optional_section("suite_time", "Conformance suite wall time", []))
     if not args.skip_onnx:
         sections.append(optional_section("onnx_bench", "ONNX export and onnxruntime", []))
     Path(args.output).write_text("\n".join(sections))

@@ -247,6 +247,31 @@ def table(results: list[Result], peak_flops: float) -> str:
     return "\n".join(rows)
 
 
+def targets(results: list[Result], peak_flops: float) -> list[str]:
+    """The benchmark issue's targets, judged on this run's figures (float32 training at the base preset)."""
+    def find(impl, length, mode="train"):
+        return next((r for r in results if r.impl == impl and r.preset == "base" and r.batch == 8
+                     and r.length == length and r.mode == mode and r.dtype == "float32" and not r.error), None)
+
+    lines = []
+    for length in (128, 256):
+        fused, ref, tnn = find("fused", length), find("reference", length), find("torch-nn", length)
+        if not (fused and ref and tnn):
+            lines.append(f"- base, length {length}: not measured")
+            continue
+        f_ratio, r_ratio = fused.tokens_per_s / tnn.tokens_per_s, ref.tokens_per_s / tnn.tokens_per_s
+        lines.append(f"- base, batch 8, length {length}, training: fused {f_ratio:.2f}x torch-nn (target >= 1.0: "
+                     f"{'met' if f_ratio >= 1.0 else f'missed by {1.0 - f_ratio:.2f}'}); reference {r_ratio:.2f}x "
+                     f"(target >= 0.8: {'met' if r_ratio >= 0.8 else f'missed by {0.8 - r_ratio:.2f}'})")
+    for mode in ("train", "eval"):
+        fused = find("fused", 256, mode)
+        if fused and peak_flops == peak_flops:
+            share = fused.flops_per_s / peak_flops
+            lines.append(f"- fused, base, batch 8, length 256, {mode}: {100 * share:.0f}% of the matmul peak "
+                         f"(target >= 60%: {'met' if share >= 0.6 else f'missed by {100 * (0.6 - share):.0f} points'})")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.perf", description=__doc__.splitlines()[0])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
