@@ -3,6 +3,8 @@
 Profiles (select with ``--hypothesis-profile NAME`` or ``AIAYN_HYPOTHESIS_PROFILE``):
     ci        derandomized, 10 examples per test, no deadline: fast and repeatable (default)
     thorough  100 examples per test, random: for deep audits
+    smoke     derandomized, 3 examples, no shrinking: the fixed witnesses do the catching (every
+              check has one); used by the project's own tests that run the suite on many models
 """
 
 from __future__ import annotations
@@ -10,13 +12,18 @@ from __future__ import annotations
 import os
 
 import torch
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 from spec.config import ModelConfig
 
 settings.register_profile(
     "ci", max_examples=10, derandomize=True, deadline=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.register_profile(
+    "smoke", max_examples=3, derandomize=True, deadline=None, print_blob=True,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 settings.register_profile(

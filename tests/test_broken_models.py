@@ -40,7 +40,9 @@ HAVE_ORT = importlib.util.find_spec("onnxruntime") is not None
 
 def run_suite(impls, tmp: Path, *extra: str, env=None, suite: str | None = "conformance/"):
     out = tmp / "results.json"
+    # The smoke profile: 3 examples, no shrinking. Each check's fixed witness shows its bug deterministically.
     cmd = [sys.executable, "-m", "pytest", *([suite] if suite else []), "-q", "-p", "no:cacheprovider",
+           "--hypothesis-profile=smoke",
            f"--plugin={BROKEN_PLUGIN}", f"--plugin={INDEPENDENT_PLUGIN}", f"--impl={','.join(impls)}",
            f"--results-json={out}", *extra]
     if importlib.util.find_spec("xdist") is not None and (os.cpu_count() or 1) > 1:
