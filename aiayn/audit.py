@@ -1,9 +1,11 @@
 """``aiayn audit``: the conformance matrix across implementations and components.
 
-Each subject (an implementation, or all selected components together) is audited by
-one run of the conformance suite in a subprocess, ``--results-json`` giving one record
-per test; subjects run in parallel (``--jobs``). The records are folded into one status
-per (subject, clause):
+The conformance suite runs in subprocesses, ``--results-json`` giving one record per
+test and subject: by default one process per job slot (``--jobs``, default the number of
+CPUs), each auditing a share of the implementations (and the components), so that the
+start-up is paid once per core; ``--isolate`` gives every implementation its own process,
+and a grouped process that dies is re-run one implementation at a time. The records are
+folded into one status per (subject, clause):
 
 ``pass``             every check of the clause that ran passed;
 ``fail``             a check found a violation the implementation does not declare;
@@ -418,7 +420,10 @@ def run(args: argparse.Namespace) -> int:
         result.seconds = time.monotonic() - started
         print(report.clause_details(result, clause_ids))
     else:
-        progress.log(f"aiayn audit: {len(jobs)} subject group(s), {min(args.jobs, len(jobs))} suite run(s) at a time")
+        n_impl = sum(s.kind == "implementation" for j in jobs for s in j.subjects)
+        n_comp = sum(s.kind == "component" for j in jobs for s in j.subjects)
+        progress.log(f"aiayn audit: {n_impl} implementation(s), {n_comp} component(s); "
+                     f"{min(args.jobs, len(jobs))} suite process(es) at a time")
         result = audit(jobs, plugins=args.plugin, extra=extra, jobs_n=args.jobs, timeout=args.timeout,
                        progress=progress, with_figures=args.format == "html", isolate=args.isolate)
     result.command = " ".join(["aiayn", "audit", *(sys.argv[2:] if sys.argv[1:2] == ["audit"] else [])])
