@@ -166,4 +166,6 @@ def test_formula_with_per_feature_gain_and_bias(impl, scale):
                   + " * g + b", expected="(x - mean) / sqrt(biased var + eps) * g + b, per-feature g and b",
                   call=CALL + f"; last norm2 gain 0, the FFN input and output scaled by {scale:g}",
                   hint="x.std() is the unbiased estimate and eps belongs inside the square root "
-                       "(torch.nn.functional.layer_norm)")
+                       "(torch.nn.functional.layer_norm)" + ("; at this variance an eps much smaller than "
+                       f"config.norm_eps (e.g. a fixed 1e-12) looks the same: check that {CONFIG.norm_eps:g} reaches "
+                       "the norm" if scale < 1 and forms == ["eps-outside"] else ""))
