@@ -88,11 +88,13 @@ import copy
 import math
 import numbers
 from collections.abc import Mapping
+from functools import partial
 
 import torch
 from torch import Tensor, nn
 
 from spec.config import ModelConfig
+from spec.schema import copy_canonical
 
 from .hookspecs import hookimpl
 from .registry import Implementation
@@ -377,11 +379,7 @@ class AnnotatedNotebookTransformer(nn.Module):
     @torch.no_grad()
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
         """Load a canonical-schema state dict; the attention and generator biases (absent in the paper) get 0."""
-        def put(param: Tensor, name: str) -> None:
-            value = state[name]
-            if value.shape != param.shape:
-                raise ValueError(f"{name}: shape {tuple(value.shape)}, expected {tuple(param.shape)}")
-            param.copy_(value)
+        put = partial(copy_canonical, state)  # put(param, *canonical names)
 
         def put_attention(mha: MultiHeadAttention, prefix: str) -> None:
             for lin, ours in zip(mha.linears, ("q", "k", "v", "o")):

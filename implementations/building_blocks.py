@@ -68,11 +68,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from functools import partial
 
 import torch
 from torch import Tensor, nn
 
 from spec.config import ModelConfig
+from spec.schema import copy_canonical
 
 from .hookspecs import hookimpl
 from .registry import Implementation
@@ -297,11 +299,7 @@ class Transformer(nn.Module):
     @torch.no_grad()
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
         """Load a canonical-schema state dict; attention and generator biases get 0."""
-        def put(param: Tensor, name: str) -> None:
-            value = state[name]
-            if value.shape != param.shape:
-                raise ValueError(f"{name}: shape {tuple(value.shape)}, expected {tuple(param.shape)}")
-            param.copy_(value)
+        put = partial(copy_canonical, state)  # put(param, *canonical names)
 
         def put_attention(mha: MultiheadAttention, prefix: str) -> None:
             for ours, theirs in (("q", mha.w_q), ("k", mha.w_k), ("v", mha.w_v), ("o", mha.w_o)):

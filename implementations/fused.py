@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +41,7 @@ from torch import Tensor, nn
 
 from reference.model import sinusoid_table
 from spec.config import ModelConfig
+from spec.schema import copy_canonical
 
 from .hookspecs import hookimpl
 from .registry import Implementation
@@ -237,11 +239,7 @@ class FusedTransformer(nn.Module):
     @torch.no_grad()
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
         """Load a canonical-schema state dict, concatenating q|k|v into ``qkv`` and k|v into ``kv``."""
-        def put(param: Tensor, *names: str) -> None:
-            value = torch.cat([state[n] for n in names], dim=0) if len(names) > 1 else state[names[0]]
-            if value.shape != param.shape:
-                raise ValueError(f"{'+'.join(names)}: shape {tuple(value.shape)}, expected {tuple(param.shape)}")
-            param.copy_(value)
+        put = partial(copy_canonical, state)  # put(param, *canonical names)
 
         put(self.src_embed.weight, "src_embed.weight")
         put(self.tgt_embed.weight, "tgt_embed.weight")

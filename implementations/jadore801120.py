@@ -58,12 +58,14 @@ get gain 1 and bias 0.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spec.config import ModelConfig
+from spec.schema import copy_canonical
 
 from .hookspecs import hookimpl
 from .registry import Implementation
@@ -299,11 +301,7 @@ class Transformer(nn.Module):
     @torch.no_grad()
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
         """Load a canonical-schema state dict; the extra embedding norms get gain 1 and bias 0."""
-        def put(param: Tensor, name: str) -> None:
-            value = state[name]
-            if value.shape != param.shape:
-                raise ValueError(f"{name}: shape {tuple(value.shape)}, expected {tuple(param.shape)}")
-            param.copy_(value)
+        put = partial(copy_canonical, state)  # put(param, *canonical names)
 
         def put_attention(mha: MultiHeadAttention, prefix: str, norm: str) -> None:
             for ours, theirs in (("q", mha.w_qs), ("k", mha.w_ks), ("v", mha.w_vs), ("o", mha.fc)):

@@ -73,11 +73,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from functools import partial
 
 import torch
 from torch import Tensor, nn
 
 from spec.config import ModelConfig
+from spec.schema import copy_canonical
 
 from .hookspecs import hookimpl
 from .registry import Implementation
@@ -291,11 +293,7 @@ class SectionsNotebookTransformer(nn.Module):
     @torch.no_grad()
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
         """Load a canonical-schema state dict; attention biases 0, each norm's gain and bias as their means."""
-        def put(param: Tensor, name: str) -> None:
-            value = state[name]
-            if value.shape != param.shape:
-                raise ValueError(f"{name}: shape {tuple(value.shape)}, expected {tuple(param.shape)}")
-            param.copy_(value)
+        put = partial(copy_canonical, state)  # put(param, *canonical names)
 
         def put_attention(block: MultiHeadAttentionBlock, prefix: str) -> None:
             for ours, theirs in (("w_q", "q"), ("w_k", "k"), ("w_v", "v"), ("w_o", "o")):

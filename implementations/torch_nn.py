@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from functools import partial
 
 import torch
 from torch import Tensor, nn
 
 from reference.model import sinusoid_table
 from spec.config import ModelConfig
+from spec.schema import copy_canonical
 
 from .hookspecs import hookimpl
 from .registry import Implementation
@@ -110,11 +112,7 @@ class TorchNNTransformer(nn.Module):
     @torch.no_grad()
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
         """Load a canonical-schema state dict; biases the paper lacks get 0, the final norms gain 1 and bias 0."""
-        def put(param: Tensor, *names: str) -> None:
-            value = torch.cat([state[n] for n in names], dim=0) if len(names) > 1 else state[names[0]]
-            if value.shape != param.shape:
-                raise ValueError(f"{'+'.join(names)}: shape {tuple(value.shape)}, expected {tuple(param.shape)}")
-            param.copy_(value)
+        put = partial(copy_canonical, state)  # put(param, *canonical names)
 
         def put_attention(mha: nn.MultiheadAttention, prefix: str) -> None:
             put(mha.in_proj_weight, *(f"{prefix}.{n}.weight" for n in "qkv"))  # (3*d_model, d_model)

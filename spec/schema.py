@@ -10,9 +10,13 @@ For ``q``, ``k`` and ``v``, head j owns output rows ``j*d_k`` to
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import torch
+
 from .config import ModelConfig
 
-__all__ = ["parameter_schema", "tied_groups", "parameter_count", "ATTENTION", "NORMS"]
+__all__ = ["parameter_schema", "tied_groups", "parameter_count", "copy_canonical", "ATTENTION", "NORMS"]
 
 ATTENTION = ("q", "k", "v", "o")
 NORMS = {"encoder": ("norm1", "norm2"), "decoder": ("norm1", "norm2", "norm3")}
@@ -80,3 +84,24 @@ def parameter_count(config: ModelConfig) -> int:
             n *= s
         total += n
     return total
+
+
+@torch.no_grad()
+def copy_canonical(state: Mapping[str, torch.Tensor], param: torch.Tensor, *names: str) -> None:
+    """Copy the canonical tensor ``names[0]`` (or several, concatenated along dim 0) into ``param``.
+
+    The building block of ``load_reference_state``. Several names serve packed projections: with
+    ``p = "encoder.0.self_attn"``, ``copy_canonical(state, in_proj_weight, f"{p}.q.weight",
+    f"{p}.k.weight", f"{p}.v.weight")`` fills a fused [3*d_model, d_model] matrix in q|k|v order.
+    A name missing from ``state`` or a shape that differs from ``param`` raises a one-line
+    ValueError naming the tensor.
+    """
+    if not names:
+        raise TypeError("copy_canonical() needs at least one canonical parameter name")
+    missing = [n for n in names if n not in state]
+    if missing:
+        raise ValueError(f"canonical state has no {', '.join(missing)} (spec.parameter_schema lists the names)")
+    value = torch.cat([state[n] for n in names], dim=0) if len(names) > 1 else state[names[0]]
+    if value.shape != param.shape:
+        raise ValueError(f"{'+'.join(names)}: shape {tuple(value.shape)}, expected {tuple(param.shape)}")
+    param.copy_(value)

@@ -64,3 +64,18 @@ def test_preset_lookup():
     assert preset("base") is BASE and set(PRESETS) == {"base", "big", "tiny"}
     with pytest.raises(ValueError, match="unknown preset 'huge'; accepted: base, big, tiny"):
         preset("huge")
+
+
+def test_copy_canonical_fills_packed_projections_and_names_bad_tensors():
+    import torch
+
+    from spec import copy_canonical
+
+    state = {"a.q.weight": torch.ones(2, 3), "a.k.weight": torch.full((2, 3), 2.0)}
+    packed = torch.nn.Parameter(torch.zeros(4, 3))
+    copy_canonical(state, packed, "a.q.weight", "a.k.weight")
+    assert packed[:2].eq(1).all() and packed[2:].eq(2).all() and packed.requires_grad
+    with pytest.raises(ValueError, match=r"a\.q\.weight: shape \(2, 3\), expected \(4, 3\)"):
+        copy_canonical(state, packed, "a.q.weight")
+    with pytest.raises(ValueError, match=r"canonical state has no a\.v\.weight"):
+        copy_canonical(state, packed, "a.q.weight", "a.v.weight")
