@@ -259,9 +259,13 @@ def test_html_report_has_the_pictures_and_renders_in_a_browser(tmp_path):
         pytest.skip("no headless Chromium on this machine (Debian: apt-get install chromium)")
     shot = Path(os.environ.get("AIAYN_ARTIFACTS", tmp_path)) / "audit-report.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
-                    "--window-size=1280,1600", out.as_uri()], capture_output=True, timeout=120)
-    assert shot.exists() and shot.read_bytes()[:4] == b"\x89PNG", f"no screenshot written to {shot}"
+    # No network here and none needed: the page is self-contained, and these flags stop Chromium's own calls home.
+    res = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                          "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                          f"--user-data-dir={tmp_path / 'chromium-profile'}", f"--screenshot={shot}",
+                          "--window-size=1280,1600", out.as_uri()], capture_output=True, text=True, timeout=120)
+    assert shot.exists() and shot.read_bytes()[:4] == b"\x89PNG", \
+        f"no screenshot written to {shot} (chromium exit {res.returncode}): {res.stderr[-1500:]}"
 
 
 def test_an_implementation_that_kills_its_process_costs_only_its_own_clauses(tmp_path):
