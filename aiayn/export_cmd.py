@@ -59,17 +59,10 @@ def run(args: argparse.Namespace) -> int:
             enc, dec = export.export_generation(model, args.out_dir, config, progress=_say)
             print(f"wrote {enc} and {dec}")
             if args.verify:
-                import torch
-
-                src = torch.randint(1, config.src_vocab, (2, 7), generator=torch.Generator().manual_seed(0))
-                src[1, 5:] = config.pad_id
-                ort_tokens = export.ort_greedy_decode(enc, dec, src, bos_id=1, eos_id=2, pad_id=config.pad_id,
-                                                      max_new_tokens=8)
-                pt_tokens = export.torch_greedy_decode(model, src, bos_id=1, eos_id=2, max_new_tokens=8)
-                same = ort_tokens.tolist() == pt_tokens.tolist()
-                print(f"greedy decoding: onnxruntime {'equals' if same else 'DIFFERS FROM'} PyTorch "
-                      f"({ort_tokens.shape[1] - 1} tokens x {src.shape[0]} sources)")
-                if not same:
+                _say("verifying greedy decoding in onnxruntime against PyTorch ...")
+                check = export.verify_generation(enc, dec, model, config)
+                print(("verified: " if check.ok else "MISMATCH: ") + check.describe())
+                if not check.ok:
                     return 1
         else:
             path = export.export_onnx(model, args.out, config, progress=_say)

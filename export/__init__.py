@@ -3,6 +3,7 @@
 from .onnx import (
     OPSET,
     ExportError,
+    GenerationCheck,
     Verification,
     export_generation,
     export_onnx,
@@ -10,7 +11,8 @@ from .onnx import (
     resolve_model,
     torch_greedy_decode,
     verify,
+    verify_generation,
 )
 
-__all__ = ["OPSET", "ExportError", "Verification", "export_generation", "export_onnx", "ort_greedy_decode",
-           "resolve_model", "torch_greedy_decode", "verify"]
+__all__ = ["OPSET", "ExportError", "GenerationCheck", "Verification", "export_generation", "export_onnx",
+           "ort_greedy_decode", "resolve_model", "torch_greedy_decode", "verify", "verify_generation"]

@@ -17,6 +17,8 @@ supports.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 import warnings
 from collections.abc import Callable
@@ -29,7 +31,8 @@ from torch import nn
 
 from spec.config import ModelConfig
 
-__all__ = ["OPSET", "ExportError", "Verification", "export_onnx", "verify", "export_generation",
+__all__ = ["OPSET", "ExportError", "Verification", "GenerationCheck", "export_onnx", "verify",
+           "export_generation", "verify_generation",
            "ort_greedy_decode", "torch_greedy_decode", "resolve_model"]
 
 OPSET = 18
@@ -65,6 +68,22 @@ def _example(config: ModelConfig, batch: int = 2, s_len: int = 5, t_len: int = 4
     return src, tgt
 
 
+# The exporter logs one warning per torchvision operator it cannot register when torchvision is absent
+# (it is not a dependency: a Transformer uses none of them). Kept quiet during our exports only.
+_REGISTRATION_LOGGER = "torch.onnx._internal.exporter._registration"
+
+
+@contextlib.contextmanager
+def _quiet_logger(name: str):
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def _export(module: nn.Module, args: tuple, dynamic: tuple, names: tuple[list[str], list[str]], path: Path,
             progress: Callable[[str], None]) -> Path:
     import onnx
@@ -79,7 +98,7 @@ def _export(module: nn.Module, args: tuple, dynamic: tuple, names: tuple[list[st
     progress(f"exporting {type(module).__name__} with torch.onnx.export(dynamo=True, opset {OPSET}) ...")
     started = time.perf_counter()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _quiet_logger(_REGISTRATION_LOGGER):
             warnings.simplefilter("ignore")
             program = torch.onnx.export(module, args, dynamo=True, dynamic_shapes=dynamic, opset_version=OPSET,
                                         input_names=names[0], output_names=names[1], verbose=False)
@@ -236,3 +255,74 @@ def ort_greedy_decode(encoder: str | Path, decoder: str | Path, src: torch.Tenso
 
 def torch_greedy_decode(model, src: torch.Tensor, *, bos_id: int, eos_id: int, max_new_tokens: int) -> torch.Tensor:
     return model.greedy_decode(src, bos_id=bos_id, eos_id=eos_id, max_new_tokens=max_new_tokens)
+
+
+@dataclass(frozen=True)
+class GenerationCheck:
+    """What ``verify_generation`` compared and found."""
+
+    ok: bool
+    sources: int
+    steps: int
+    max_logit_diff: float  # worst |onnxruntime - torch| next-token logit, teacher-forced on the torch tokens
+    worst_step: tuple[int, int]  # (source, step) of that worst difference
+    tokens_equal: bool  # greedy decoding without EOS, every step
+    eos_tokens_equal: bool  # greedy decoding stopping at an EOS that one source emits
+    eos_finished_early: bool  # that run had a source finish while another went on (padding path exercised)
+
+    def describe(self) -> str:
+        verdict = "equals" if self.ok else "DIFFERS FROM"
+        eos = "with a source finishing early" if self.eos_finished_early else "all sources finishing together"
+        return (f"greedy decoding in onnxruntime {verdict} PyTorch ({self.steps} steps x {self.sources} sources; "
+                f"again with an EOS, {eos}); worst next-token logit |onnxruntime - torch| = "
+                f"{self.max_logit_diff:.3g} at (source, step) {self.worst_step}")
+
+
+def verify_generation(encoder: str | Path, decoder: str | Path, model, config: ModelConfig, *, sources: int = 3,
+                      src_len: int = 8, max_new_tokens: int = 12, bos_id: int = 1, seed: int = 0,
+                      atol: float = 1e-4, rtol: float = 1e-4) -> GenerationCheck:
+    """Prove the exported encoder and decoder step generate what ``model.greedy_decode`` generates.
+
+    Three comparisons on right-padded sources: the decoder step's next-token logits at every step of the
+    PyTorch trajectory (teacher-forced, so a difference is seen even where argmax hides it: untrained
+    models with tied embeddings tend to repeat one token); greedy decoding for ``max_new_tokens`` with no
+    EOS; and greedy decoding with an EOS taken from the first source's output, so a finished source is
+    padded while the others go on.
+    """
+    model = model.eval()
+    src_len = min(src_len, config.max_len)
+    steps = min(max_new_tokens, config.max_len - 1)
+    src, _ = _example(config, sources, src_len, 1, seed=seed)
+    if sources > 1 and src_len > 2:
+        src[1, src_len // 2:] = config.pad_id
+    never = -1  # no token id: decoding runs every step
+    pt = torch_greedy_decode(model, src, bos_id=bos_id, eos_id=never, max_new_tokens=steps)
+    enc, dec = session(encoder), session(decoder)
+    try:
+        memory = enc.run(None, {"src": src.numpy()})[0]
+        worst, worst_at, close = 0.0, (0, 0), True
+        step_model = _DecoderStep(model)
+        for t in range(1, pt.size(1)):
+            prefix = pt[:, :t]
+            got = torch.from_numpy(dec.run(None, {"memory": memory, "src": src.numpy(), "ys": prefix.numpy()})[0])
+            with torch.no_grad():
+                expected = step_model(torch.from_numpy(memory), src, prefix)
+            diff = (got.double() - expected.double()).abs().nan_to_num(float("inf"))
+            close = close and not bool((diff > atol + rtol * expected.double().abs()).any())
+            if diff.max().item() >= worst:
+                worst, worst_at = diff.max().item(), (int(diff.amax(-1).argmax()), t - 1)
+    except Exception as exc:
+        raise ExportError(f"onnxruntime failed while decoding: {_short(exc)}") from exc
+    ort = ort_greedy_decode(encoder, decoder, src, bos_id=bos_id, eos_id=never, pad_id=config.pad_id,
+                            max_new_tokens=steps)
+    eos = int(pt[0, 1])
+    pt_eos = torch_greedy_decode(model, src, bos_id=bos_id, eos_id=eos, max_new_tokens=steps)
+    ort_eos = ort_greedy_decode(encoder, decoder, src, bos_id=bos_id, eos_id=eos, pad_id=config.pad_id,
+                                max_new_tokens=steps)
+    hit = pt_eos[:, 1:] == eos  # (sources, generated)
+    finish = [int(row.nonzero()[0]) if bool(row.any()) else None for row in hit]  # step of each source's EOS
+    early = len(set(finish)) > 1  # some source was padded while another still decoded
+    tokens_equal = ort.tolist() == pt.tolist()
+    eos_equal = ort_eos.tolist() == pt_eos.tolist()
+    return GenerationCheck(close and tokens_equal and eos_equal, sources, steps, worst, worst_at, tokens_equal,
+                           eos_equal, early)

@@ -23,7 +23,7 @@ def tiny():
 
 
 def test_onnxruntime_greedy_decoding_equals_pytorch(tmp_path, tiny):
-    from export import export_generation, ort_greedy_decode, torch_greedy_decode
+    from export import export_generation, ort_greedy_decode, torch_greedy_decode, verify_generation
     from reference.model import Transformer
 
     torch.manual_seed(3)
@@ -36,6 +36,12 @@ def test_onnxruntime_greedy_decoding_equals_pytorch(tmp_path, tiny):
         ort_tokens = ort_greedy_decode(enc, dec, src, bos_id=1, eos_id=2, pad_id=tiny.pad_id, max_new_tokens=12)
         pt_tokens = torch_greedy_decode(model, src, bos_id=1, eos_id=2, max_new_tokens=12)
         assert ort_tokens.tolist() == pt_tokens.tolist()
+    check = verify_generation(enc, dec, model, tiny, max_new_tokens=12)
+    assert check.ok and check.tokens_equal and check.eos_tokens_equal, check.describe()
+    assert check.steps == 12 and check.eos_finished_early and check.max_logit_diff < 1e-4, check.describe()
+    # The same graphs against other weights: the per-step logits expose it even where argmax might not.
+    other = verify_generation(enc, dec, Transformer(tiny).eval(), tiny, max_new_tokens=12)
+    assert not other.ok and other.max_logit_diff > 1e-2 and "DIFFERS FROM" in other.describe()
 
 
 def test_verify_reports_the_worst_error_and_catches_a_mismatch(tmp_path, tiny):
