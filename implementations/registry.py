@@ -141,11 +141,16 @@ class PluginError(RuntimeError):
 
 
 class UnknownImplementationError(LookupError):
-    def __init__(self, name: str, known: Iterable[str], what: str = "implementation", detail: str = ""):
+    def __init__(self, name: str, known: Iterable[str], what: str = "implementation", detail: str = "",
+                 plugin_errors: Iterable[str] = ()):
         self.name = name
         self.known = sorted(known)
+        self.plugin_errors = list(plugin_errors)
         why = f" ({detail})" if detail else ""
-        super().__init__(f"unknown {what} {name!r}{why}; known: {', '.join(self.known) or '(none)'}")
+        # The name may be one a broken plugin would have registered: say so, or the cause stays hidden.
+        failed = (f"; {len(self.plugin_errors)} plugin(s) failed to load: {' | '.join(self.plugin_errors)}"
+                  if self.plugin_errors else "")
+        super().__init__(f"unknown {what} {name!r}{why}; known: {', '.join(self.known) or '(none)'}{failed}")
 
     def __str__(self) -> str:  # LookupError would repr() the message
         return self.args[0]
@@ -342,7 +347,7 @@ class Registry:
             return impls[name]
         if "+" in name:
             return self._composed(name)
-        raise UnknownImplementationError(name, impls)
+        raise UnknownImplementationError(name, impls, plugin_errors=self.errors)
 
     def _composed(self, name: str) -> Implementation:
         if name not in self.composed:
@@ -351,7 +356,8 @@ class Registry:
             try:
                 _, pairs = parse_composition(name)
             except ValueError as exc:
-                raise UnknownImplementationError(name, self.implementations, detail=str(exc)) from None
+                raise UnknownImplementationError(name, self.implementations, detail=str(exc),
+                                                 plugin_errors=self.errors) from None
             self.composed[name] = compose(name, [self.component(kind, comp) for kind, comp in pairs])
         return self.composed[name]
 
@@ -368,7 +374,7 @@ class Registry:
                      if (n == name or (sep and name == "all")) and (not sep or k == kind)]
             if not found:
                 known = sorted({f"{k}:{n}" for k, n in comps})
-                raise UnknownImplementationError(item, known, what="component")
+                raise UnknownImplementationError(item, known, what="component", plugin_errors=self.errors)
             chosen.update({(c.kind, c.name): c for c in found})
         return list(chosen.values())
 
@@ -376,7 +382,7 @@ class Registry:
         """``"all"``, a name, or a comma-separated list of names, in that order."""
         names = [s.strip() for s in selection.split(",") if s.strip()]
         if not names:
-            raise UnknownImplementationError(selection, self.names())
+            raise UnknownImplementationError(selection, self.names(), plugin_errors=self.errors)
         if names == ["all"]:
             return list(self.load().implementations.values())
         return [self.get(n) for n in dict.fromkeys(names)]
@@ -384,7 +390,8 @@ class Registry:
     def component(self, kind: str, name: str) -> Component:
         comps = self.load().components
         if (kind, name) not in comps:
-            raise UnknownImplementationError(name, [n for k, n in comps if k == kind], what=f"{kind} component")
+            raise UnknownImplementationError(name, [n for k, n in comps if k == kind], what=f"{kind} component",
+                                             plugin_errors=self.errors)
         return comps[(kind, name)]
 
 

@@ -36,6 +36,17 @@ def test_unknown_name_lists_the_known_ones():
         isolated().get("nope")
 
 
+def test_unknown_name_names_the_plugins_that_failed_to_load():
+    """The name asked for may be one the broken plugin would have registered: the error says why it is missing."""
+    reg = isolated(str(FIXTURES / "broken_import_plugin.py"))
+    with pytest.raises(UnknownImplementationError) as info:
+        reg.select("mine")
+    message = str(info.value)
+    assert message.startswith("unknown implementation 'mine'; known: reference; 1 plugin(s) failed to load: ")
+    assert "broken_import_plugin.py" in message and "ModuleNotFoundError" in message and "\n" not in message
+    assert "failed to load" not in str(UnknownImplementationError("x", ["reference"]))
+
+
 def test_selection():
     reg = isolated(str(FIXTURES / "good_plugin.py"))
     assert [i.name for i in reg.select("all")] == ["reference", "file-plugin-model"]
