@@ -6,8 +6,9 @@ Two failure kinds, kept apart so reports can tell them apart:
     the implementation ran and computed something the clause forbids.
 ``ImplementationError``
     the implementation could not be checked: its build or forward raised, it
-    returned a non-tensor, the wrong shape or dtype, or it ran past the time
-    budget. A declared deviation does not excuse these.
+    returned a non-tensor, the wrong shape or dtype. A declared deviation does
+    not excuse these; nor does it excuse ``CheckTimeout`` (the time budget ran
+    out), which is reported the same way.
 
 Every message stands alone: clause id, paper section, what was measured,
 what was expected, the call that shows it, and a hint at the likely bug.
@@ -37,8 +38,13 @@ class ImplementationError(Exception):
     """The implementation crashed or returned something unusable."""
 
 
-class CheckTimeout(ImplementationError):
-    """A check ran past its time budget."""
+class CheckTimeout(BaseException):
+    """A check ran past its time budget.
+
+    A BaseException, like pytest's own outcome exceptions, so that nothing between the alarm and pytest
+    retries the hanging call: hypothesis replays and shrinks a failing example that raised an Exception, and
+    a check's ``except Exception`` would swallow it. Reported like an ImplementationError (status error).
+    """
 
 
 def violation(clause_id: str, *, measured: str, expected: str, call: str = "", hint: str = "") -> NoReturn:

@@ -20,12 +20,14 @@ every run; the witness does).
 from __future__ import annotations
 
 import os
+import re
 import signal
+import threading
 from pathlib import Path
 
 import pytest
 
-from spec.clauses import CLAUSES
+from spec.clauses import CLAUSES, get_clause
 
 from . import strategies  # noqa: F401  (registers and loads the hypothesis profiles)
 from .harness import CheckTimeout, ClauseViolation, ImplementationError
@@ -111,6 +113,8 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config):
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "clause(id): the spec clause this test checks (spec/clauses.py)")
+    if not config.pluginmanager.has_plugin("aiayn-safe-reports"):
+        config.pluginmanager.register(_SafeReports(), "aiayn-safe-reports")
     if config.getoption("--impl") is not None or config.getoption("--plugin"):
         selected_implementations(config)  # fail at once on an unknown name
     selected_components(config)
@@ -293,24 +297,148 @@ def _timeout(config: pytest.Config) -> float:
     return value
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item):
+# After this many checks of one subject ran past the budget, its remaining checks error at once: a hanging
+# implementation costs minutes, not the budget times every check.
+TIMEOUTS_BEFORE_GIVING_UP = 2
+# Once a phase's budget is spent the alarm fires again at this interval until the phase ends, so nothing run
+# after the first interruption (hypothesis replaying the failing example, a retry in a check) can stall.
+REFIRE_SECONDS = 1.0
+
+
+def _subject(item: pytest.Item) -> str | None:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    subject = params.get("impl") or params.get("component")
+    if subject is None:
+        return None
+    kind = getattr(subject, "kind", None)
+    return f"{kind}:{subject.name}" if kind else subject.name
+
+
+def _budgeted_phase(item: pytest.Item, phase: str):
+    """Run a test phase (fixture setup or the call) under the per-check time budget (SIGALRM)."""
     budget = _timeout(item.config)
-    use_alarm = budget > 0 and hasattr(signal, "setitimer") and item.get_closest_marker("clause") is not None
-    if not use_alarm:
+    if (budget <= 0 or not hasattr(signal, "setitimer") or item.get_closest_marker("clause") is None
+            or threading.current_thread() is not threading.main_thread()):
         return (yield)
+    subject, clause = _subject(item), get_clause(item_clause(item))
+    timeouts = item.config.stash.setdefault(_TIMEOUTS, {})
+    if subject is not None and timeouts.get(subject, 0) >= TIMEOUTS_BEFORE_GIVING_UP:
+        raise CheckTimeout(f"[{clause.id}] ({clause.citation}) could not be checked: not run, because "
+                           f"{timeouts[subject]} earlier checks of {subject} ran past the time budget of {budget:g} s "
+                           f"(--check-timeout); the implementation hangs or is far too slow")
+    state = {"active": True, "spent": False}
 
     def on_alarm(signum, frame):
-        raise CheckTimeout(f"the check ran past its time budget of {budget:g} s (--check-timeout); "
-                           f"the implementation hangs or is far too slow")
+        if not state["active"]:  # the phase is ending: never raise into pytest's own code
+            return
+        signal.setitimer(signal.ITIMER_REAL, REFIRE_SECONDS)
+        if not state["spent"]:
+            state["spent"] = True
+            if subject is not None:
+                timeouts[subject] = timeouts.get(subject, 0) + 1
+        timeout = CheckTimeout(f"[{clause.id}] ({clause.citation}) could not be checked: the check ran past its "
+                               f"time budget of {budget:g} s (--check-timeout) in {phase}; the implementation hangs "
+                               f"or is far too slow")
+        timeout.interrupted = True  # the report says where (a check given up on at once was not interrupted)
+        raise timeout
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, budget)
     try:
         return (yield)
     finally:
+        state["active"] = False
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+_TIMEOUTS = pytest.StashKey[dict]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    return (yield from _budgeted_phase(item, "setup"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    return (yield from _budgeted_phase(item, "the call"))
+
+
+def _interrupted_at(timeout: CheckTimeout) -> str:
+    """Where the time budget's alarm found the check: the innermost frame outside this module."""
+    tb, where = timeout.__traceback__, ""
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if tb.tb_lineno is not None and Path(code.co_filename).resolve() != Path(__file__).resolve():
+            where = f"{code.co_filename}:{tb.tb_lineno} in {code.co_name}"
+        tb = tb.tb_next
+    return where
+
+
+def _diagnostic(exc: BaseException | None) -> BaseException | None:
+    """Our own exception behind ``exc``: itself, or one inside an exception group or its cause/context.
+
+    Hypothesis wraps failures: a check whose replay ended differently (an error, then a timeout while
+    shrinking it) arrives as a FlakyFailure group holding both.
+    """
+    queue, seen = [exc], set()
+    while queue:
+        e = queue.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, (ClauseViolation, ImplementationError, CheckTimeout)):
+            return e
+        queue.extend(getattr(e, "exceptions", ()))
+        queue.extend([e.__cause__, e.__context__])
+    return None
+
+
+class _SafeReports:
+    """Registered in pytest_configure (pytest reads only ``pytest_*`` names, so this lives on an object)."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        return _report_without_crashing(item, call)
+
+
+def _report_without_crashing(item: pytest.Item, call: pytest.CallInfo):
+    """pytest's own report, unless formatting the traceback fails or the check ran out of time.
+
+    The time budget's alarm can land anywhere, hypothesis's tracer included, and pytest cannot format a
+    traceback entry that has no line number: an INTERNALERROR that would end the whole run. A timeout's
+    message stands alone (plus where it was interrupted), and any other formatting failure falls back to
+    the exception's text.
+    """
+    if call.excinfo is None:
+        return None
+    found = _diagnostic(call.excinfo.value)
+    if isinstance(found, CheckTimeout):
+        where = _interrupted_at(found) if getattr(found, "interrupted", False) else ""
+        text = str(found) + (f"\n  interrupted at: {where}" if where else "")
+    else:
+        try:
+            return pytest.TestReport.from_item_and_call(item, call)
+        except Exception as exc:  # pytest's formatter failed; the run must go on
+            shown = found if found is not None else call.excinfo.value
+            text = f"{shown}\n  (pytest could not format the traceback: {type(exc).__name__}: {exc})"
+    return pytest.TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, "failed", text, call.when,
+                             duration=call.duration, start=call.start, stop=call.stop,
+                             user_properties=list(item.user_properties))
+
+
+def _retag(message: str, clause_id: str | None) -> str:
+    """Report a module fixture's failure under each test's own clause.
+
+    A module builds its model once, naming one of its clauses; when that build fails, every test of the
+    module reports the failure, each under the clause it checks.
+    """
+    match = re.match(r"\[([a-z0-9.-]+)\] \(([^)]*)\)", message)
+    if clause_id is None or match is None or match.group(1) == clause_id or match.group(1) not in CLAUSES:
+        return message
+    own = get_clause(clause_id)
+    return f"[{own.id}] ({own.citation})" + message[match.end():]
 
 
 @pytest.hookimpl(wrapper=True)
@@ -319,12 +447,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     clause_id = item_clause(item)
     if clause_id is not None:
         report.user_properties.append(("clause", clause_id))
-    if call.excinfo is not None and call.when == "call":
-        exc = call.excinfo.value
-        if isinstance(exc, (ClauseViolation, ImplementationError)):
-            status = "error" if isinstance(exc, ImplementationError) else "fail"
+    # The call, or a fixture's setup (a module's model built once): either way the diagnostic is the message.
+    if call.excinfo is not None and call.when in ("setup", "call"):
+        exc = _diagnostic(call.excinfo.value)
+        if exc is not None:
+            status = "fail" if isinstance(exc, ClauseViolation) else "error"
+            message = str(report.longrepr) if isinstance(exc, CheckTimeout) else str(exc)
+            if status == "error":
+                message = _retag(message, clause_id)
             report.user_properties.append(("aiayn_status", status))
-            report.user_properties.append(("aiayn_message", str(exc)))
+            report.user_properties.append(("aiayn_message", message))
             if report.failed:
-                report.longrepr = str(exc)
+                report.longrepr = message
     return report
