@@ -45,7 +45,8 @@ def run(tmp_path_factory):
     started = time.perf_counter()
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     wall = time.perf_counter() - started
-    assert out.exists(), f"the suite wrote no results (exit {res.returncode}):\n{res.stdout[-3000:]}{res.stderr[-2000:]}"
+    assert out.exists(), \
+        f"the suite wrote no results (exit {res.returncode}):\n{res.stdout[-3000:]}{res.stderr[-2000:]}"
     records = defaultdict(list)
     for rec in json.loads(out.read_text())["tests"]:
         records[rec["subject"].split(":", 1)[1]].append(rec)
