@@ -35,7 +35,23 @@ class ClauseViolation(AssertionError):
 
 
 class ImplementationError(Exception):
-    """The implementation crashed or returned something unusable."""
+    """The implementation crashed or returned something unusable.
+
+    ``clause_id`` and ``reason`` (set by the harness) let the report restate the error under another
+    clause: a module builds its model once, under one of its clauses, and each test reports that build's
+    failure under the clause it checks.
+    """
+
+    def __init__(self, message: str, *, clause_id: str | None = None, reason: str | None = None):
+        super().__init__(message)
+        self.clause_id, self.reason = clause_id, reason
+
+    def message_for(self, clause_id: str | None) -> str:
+        """The message, stated under ``clause_id``."""
+        if self.reason is None or clause_id is None or clause_id == self.clause_id:
+            return str(self)
+        clause = get_clause(clause_id)
+        return f"[{clause.id}] ({clause.citation}) could not be checked: {self.reason}"
 
 
 class CheckTimeout(BaseException):
@@ -62,7 +78,8 @@ def violation(clause_id: str, *, measured: str, expected: str, call: str = "", h
 def _crash(clause_id: str, what: str, exc: BaseException | None = None) -> NoReturn:
     clause = get_clause(clause_id)
     detail = f": {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}" if exc else ""
-    raise ImplementationError(f"[{clause.id}] ({clause.citation}) could not be checked: {what}{detail}") from exc
+    raise ImplementationError(f"[{clause.id}] ({clause.citation}) could not be checked: {what}{detail}",
+                              clause_id=clause.id, reason=f"{what}{detail}") from exc
 
 
 @contextlib.contextmanager

@@ -20,7 +20,6 @@ every run; the witness does).
 from __future__ import annotations
 
 import os
-import re
 import signal
 import threading
 from pathlib import Path
@@ -306,12 +305,12 @@ REFIRE_SECONDS = 1.0
 
 
 def _subject(item: pytest.Item) -> str | None:
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    subject = params.get("impl") or params.get("component")
-    if subject is None:
-        return None
-    kind = getattr(subject, "kind", None)
-    return f"{kind}:{subject.name}" if kind else subject.name
+    """The implementation or component under test (``NAME`` or ``KIND:NAME``), as recorded at collection."""
+    subject = dict(item.user_properties).get("aiayn_subject")
+    return subject.split(":", 1)[1] if subject else None
+
+
+_TIMEOUTS = pytest.StashKey[dict]()  # subject -> how many of its checks ran past the budget
 
 
 def _budgeted_phase(item: pytest.Item, phase: str):
@@ -350,9 +349,6 @@ def _budgeted_phase(item: pytest.Item, phase: str):
         state["active"] = False
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-
-
-_TIMEOUTS = pytest.StashKey[dict]()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -428,19 +424,6 @@ def _report_without_crashing(item: pytest.Item, call: pytest.CallInfo):
                              user_properties=list(item.user_properties))
 
 
-def _retag(message: str, clause_id: str | None) -> str:
-    """Report a module fixture's failure under each test's own clause.
-
-    A module builds its model once, naming one of its clauses; when that build fails, every test of the
-    module reports the failure, each under the clause it checks.
-    """
-    match = re.match(r"\[([a-z0-9.-]+)\] \(([^)]*)\)", message)
-    if clause_id is None or match is None or match.group(1) == clause_id or match.group(1) not in CLAUSES:
-        return message
-    own = get_clause(clause_id)
-    return f"[{own.id}] ({own.citation})" + message[match.end():]
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
@@ -452,9 +435,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         exc = _diagnostic(call.excinfo.value)
         if exc is not None:
             status = "fail" if isinstance(exc, ClauseViolation) else "error"
-            message = str(report.longrepr) if isinstance(exc, CheckTimeout) else str(exc)
-            if status == "error":
-                message = _retag(message, clause_id)
+            if isinstance(exc, CheckTimeout):
+                message = str(report.longrepr)  # with where it was interrupted
+            elif isinstance(exc, ImplementationError):
+                message = exc.message_for(clause_id)
+            else:
+                message = str(exc)
             report.user_properties.append(("aiayn_status", status))
             report.user_properties.append(("aiayn_message", message))
             if report.failed:

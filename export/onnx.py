@@ -236,9 +236,14 @@ def export_generation(model, out_dir: str | Path, config: ModelConfig, *,
 def ort_greedy_decode(encoder: str | Path, decoder: str | Path, src: torch.Tensor, *, bos_id: int, eos_id: int,
                       pad_id: int, max_new_tokens: int) -> torch.Tensor:
     """Greedy decoding entirely in onnxruntime; same stopping rule as the reference's greedy_decode."""
+    return _ort_greedy(session(encoder), session(decoder), src, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id,
+                       max_new_tokens=max_new_tokens)
+
+
+def _ort_greedy(enc, dec, src: torch.Tensor, *, bos_id: int, eos_id: int, pad_id: int,
+                max_new_tokens: int) -> torch.Tensor:
     import numpy as np
 
-    enc, dec = session(encoder), session(decoder)
     src_np = src.numpy()
     memory = enc.run(None, {"src": src_np})[0]
     ys = np.full((src_np.shape[0], 1), bos_id, dtype=np.int64)
@@ -311,14 +316,12 @@ def verify_generation(encoder: str | Path, decoder: str | Path, model, config: M
             close = close and not bool((diff > atol + rtol * expected.double().abs()).any())
             if diff.max().item() >= worst:
                 worst, worst_at = diff.max().item(), (int(diff.amax(-1).argmax()), t - 1)
+        eos = int(pt[0, 1])
+        pt_eos = torch_greedy_decode(model, src, bos_id=bos_id, eos_id=eos, max_new_tokens=steps)
+        ort = _ort_greedy(enc, dec, src, bos_id=bos_id, eos_id=never, pad_id=config.pad_id, max_new_tokens=steps)
+        ort_eos = _ort_greedy(enc, dec, src, bos_id=bos_id, eos_id=eos, pad_id=config.pad_id, max_new_tokens=steps)
     except Exception as exc:
         raise ExportError(f"onnxruntime failed while decoding: {_short(exc)}") from exc
-    ort = ort_greedy_decode(encoder, decoder, src, bos_id=bos_id, eos_id=never, pad_id=config.pad_id,
-                            max_new_tokens=steps)
-    eos = int(pt[0, 1])
-    pt_eos = torch_greedy_decode(model, src, bos_id=bos_id, eos_id=eos, max_new_tokens=steps)
-    ort_eos = ort_greedy_decode(encoder, decoder, src, bos_id=bos_id, eos_id=eos, pad_id=config.pad_id,
-                                max_new_tokens=steps)
     hit = pt_eos[:, 1:] == eos  # (sources, generated)
     finish = [int(row.nonzero()[0]) if bool(row.any()) else None for row in hit]  # step of each source's EOS
     early = len(set(finish)) > 1  # some source was padded while another still decoded

@@ -337,6 +337,10 @@ class Registry:
             self._collect(only=new)
 
     # -- queries -------------------------------------------------------------
+    def _unknown(self, name: str, known: Iterable[str], **kwargs: str) -> UnknownImplementationError:
+        """The lookup error, naming the plugins that failed to load (the name may have been theirs)."""
+        return UnknownImplementationError(name, known, plugin_errors=self.errors, **kwargs)
+
     def names(self) -> list[str]:
         return list(self.load().implementations)
 
@@ -347,7 +351,7 @@ class Registry:
             return impls[name]
         if "+" in name:
             return self._composed(name)
-        raise UnknownImplementationError(name, impls, plugin_errors=self.errors)
+        raise self._unknown(name, impls)
 
     def _composed(self, name: str) -> Implementation:
         if name not in self.composed:
@@ -356,8 +360,7 @@ class Registry:
             try:
                 _, pairs = parse_composition(name)
             except ValueError as exc:
-                raise UnknownImplementationError(name, self.implementations, detail=str(exc),
-                                                 plugin_errors=self.errors) from None
+                raise self._unknown(name, self.implementations, detail=str(exc)) from None
             self.composed[name] = compose(name, [self.component(kind, comp) for kind, comp in pairs])
         return self.composed[name]
 
@@ -374,7 +377,7 @@ class Registry:
                      if (n == name or (sep and name == "all")) and (not sep or k == kind)]
             if not found:
                 known = sorted({f"{k}:{n}" for k, n in comps})
-                raise UnknownImplementationError(item, known, what="component", plugin_errors=self.errors)
+                raise self._unknown(item, known, what="component")
             chosen.update({(c.kind, c.name): c for c in found})
         return list(chosen.values())
 
@@ -382,7 +385,7 @@ class Registry:
         """``"all"``, a name, or a comma-separated list of names, in that order."""
         names = [s.strip() for s in selection.split(",") if s.strip()]
         if not names:
-            raise UnknownImplementationError(selection, self.names(), plugin_errors=self.errors)
+            raise self._unknown(selection, self.names())
         if names == ["all"]:
             return list(self.load().implementations.values())
         return [self.get(n) for n in dict.fromkeys(names)]
@@ -390,8 +393,7 @@ class Registry:
     def component(self, kind: str, name: str) -> Component:
         comps = self.load().components
         if (kind, name) not in comps:
-            raise UnknownImplementationError(name, [n for k, n in comps if k == kind], what=f"{kind} component",
-                                             plugin_errors=self.errors)
+            raise self._unknown(name, [n for k, n in comps if k == kind], what=f"{kind} component")
         return comps[(kind, name)]
 
 
