@@ -228,8 +228,11 @@ def _tail(text: str, lines: int = 15) -> str:
 
 
 def run_job(job: Job, *, plugins: list[str], extra: list[str], workdir: Path, timeout: float,
-            progress: Progress, stream_output: bool = False) -> None:
-    """Run the suite for one job and fold its records into ``job.subjects``."""
+            progress: Progress, stream_output: bool = False, env: dict[str, str] | None = None) -> None:
+    """Run the suite for one job and fold its records into ``job.subjects``.
+
+    ``env``: variables added to the suite process's environment (the torch thread share).
+    """
     import conformance
 
     suite = Path(conformance.__file__).resolve().parent
@@ -241,7 +244,7 @@ def run_job(job: Job, *, plugins: list[str], extra: list[str], workdir: Path, ti
     started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=None if stream_output else subprocess.PIPE,
                             stderr=None if stream_output else subprocess.PIPE, text=True,
-                            cwd=suite.parent)
+                            cwd=suite.parent, env={**os.environ, **(env or {})})
     reader = threading.Thread(target=lambda: setattr(proc, "_captured", proc.communicate()), daemon=True)
     reader.start()
     progress_file = out.with_name(out.name + ".progress")
@@ -273,7 +276,7 @@ def run_job(job: Job, *, plugins: list[str], extra: list[str], workdir: Path, ti
         progress.total += len(job.parts)
         for part in job.parts:
             run_job(part, plugins=plugins, extra=extra, workdir=workdir, timeout=timeout / len(job.parts),
-                    progress=progress, stream_output=stream_output)
+                    progress=progress, stream_output=stream_output, env=env)
         return
     if records is None or timed_out:
         why = (f"the suite run timed out after {timeout:.0f} s" if timed_out else
@@ -307,6 +310,16 @@ def plan(registry, impl_selection: str | None, component_selection: str | None) 
     return jobs
 
 
+def thread_share(processes: int) -> dict[str, str]:
+    """The environment giving each of ``processes`` suite runs its share of the CPUs for torch's threads
+    (see conformance/threads.py); nothing when the user chose the thread count."""
+    from conformance import threads
+
+    if os.environ.get(threads.ENV, "").strip() or os.environ.get("OMP_NUM_THREADS", "").strip():
+        return {}
+    return {threads.ENV: str(threads.share(processes))}
+
+
 def audit(jobs: list[Job], *, plugins: list[str], extra: list[str], jobs_n: int, timeout: float,
           progress: Progress, with_figures: bool = False, isolate: bool = False) -> AuditResult:
     started = time.monotonic()
@@ -315,11 +328,12 @@ def audit(jobs: list[Job], *, plugins: list[str], extra: list[str], jobs_n: int,
         jobs = group(jobs, jobs_n)
         timeout = timeout * max(len(j.parts) for j in jobs) if any(j.parts for j in jobs) else timeout
     progress.total = len(jobs)
+    env = thread_share(min(max(1, jobs_n), len(jobs)))
     with tempfile.TemporaryDirectory(prefix="aiayn-audit-") as tmp:
         workdir = Path(tmp)
 
         def one(job: Job) -> None:
-            run_job(job, plugins=plugins, extra=extra, workdir=workdir, timeout=timeout, progress=progress)
+            run_job(job, plugins=plugins, extra=extra, workdir=workdir, timeout=timeout, progress=progress, env=env)
             for s in job.subjects:
                 progress.log(f"  {s.name}: {s.verdict} ({s.seconds:.0f} s)")
             if with_figures:

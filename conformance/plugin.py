@@ -28,7 +28,10 @@ import pytest
 
 from spec.clauses import CLAUSES, get_clause
 
-from . import strategies  # noqa: F401  (registers and loads the hypothesis profiles)
+from . import (
+    strategies,  # noqa: F401  (registers and loads the hypothesis profiles)
+    threads,
+)
 from .harness import CheckTimeout, ClauseViolation, ImplementationError
 
 CONFORMANCE_DIR = Path(__file__).resolve().parent
@@ -112,6 +115,17 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config):
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "clause(id): the spec clause this test checks (spec/clauses.py)")
+    try:
+        if hasattr(config, "workerinput"):  # an xdist worker takes its share of the CPUs
+            config._aiayn_threads = threads.apply(int(config.workerinput["workercount"]))
+        else:
+            workers = getattr(config.option, "numprocesses", None)  # xdist's -n, resolved to a number
+            n_workers = workers if isinstance(workers, int) and workers > 0 else None
+            n, why = threads.wanted_threads(n_workers)
+            config._aiayn_threads = (f"torch threads: {n or 'torch default'} per xdist worker ({why})"
+                                     if n_workers else threads.apply(None))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
     if not config.pluginmanager.has_plugin("aiayn-safe-reports"):
         config.pluginmanager.register(_SafeReports(), "aiayn-safe-reports")
     if config.getoption("--impl") is not None or config.getoption("--plugin"):
@@ -153,6 +167,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     errors = _registry(config).errors
     for err in errors:
         lines.append(f"  plugin error: {err}")
+    lines.append(f"  {config._aiayn_threads}")
     env = {k: v for k, v in os.environ.items() if k.startswith("AIAYN_")}
     if env:
         lines.append("  environment: " + ", ".join(f"{k}={v}" for k, v in sorted(env.items())))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance import threads
 from spec import CLAUSES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,6 +39,21 @@ CONFORMING = ["reference", "independent"]
 HAVE_ORT = importlib.util.find_spec("onnxruntime") is not None
 
 
+# Here (2 CPUs) the main run takes about 3 minutes; the limit only bounds a run gone wrong.
+TIMEOUT = 1800
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text().splitlines()
+    except OSError:
+        return []
+
+
+def _text(data) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
+
+
 def run_suite(impls, tmp: Path, *extra: str, env=None, suite: str | None = "conformance/"):
     out = tmp / "results.json"
     # The smoke profile: 3 examples, no shrinking. Each check's fixed witness shows its bug deterministically.
@@ -47,8 +63,14 @@ def run_suite(impls, tmp: Path, *extra: str, env=None, suite: str | None = "conf
            f"--results-json={out}", *extra]
     if importlib.util.find_spec("xdist") is not None and (os.cpu_count() or 1) > 1:
         cmd += ["-n", str(min(4, os.cpu_count() or 1))]
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800,
-                         env={**os.environ, **(env or {})})
+    try:
+        res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT,
+                             env={**os.environ, **(env or {})})
+    except subprocess.TimeoutExpired as exc:  # say how far it got, not only that it timed out
+        done = _lines(out.with_name(out.name + ".progress")).count("done")
+        pytest.fail(f"the suite run over {len(impls)} model(s) did not finish in {TIMEOUT} s ({done} tests done; "
+                    f"{threads.ENV}={os.environ.get(threads.ENV)}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')})"
+                    f":\n{_text(exc.stdout)[-3000:]}{_text(exc.stderr)[-2000:]}")
     assert out.exists(), \
         f"the suite wrote no results (exit {res.returncode}):\n{res.stdout[-3000:]}{res.stderr[-2000:]}"
     return res, json.loads(out.read_text())

@@ -1,0 +1,63 @@
+"""torch's CPU threads when several suite processes share the machine.
+
+torch sizes its intra-op thread pool to the number of cores in every process. Two pytest-xdist
+workers (or two ``aiayn audit`` jobs) on a two-core machine then run four busy threads on two
+cores. The suite's operations are tiny, so the threads spend their time waiting for each other:
+on the project's 2-core CI machine the same four implementations took 7.5 s with one thread per
+worker and 80 to 124 s with torch's default, varying from run to run. Each process therefore
+takes its share of the CPUs.
+
+Precedence, highest first:
+
+``AIAYN_TORCH_THREADS=N``   every suite process uses N threads (``aiayn audit`` sets it for its jobs);
+``OMP_NUM_THREADS``         left to torch, which reads it at start-up;
+an xdist worker             the available CPUs divided by the number of workers, at least 1;
+otherwise                   torch's default.
+"""
+
+from __future__ import annotations
+
+import os
+
+ENV = "AIAYN_TORCH_THREADS"
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def share(processes: int) -> int:
+    """Threads for each of ``processes`` processes running at once: the CPUs divided evenly, at least 1."""
+    return max(1, available_cpus() // max(1, processes))
+
+
+def wanted_threads(workers: int | None) -> tuple[int | None, str]:
+    """The thread count this process should use (None: leave torch alone), and why."""
+    value = os.environ.get(ENV, "").strip()
+    if value:
+        try:
+            n = int(value)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ValueError(f"{ENV}={value!r}: expected a whole number of threads, at least 1")
+        return n, f"${ENV}"
+    if os.environ.get("OMP_NUM_THREADS", "").strip():
+        return None, "$OMP_NUM_THREADS"
+    if workers:
+        return share(workers), f"{available_cpus()} CPUs shared by {workers} xdist workers"
+    return None, "torch's default"
+
+
+def apply(workers: int | None) -> str:
+    """Set torch's intra-op threads as :func:`wanted_threads` says; return a line for the report header."""
+    import torch
+
+    n, why = wanted_threads(workers)
+    if n is not None and torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    return f"torch threads: {torch.get_num_threads()} ({why})"
