@@ -310,16 +310,6 @@ def plan(registry, impl_selection: str | None, component_selection: str | None) 
     return jobs
 
 
-def thread_share(processes: int) -> dict[str, str]:
-    """The environment giving each of ``processes`` suite runs its share of the CPUs for torch's threads
-    (see conformance/threads.py); nothing when the user chose the thread count."""
-    from conformance import threads
-
-    if os.environ.get(threads.ENV, "").strip() or os.environ.get("OMP_NUM_THREADS", "").strip():
-        return {}
-    return {threads.ENV: str(threads.share(processes))}
-
-
 def audit(jobs: list[Job], *, plugins: list[str], extra: list[str], jobs_n: int, timeout: float,
           progress: Progress, with_figures: bool = False, isolate: bool = False) -> AuditResult:
     started = time.monotonic()
@@ -328,7 +318,9 @@ def audit(jobs: list[Job], *, plugins: list[str], extra: list[str], jobs_n: int,
         jobs = group(jobs, jobs_n)
         timeout = timeout * max(len(j.parts) for j in jobs) if any(j.parts for j in jobs) else timeout
     progress.total = len(jobs)
-    env = thread_share(min(max(1, jobs_n), len(jobs)))
+    from conformance import threads
+
+    env = threads.environment_for(min(max(1, jobs_n), len(jobs)))  # each concurrent run's share of the CPUs
     with tempfile.TemporaryDirectory(prefix="aiayn-audit-") as tmp:
         workdir = Path(tmp)
 

@@ -120,10 +120,8 @@ def pytest_configure(config: pytest.Config) -> None:
             config._aiayn_threads = threads.apply(int(config.workerinput["workercount"]))
         else:
             workers = getattr(config.option, "numprocesses", None)  # xdist's -n, resolved to a number
-            n_workers = workers if isinstance(workers, int) and workers > 0 else None
-            n, why = threads.wanted_threads(n_workers)
-            config._aiayn_threads = (f"torch threads: {n or 'torch default'} per xdist worker ({why})"
-                                     if n_workers else threads.apply(None))
+            config._aiayn_threads = (threads.header_line(workers) if isinstance(workers, int) and workers > 0
+                                     else threads.apply(None))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     if not config.pluginmanager.has_plugin("aiayn-safe-reports"):

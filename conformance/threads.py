@@ -35,10 +35,16 @@ def share(processes: int) -> int:
     return max(1, available_cpus() // max(1, processes))
 
 
+def _user_choice() -> str | None:
+    """The variable by which the user chose the thread count, if any (the first of the precedence)."""
+    return next((var for var in (ENV, "OMP_NUM_THREADS") if os.environ.get(var, "").strip()), None)
+
+
 def wanted_threads(workers: int | None) -> tuple[int | None, str]:
     """The thread count this process should use (None: leave torch alone), and why."""
-    value = os.environ.get(ENV, "").strip()
-    if value:
+    chosen = _user_choice()
+    if chosen == ENV:
+        value = os.environ[ENV].strip()
         try:
             n = int(value)
         except ValueError:
@@ -46,11 +52,23 @@ def wanted_threads(workers: int | None) -> tuple[int | None, str]:
         if n < 1:
             raise ValueError(f"{ENV}={value!r}: expected a whole number of threads, at least 1")
         return n, f"${ENV}"
-    if os.environ.get("OMP_NUM_THREADS", "").strip():
-        return None, "$OMP_NUM_THREADS"
+    if chosen is not None:
+        return None, f"${chosen}"
     if workers:
         return share(workers), f"{available_cpus()} CPUs shared by {workers} xdist workers"
     return None, "torch's default"
+
+
+def environment_for(processes: int) -> dict[str, str]:
+    """Variables for each of ``processes`` suite runs started at once (``aiayn audit``'s jobs): their share
+    of the CPUs, or nothing when the user chose a count (the runs inherit that choice)."""
+    return {} if _user_choice() else {ENV: str(share(processes))}
+
+
+def header_line(xdist_workers: int | None) -> str:
+    """The report header's line in a process that runs no checks itself: xdist's controller."""
+    n, why = wanted_threads(xdist_workers)
+    return f"torch threads: {n or 'torch default'} per xdist worker ({why})"
 
 
 def apply(workers: int | None) -> str:

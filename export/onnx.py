@@ -314,8 +314,9 @@ def verify_generation(encoder: str | Path, decoder: str | Path, model, config: M
                 expected = step_model(torch.from_numpy(memory), src, prefix)
             diff = (got.double() - expected.double()).abs().nan_to_num(float("inf"))
             close = close and not bool((diff > atol + rtol * expected.double().abs()).any())
-            if diff.max().item() >= worst:
-                worst, worst_at = diff.max().item(), (int(diff.amax(-1).argmax()), t - 1)
+            step_worst = diff.max().item()
+            if step_worst >= worst:
+                worst, worst_at = step_worst, (int(diff.amax(-1).argmax()), t - 1)
         eos = int(pt[0, 1])
         pt_eos = torch_greedy_decode(model, src, bos_id=bos_id, eos_id=eos, max_new_tokens=steps)
         ort = _ort_greedy(enc, dec, src, bos_id=bos_id, eos_id=never, pad_id=config.pad_id, max_new_tokens=steps)

@@ -61,8 +61,8 @@ def run_suite(impls, tmp: Path, *extra: str, env=None, suite: str | None = "conf
            "--hypothesis-profile=smoke",
            f"--plugin={BROKEN_PLUGIN}", f"--plugin={INDEPENDENT_PLUGIN}", f"--impl={','.join(impls)}",
            f"--results-json={out}", *extra]
-    if importlib.util.find_spec("xdist") is not None and (os.cpu_count() or 1) > 1:
-        cmd += ["-n", str(min(4, os.cpu_count() or 1))]
+    if importlib.util.find_spec("xdist") is not None and threads.available_cpus() > 1:
+        cmd += ["-n", str(min(4, threads.available_cpus()))]
     try:
         res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT,
                              env={**os.environ, **(env or {})})

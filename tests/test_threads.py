@@ -10,7 +10,6 @@ import textwrap
 
 import pytest
 
-from aiayn.audit import thread_share
 from conformance import threads
 
 HAVE_XDIST = importlib.util.find_spec("xdist") is not None
@@ -45,12 +44,12 @@ def test_a_bad_thread_count_is_named(clean_env, value):
 
 
 def test_audit_jobs_get_their_share_unless_the_user_chose(clean_env):
-    assert thread_share(3) == {threads.ENV: "2"}
+    assert threads.environment_for(3) == {threads.ENV: "2"}
     clean_env.setenv("OMP_NUM_THREADS", "1")
-    assert thread_share(3) == {}
+    assert threads.environment_for(3) == {}
     clean_env.delenv("OMP_NUM_THREADS")
     clean_env.setenv(threads.ENV, "4")
-    assert thread_share(3) == {}
+    assert threads.environment_for(3) == {}
 
 
 def _run_probe(tmp_path, *args, env=None):
