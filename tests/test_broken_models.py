@@ -78,7 +78,7 @@ def run_suite(impls, tmp: Path, *extra: str, env=None, suite: str | None = "conf
 
 # Exporting to ONNX takes seconds per model and only one bug here shows in it: the ONNX checks run on the
 # models for which they can tell something, the rest of the suite on every model.
-ONNX_TEST = "conformance/test_onnx.py"
+ONNX_TEST = "conformance/test_export.py"
 ONNX_MODELS = ["reference", "broken-dropout-in-eval"]
 
 
