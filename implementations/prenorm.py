@@ -28,8 +28,8 @@ from torch import Tensor, nn
 from reference.model import causal_mask, padding_mask, sinusoid_table
 from spec.config import ModelConfig
 
+from .declarations import Implementation
 from .hookspecs import hookimpl
-from .registry import Implementation
 
 __all__ = ["PreNormTransformer", "build", "DEVIATIONS"]
 

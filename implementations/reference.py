@@ -2,8 +2,8 @@
 
 from reference.model import build
 
+from .declarations import Implementation
 from .hookspecs import hookimpl
-from .registry import Implementation
 
 
 @hookimpl

@@ -81,8 +81,8 @@ from torch import Tensor, nn
 from spec.config import ModelConfig
 from spec.schema import copy_canonical
 
+from .declarations import Implementation
 from .hookspecs import hookimpl
-from .registry import Implementation
 
 __all__ = ["SectionsNotebookTransformer", "build", "DEVIATIONS"]
 

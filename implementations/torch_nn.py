@@ -39,8 +39,8 @@ from reference.model import sinusoid_table
 from spec.config import ModelConfig
 from spec.schema import copy_canonical
 
+from .declarations import Implementation
 from .hookspecs import hookimpl
-from .registry import Implementation
 
 __all__ = ["TorchNNTransformer", "build", "DEVIATIONS"]
 
