@@ -88,13 +88,12 @@ import copy
 import math
 import numbers
 from collections.abc import Mapping
-from functools import partial
 
 import torch
 from torch import Tensor, nn
 
 from spec.config import ModelConfig
-from spec.schema import copy_canonical
+from spec.schema import CanonicalKey, Target, load_canonical
 
 from .declarations import Implementation
 from .hookspecs import hookimpl
@@ -268,6 +267,8 @@ class Embeddings(nn.Module):
 class PositionalEncoding(nn.Module):
     """§3.5 sinusoids (float64, cast) in a buffer [1, max_len, d_model], added, then dropout (not in the document)."""
 
+    pe: Tensor  # (1, max_len, d_model), a non-persistent buffer
+
     def __init__(self, d_model: int, dropout: float, max_len: int):
         super().__init__()
         self.dropout = nn.Dropout(p=dropout)
@@ -338,9 +339,9 @@ def make_model(cfg: ModelConfig) -> EncoderDecoder:
         if p.dim() > 1:
             nn.init.xavier_uniform_(p)
     if cfg.share_embeddings:  # §3.4: one matrix, three uses (the generator's bias stays)
-        shared = model.src_embeddings[0].lut.weight
-        model.tgt_embeddings[0].lut.weight = shared
-        model.generator.linear.weight = shared
+        shared = model.get_parameter("src_embeddings.0.lut.weight")
+        model.get_submodule("tgt_embeddings.0.lut").weight = shared
+        model.get_submodule("generator.linear").weight = shared
     return model
 
 
@@ -371,48 +372,35 @@ class AnnotatedNotebookTransformer(nn.Module):
 
     def positional_encoding(self, length: int) -> Tensor:
         """The table added to the scaled embeddings: (length, d_model)."""
-        pe = self.model.src_embeddings[1].pe[0]  # (max_len, d_model)
+        pe = self.model.get_buffer("src_embeddings.1.pe")[0]  # (max_len, d_model)
         if length <= pe.size(0):
             return pe[:length]
         return sinusoids(length, self.config.d_model, device=pe.device)
 
-    @torch.no_grad()
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
         """Load a canonical-schema state dict; the attention and generator biases (absent in the paper) get 0."""
-        put = partial(copy_canonical, state)  # put(param, *canonical names)
-
-        def put_attention(mha: MultiHeadAttention, prefix: str) -> None:
-            for lin, ours in zip(mha.linears, ("q", "k", "v", "o")):
-                put(lin.weight, f"{prefix}.{ours}.weight")
-                lin.bias.zero_()
-
-        def put_norm(sub: Sublayer, prefix: str) -> None:
-            put(sub.layernorm.gamma, f"{prefix}.weight")
-            put(sub.layernorm.beta, f"{prefix}.bias")
-
-        def put_ffn(ff: PositionwiseFeedForward, prefix: str) -> None:
-            for lin, ours in ((ff.w_1, "w1"), (ff.w_2, "w2")):
-                put(lin.weight, f"{prefix}.{ours}.weight")
-                put(lin.bias, f"{prefix}.{ours}.bias")
-
-        m = self.model
-        put(m.src_embeddings[0].lut.weight, "src_embed.weight")
-        put(m.tgt_embeddings[0].lut.weight, "tgt_embed.weight")
-        put(m.generator.linear.weight, "generator.weight")
-        m.generator.linear.bias.zero_()
-        for i, layer in enumerate(m.encoder.encoder_stack):
-            p = f"encoder.{i}"
-            put_attention(layer.attention, f"{p}.self_attn")
-            put_ffn(layer.feed_forward, f"{p}.ffn")
-            for k in range(2):
-                put_norm(layer.sublayers[k], f"{p}.norm{k + 1}")
-        for i, layer in enumerate(m.decoder.decoder_stack):
-            p = f"decoder.{i}"
-            put_attention(layer.masked_attention, f"{p}.self_attn")
-            put_attention(layer.attention, f"{p}.cross_attn")
-            put_ffn(layer.feed_forward, f"{p}.ffn")
-            for k in range(3):
-                put_norm(layer.sublayers[k], f"{p}.norm{k + 1}")
+        get = self.get_parameter
+        mapping: dict[CanonicalKey, Target] = {"src_embed.weight": get("model.src_embeddings.0.lut.weight"),
+                                               "tgt_embed.weight": get("model.tgt_embeddings.0.lut.weight"),
+                                               "generator.weight": get("model.generator.linear.weight")}
+        zero = [get("model.generator.linear.bias")]
+        stacks = (("encoder", "model.encoder.encoder_stack", {"self_attn": "attention"}, 2),
+                  ("decoder", "model.decoder.decoder_stack", {"self_attn": "masked_attention",
+                                                              "cross_attn": "attention"}, 3))
+        for stack, layers, attentions, n_norms in stacks:
+            for i in range(self.config.n_layers):
+                ours, theirs = f"{stack}.{i}", f"{layers}.{i}"
+                for att, mha in attentions.items():  # linears 0..3 are q, k, v, o
+                    mapping.update({f"{ours}.{att}.{x}.weight": get(f"{theirs}.{mha}.linears.{j}.weight")
+                                    for j, x in enumerate("qkvo")})
+                    zero += [get(f"{theirs}.{mha}.linears.{j}.bias") for j in range(4)]
+                for k in (1, 2):
+                    mapping[f"{ours}.ffn.w{k}.weight"] = get(f"{theirs}.feed_forward.w_{k}.weight")
+                    mapping[f"{ours}.ffn.w{k}.bias"] = get(f"{theirs}.feed_forward.w_{k}.bias")
+                for k in range(n_norms):
+                    mapping[f"{ours}.norm{k + 1}.weight"] = get(f"{theirs}.sublayers.{k}.layernorm.gamma")
+                    mapping[f"{ours}.norm{k + 1}.bias"] = get(f"{theirs}.sublayers.{k}.layernorm.beta")
+        load_canonical(state, mapping, zero=zero)
 
 
 def build(config: ModelConfig) -> AnnotatedNotebookTransformer:

@@ -68,13 +68,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from functools import partial
 
 import torch
 from torch import Tensor, nn
 
 from spec.config import ModelConfig
-from spec.schema import copy_canonical
+from spec.schema import CanonicalKey, Target, load_canonical
 
 from .declarations import Implementation
 from .hookspecs import hookimpl
@@ -296,43 +295,31 @@ class Transformer(nn.Module):
             raise ValueError(f"the table was built for max_seq_len={table.size(0)} positions; {length} requested")
         return table[:length]
 
-    @torch.no_grad()
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
-        """Load a canonical-schema state dict; attention and generator biases get 0."""
-        put = partial(copy_canonical, state)  # put(param, *canonical names)
-
-        def put_attention(mha: MultiheadAttention, prefix: str) -> None:
-            for ours, theirs in (("q", mha.w_q), ("k", mha.w_k), ("v", mha.w_v), ("o", mha.w_o)):
-                put(theirs.weight, f"{prefix}.{ours}.weight")
-                theirs.bias.zero_()
-
-        def put_ffn(ffn: PointWiseFeedForward, prefix: str) -> None:
-            for ours, theirs in (("w1", ffn.point_wise_ff[0]), ("w2", ffn.point_wise_ff[2])):
-                put(theirs.weight, f"{prefix}.{ours}.weight")
-                put(theirs.bias, f"{prefix}.{ours}.bias")
-
-        def put_norm(norm: nn.LayerNorm, prefix: str) -> None:
-            put(norm.weight, f"{prefix}.weight")
-            put(norm.bias, f"{prefix}.bias")
-
-        put(self.encoder.embedding.embedding.weight, "src_embed.weight")
-        put(self.decoder.embedding.embedding.weight, "tgt_embed.weight")
-        put(self.decoder.linear.weight, "generator.weight")
-        self.decoder.linear.bias.zero_()
-        for i, layer in enumerate(self.encoder.encoder_layers):
-            p = f"encoder.{i}"
-            put_attention(layer.multihead_attention, f"{p}.self_attn")
-            put_norm(layer.attention_layer_norm, f"{p}.norm1")
-            put_ffn(layer.point_wise_feed_forward, f"{p}.ffn")
-            put_norm(layer.ff_layer_norm, f"{p}.norm2")
-        for i, layer in enumerate(self.decoder.decoder):
-            p = f"decoder.{i}"
-            put_attention(layer.multihead_attention, f"{p}.self_attn")
-            put_norm(layer.attention_layer_norm, f"{p}.norm1")
-            put_attention(layer.encoder_decoder_attention, f"{p}.cross_attn")
-            put_norm(layer.enc_dec_att_layer_norm, f"{p}.norm2")  # loaded, never used (doc L387)
-            put_ffn(layer.point_wise_feed_forward, f"{p}.ffn")
-            put_norm(layer.ff_layer_norm, f"{p}.norm3")
+        """Load a canonical-schema state dict; attention and generator biases get 0. Decoder ``norm2`` goes to
+        ``enc_dec_att_layer_norm``, which is built but never used; the embeddings are never tied, so with
+        ``share_embeddings`` the one canonical matrix is copied into all three."""
+        get = self.get_parameter
+        mapping: dict[CanonicalKey, Target] = {"src_embed.weight": get("encoder.embedding.embedding.weight"),
+                                               "tgt_embed.weight": get("decoder.embedding.embedding.weight"),
+                                               "generator.weight": get("decoder.linear.weight")}
+        zero = [get("decoder.linear.bias")]
+        stacks = (("encoder", "encoder.encoder_layers", {"self_attn": "multihead_attention"},
+                   {"norm1": "attention_layer_norm", "norm2": "ff_layer_norm"}),
+                  ("decoder", "decoder.decoder", {"self_attn": "multihead_attention",
+                                                  "cross_attn": "encoder_decoder_attention"},
+                   {"norm1": "attention_layer_norm", "norm2": "enc_dec_att_layer_norm", "norm3": "ff_layer_norm"}))
+        for stack, layers, attentions, norms in stacks:
+            for i in range(self.config.n_layers):
+                ours, theirs = f"{stack}.{i}", f"{layers}.{i}"
+                for att, mha in attentions.items():
+                    mapping.update({f"{ours}.{att}.{x}.weight": get(f"{theirs}.{mha}.w_{x}.weight") for x in "qkvo"})
+                    zero += [get(f"{theirs}.{mha}.w_{x}.bias") for x in "qkvo"]
+                for p in ("weight", "bias"):
+                    mapping[f"{ours}.ffn.w1.{p}"] = get(f"{theirs}.point_wise_feed_forward.point_wise_ff.0.{p}")
+                    mapping[f"{ours}.ffn.w2.{p}"] = get(f"{theirs}.point_wise_feed_forward.point_wise_ff.2.{p}")
+                    mapping.update({f"{ours}.{norm}.{p}": get(f"{theirs}.{own}.{p}") for norm, own in norms.items()})
+        load_canonical(state, mapping, zero=zero)
 
 
 def build(config: ModelConfig) -> Transformer:

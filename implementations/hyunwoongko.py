@@ -54,13 +54,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from functools import partial
 
 import torch
 from torch import Tensor, nn
 
 from spec.config import ModelConfig
-from spec.schema import copy_canonical
+from spec.schema import CanonicalKey, Target, load_canonical
 
 from .declarations import Implementation
 from .hookspecs import hookimpl
@@ -303,43 +302,30 @@ class Transformer(nn.Module):
             raise ValueError(f"the table was built for max_len={table.size(0)} positions; {length} requested")
         return table[:length]
 
-    @torch.no_grad()
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
         """Load a canonical-schema state dict; attention and generator biases get 0."""
-        put = partial(copy_canonical, state)  # put(param, *canonical names)
-
-        def put_attention(mha: MultiHeadAttention, prefix: str) -> None:
-            for ours, theirs in (("q", mha.w_q), ("k", mha.w_k), ("v", mha.w_v), ("o", mha.w_concat)):
-                put(theirs.weight, f"{prefix}.{ours}.weight")
-                theirs.bias.zero_()
-
-        def put_ffn(ffn: PositionwiseFeedForward, prefix: str) -> None:
-            for ours, theirs in (("w1", ffn.linear1), ("w2", ffn.linear2)):
-                put(theirs.weight, f"{prefix}.{ours}.weight")
-                put(theirs.bias, f"{prefix}.{ours}.bias")
-
-        def put_norm(norm: LayerNorm, prefix: str) -> None:
-            put(norm.gamma, f"{prefix}.weight")
-            put(norm.beta, f"{prefix}.bias")
-
-        put(self.encoder.emb.tok_emb.weight, "src_embed.weight")
-        put(self.decoder.emb.tok_emb.weight, "tgt_embed.weight")
-        put(self.decoder.linear.weight, "generator.weight")
-        self.decoder.linear.bias.zero_()
-        for i, layer in enumerate(self.encoder.layers):
-            p = f"encoder.{i}"
-            put_attention(layer.attention, f"{p}.self_attn")
-            put_norm(layer.norm1, f"{p}.norm1")
-            put_ffn(layer.ffn, f"{p}.ffn")
-            put_norm(layer.norm2, f"{p}.norm2")
-        for i, layer in enumerate(self.decoder.layers):
-            p = f"decoder.{i}"
-            put_attention(layer.self_attention, f"{p}.self_attn")
-            put_norm(layer.norm1, f"{p}.norm1")
-            put_attention(layer.enc_dec_attention, f"{p}.cross_attn")
-            put_norm(layer.norm2, f"{p}.norm2")
-            put_ffn(layer.ffn, f"{p}.ffn")
-            put_norm(layer.norm3, f"{p}.norm3")
+        get = self.get_parameter
+        mapping: dict[CanonicalKey, Target] = {"src_embed.weight": get("encoder.emb.tok_emb.weight"),
+                                               "tgt_embed.weight": get("decoder.emb.tok_emb.weight"),
+                                               "generator.weight": get("decoder.linear.weight")}
+        zero = [get("decoder.linear.bias")]
+        stacks = (("encoder", {"self_attn": "attention"}, 2),
+                  ("decoder", {"self_attn": "self_attention", "cross_attn": "enc_dec_attention"}, 3))
+        for stack, attentions, n_norms in stacks:
+            for i in range(self.config.n_layers):
+                ours, theirs = f"{stack}.{i}", f"{stack}.layers.{i}"
+                for att, mha in attentions.items():
+                    own = {"q": "w_q", "k": "w_k", "v": "w_v", "o": "w_concat"}
+                    mapping.update({f"{ours}.{att}.{x}.weight": get(f"{theirs}.{mha}.{w}.weight")
+                                    for x, w in own.items()})
+                    zero += [get(f"{theirs}.{mha}.{w}.bias") for w in own.values()]
+                for k in (1, 2):
+                    mapping[f"{ours}.ffn.w{k}.weight"] = get(f"{theirs}.ffn.linear{k}.weight")
+                    mapping[f"{ours}.ffn.w{k}.bias"] = get(f"{theirs}.ffn.linear{k}.bias")
+                for k in range(1, n_norms + 1):
+                    mapping[f"{ours}.norm{k}.weight"] = get(f"{theirs}.norm{k}.gamma")
+                    mapping[f"{ours}.norm{k}.bias"] = get(f"{theirs}.norm{k}.beta")
+        load_canonical(state, mapping, zero=zero)
 
 
 def build(config: ModelConfig) -> Transformer:

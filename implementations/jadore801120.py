@@ -58,14 +58,13 @@ get gain 1 and bias 0.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spec.config import ModelConfig
-from spec.schema import copy_canonical
+from spec.schema import CanonicalKey, Target, load_canonical
 
 from .declarations import Implementation
 from .hookspecs import hookimpl
@@ -168,6 +167,8 @@ class DecoderLayer(nn.Module):
 # -- Models.py (doc L237-L347) -------------------------------------------------------------------------------------
 class PositionalEncoding(nn.Module):
     """The sinusoid table, built with numpy in float64, stored as a float32 buffer [1, n_position, d] (doc L243)."""
+
+    pos_table: Tensor  # (1, n_position, d_hid), a buffer
 
     def __init__(self, d_hid: int, n_position: int = 200):
         super().__init__()
@@ -298,41 +299,29 @@ class Transformer(nn.Module):
             raise ValueError(f"the table was built for n_position={table.size(0)} positions; {length} requested")
         return table[:length]
 
-    @torch.no_grad()
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
-        """Load a canonical-schema state dict; the extra embedding norms get gain 1 and bias 0."""
-        put = partial(copy_canonical, state)  # put(param, *canonical names)
-
-        def put_attention(mha: MultiHeadAttention, prefix: str, norm: str) -> None:
-            for ours, theirs in (("q", mha.w_qs), ("k", mha.w_ks), ("v", mha.w_vs), ("o", mha.fc)):
-                put(theirs.weight, f"{prefix}.{ours}.weight")
-            put_norm(mha.layer_norm, norm)
-
-        def put_ffn(ffn: PositionwiseFeedForward, prefix: str, norm: str) -> None:
-            for ours, theirs in (("w1", ffn.w_1), ("w2", ffn.w_2)):
-                put(theirs.weight, f"{prefix}.{ours}.weight")
-                put(theirs.bias, f"{prefix}.{ours}.bias")
-            put_norm(ffn.layer_norm, norm)
-
-        def put_norm(norm: nn.LayerNorm, prefix: str) -> None:
-            put(norm.weight, f"{prefix}.weight")
-            put(norm.bias, f"{prefix}.bias")
-
-        put(self.encoder.src_word_emb.weight, "src_embed.weight")
-        put(self.decoder.trg_word_emb.weight, "tgt_embed.weight")
-        put(self.trg_word_prj.weight, "generator.weight")
-        for i, layer in enumerate(self.encoder.layer_stack):
-            p = f"encoder.{i}"
-            put_attention(layer.slf_attn, f"{p}.self_attn", f"{p}.norm1")
-            put_ffn(layer.pos_ffn, f"{p}.ffn", f"{p}.norm2")
-        for i, layer in enumerate(self.decoder.layer_stack):
-            p = f"decoder.{i}"
-            put_attention(layer.slf_attn, f"{p}.self_attn", f"{p}.norm1")
-            put_attention(layer.enc_attn, f"{p}.cross_attn", f"{p}.norm2")
-            put_ffn(layer.pos_ffn, f"{p}.ffn", f"{p}.norm3")
-        for norm in (self.encoder.layer_norm, self.decoder.layer_norm):  # the extra norms, as neutral as they get
-            norm.weight.fill_(1.0)
-            norm.bias.zero_()
+        """Load a canonical-schema state dict; each sub-layer's norm lives in its attention or FFN module, and
+        the extra embedding norms get gain 1 and bias 0."""
+        get = self.get_parameter
+        mapping: dict[CanonicalKey, Target] = {"src_embed.weight": get("encoder.src_word_emb.weight"),
+                                               "tgt_embed.weight": get("decoder.trg_word_emb.weight"),
+                                               "generator.weight": get("trg_word_prj.weight")}
+        stacks = (("encoder", {"self_attn": ("slf_attn", "norm1")}, "norm2"),
+                  ("decoder", {"self_attn": ("slf_attn", "norm1"), "cross_attn": ("enc_attn", "norm2")}, "norm3"))
+        for stack, attentions, ffn_norm in stacks:
+            for i in range(self.config.n_layers):
+                ours, theirs = f"{stack}.{i}", f"{stack}.layer_stack.{i}"
+                for att, (mha, norm) in attentions.items():
+                    mapping.update({f"{ours}.{att}.{x}.weight": get(f"{theirs}.{mha}.{own}.weight")
+                                    for x, own in zip("qkvo", ("w_qs", "w_ks", "w_vs", "fc"))})
+                    mapping.update({f"{ours}.{norm}.{p}": get(f"{theirs}.{mha}.layer_norm.{p}")
+                                    for p in ("weight", "bias")})
+                for p in ("weight", "bias"):
+                    mapping[f"{ours}.ffn.w1.{p}"] = get(f"{theirs}.pos_ffn.w_1.{p}")
+                    mapping[f"{ours}.ffn.w2.{p}"] = get(f"{theirs}.pos_ffn.w_2.{p}")
+                    mapping[f"{ours}.{ffn_norm}.{p}"] = get(f"{theirs}.pos_ffn.layer_norm.{p}")
+        load_canonical(state, mapping, zero=[get("encoder.layer_norm.bias"), get("decoder.layer_norm.bias")],
+                       one=[get("encoder.layer_norm.weight"), get("decoder.layer_norm.weight")])
 
 
 def build(config: ModelConfig) -> Transformer:

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from reference.model import causal_mask, padding_mask, sinusoid_table
 from spec.config import ModelConfig
+from spec.schema import load_canonical, parameter_schema
 
 from .declarations import Implementation
 from .hookspecs import hookimpl
@@ -117,6 +118,8 @@ class DecoderLayer(nn.Module):
 class PreNormTransformer(nn.Module):
     """§3 with pre-norm residuals and a final LayerNorm per stack; returns logits (B, T, tgt_vocab)."""
 
+    pe: Tensor  # (max_len, d_model), a non-persistent buffer
+
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = cfg = config
@@ -171,22 +174,12 @@ class PreNormTransformer(nn.Module):
             y = layer(y, memory, src_mask, tgt_mask)
         return self.generator(self.decoder_norm(y))  # (B, T, tgt_vocab)
 
-    @torch.no_grad()
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
-        """Load a canonical-schema state dict: every name but the final norms is this model's own
-        (normK now normalizes the K-th sub-layer's input); the final norms get gain 1 and bias 0."""
-        own = self.state_dict()
-        for name, value in state.items():
-            if name not in own:
-                raise KeyError(f"{name}: not a parameter of the canonical schema's pre-norm layout")
-            if own[name].shape != value.shape:
-                raise ValueError(f"{name}: shape {tuple(value.shape)}, expected {tuple(own[name].shape)}")
-        params = dict(self.named_parameters(remove_duplicate=False))
-        for name, value in state.items():
-            params[name].copy_(value)
-        for norm in (self.encoder_norm, self.decoder_norm):
-            norm.weight.fill_(1.0)
-            norm.bias.zero_()
+        """Load a canonical-schema state dict: every canonical name is this model's own (``normK`` now
+        normalizes the K-th sub-layer's input); the final norms get gain 1 and bias 0."""
+        load_canonical(state, {name: self.get_parameter(name) for name in parameter_schema(self.config)},
+                       zero=[self.encoder_norm.bias, self.decoder_norm.bias],
+                       one=[self.encoder_norm.weight, self.decoder_norm.weight])
 
 
 def build(config: ModelConfig) -> PreNormTransformer:

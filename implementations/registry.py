@@ -37,18 +37,9 @@ ENV_PLUGINS = "AIAYN_PLUGINS"
 ENV_STRICT = "AIAYN_STRICT_PLUGINS"
 
 # Built-ins are plugins like any other, registered through the same manager.
-DEFAULT_PLUGINS: tuple[str, ...] = (
-    "implementations.reference",
-    "implementations.building_blocks",
-    "implementations.sections_notebook",
-    "implementations.annotated_notebook",
-    "implementations.jadore801120",
-    "implementations.hyunwoongko",
-    "implementations.torch_nn",
-    "implementations.prenorm",
-    "implementations.fused",
-    "implementations.components",
-)
+DEFAULT_PLUGINS: tuple[str, ...] = tuple(f"implementations.{m}" for m in (
+    "reference", "building_blocks", "sections_notebook", "annotated_notebook", "jadore801120", "hyunwoongko",
+    "torch_nn", "prenorm", "fused", "components"))
 
 
 class PluginError(RuntimeError):
@@ -189,21 +180,18 @@ class Registry:
         kind = Implementation if hook == "register_implementations" else Component
 
         def register(item: Implementation | Component, /) -> None:
-            noun = "implementation" if kind is Implementation else "component"
-            if not isinstance(item, kind):
-                return self._fail(f"plugin {plugin!r}: register() takes {kind.__name__}(...), got "
-                                  f"{type(item).__name__}", explicit)
             try:
+                if not isinstance(item, kind):
+                    raise TypeError(f"register() takes {kind.__name__}(...), got {type(item).__name__}")
                 item = validated(item, plugin)
-            except ValueError as exc:
-                return self._fail(f"plugin {plugin!r} registered an invalid {noun}: {_short(exc)}", explicit, exc)
-            if isinstance(item, Implementation):
-                table: dict = self.implementations
-                key: object = item.name
-                what = f"implementation {item.name!r}"
-            else:
-                table, key, what = self.components, (item.kind, item.name), f"{item.kind} component {item.name!r}"
+            except (TypeError, ValueError) as exc:
+                return self._fail(f"plugin {plugin!r} registered an invalid {kind.__name__.lower()}: {_short(exc)}",
+                                  explicit, exc)
+            table: dict = self.implementations if isinstance(item, Implementation) else self.components
+            key = item.name if isinstance(item, Implementation) else (item.kind, item.name)
             if key in table:
+                what = f"implementation {item.name!r}" if isinstance(item, Implementation) else \
+                    f"{item.kind} component {item.name!r}"
                 return self._fail(f"plugin {plugin!r} registered {what}, already registered by plugin "
                                   f"{table[key].plugin!r}; the first registration is kept", explicit)
             table[key] = item

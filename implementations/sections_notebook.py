@@ -79,7 +79,7 @@ import torch
 from torch import Tensor, nn
 
 from spec.config import ModelConfig
-from spec.schema import copy_canonical
+from spec.schema import CanonicalKey, Target, load_canonical
 
 from .declarations import Implementation
 from .hookspecs import hookimpl
@@ -102,6 +102,8 @@ class InputEmbeddings(nn.Module):
 
 class PositionalEncoding(nn.Module):
     """L31-L62: a (1, seq_len, d_model) sinusoid buffer with exp(+...) frequencies, added then dropped out."""
+
+    pe: Tensor  # (1, seq_len, d_model), a buffer
 
     def __init__(self, d_model: int, seq_len: int, dropout: float):
         super().__init__()
@@ -229,6 +231,11 @@ class ProjectionLayer(nn.Module):
         return self.proj(x)  # (B, T, vocab)
 
 
+def _fill_mean(param: Tensor, value: Tensor) -> None:
+    """Store a per-feature canonical vector in a scalar parameter: its mean, the nearest a scalar gets."""
+    param.fill_(value.mean().item())
+
+
 class SectionsNotebookTransformer(nn.Module):
     """The document's blocks assembled as §3 describes; forward returns logits (B, T, tgt_vocab)."""
 
@@ -290,42 +297,30 @@ class SectionsNotebookTransformer(nn.Module):
         return self.projection(y)
 
     # -- adapter contract ------------------------------------------------------------------------------------------
-    @torch.no_grad()
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
-        """Load a canonical-schema state dict; attention biases 0, each norm's gain and bias as their means."""
-        put = partial(copy_canonical, state)  # put(param, *canonical names)
-
-        def put_attention(block: MultiHeadAttentionBlock, prefix: str) -> None:
-            for ours, theirs in (("w_q", "q"), ("w_k", "k"), ("w_v", "v"), ("w_o", "o")):
-                linear = getattr(block, ours)
-                put(linear.weight, f"{prefix}.{theirs}.weight")
-                linear.bias.zero_()
-
-        def put_norm(norm: LayerNormalization, prefix: str) -> None:
-            norm.alpha.fill_(state[f"{prefix}.weight"].mean().item())  # a scalar gain: the best it can hold
-            norm.bias.fill_(state[f"{prefix}.bias"].mean().item())
-
-        def put_ffn(ffn: FeedForwardBlock, prefix: str) -> None:
-            for ours, theirs in (("Linear_1", "w1"), ("Linear_2", "w2")):
-                put(getattr(ffn, ours).weight, f"{prefix}.{theirs}.weight")
-                put(getattr(ffn, ours).bias, f"{prefix}.{theirs}.bias")
-
-        put(self.src_embed.embedding.weight, "src_embed.weight")
-        put(self.tgt_embed.embedding.weight, "tgt_embed.weight")
-        put(self.projection.proj.weight, "generator.weight")
-        for i, block in enumerate(self.encoder):
-            p = f"encoder.{i}"
-            put_attention(block.self_attention_block, f"{p}.self_attn")
-            put_ffn(block.feed_forward_block, f"{p}.ffn")
-            for k, rc in enumerate(block.residual_connections, start=1):
-                put_norm(rc.norm, f"{p}.norm{k}")
-        for i, block in enumerate(self.decoder):
-            p = f"decoder.{i}"
-            put_attention(block.self_attention_block, f"{p}.self_attn")
-            put_attention(block.cross_attention_block, f"{p}.cross_attn")
-            put_ffn(block.feed_forward_block, f"{p}.ffn")
-            for k, rc in enumerate(block.residual_connections, start=1):
-                put_norm(rc.norm, f"{p}.norm{k}")
+        """Load a canonical-schema state dict; attention biases 0, each norm's gain and bias as their means
+        (a scalar gain and bias are the best this layer norm can hold)."""
+        get = self.get_parameter
+        mapping: dict[CanonicalKey, Target] = {"src_embed.weight": get("src_embed.embedding.weight"),
+                                               "tgt_embed.weight": get("tgt_embed.embedding.weight"),
+                                               "generator.weight": get("projection.proj.weight")}
+        zero = []
+        stacks = (("encoder", {"self_attn": "self_attention_block"}, 2),
+                  ("decoder", {"self_attn": "self_attention_block", "cross_attn": "cross_attention_block"}, 3))
+        for stack, attentions, n_norms in stacks:
+            for i in range(self.config.n_layers):
+                p = f"{stack}.{i}"
+                for att, block in attentions.items():
+                    mapping.update({f"{p}.{att}.{x}.weight": get(f"{p}.{block}.w_{x}.weight") for x in "qkvo"})
+                    zero += [get(f"{p}.{block}.w_{x}.bias") for x in "qkvo"]
+                for k in (1, 2):
+                    mapping[f"{p}.ffn.w{k}.weight"] = get(f"{p}.feed_forward_block.Linear_{k}.weight")
+                    mapping[f"{p}.ffn.w{k}.bias"] = get(f"{p}.feed_forward_block.Linear_{k}.bias")
+                for k in range(n_norms):
+                    norm = f"{p}.residual_connections.{k}.norm"
+                    mapping[f"{p}.norm{k + 1}.weight"] = partial(_fill_mean, get(f"{norm}.alpha"))
+                    mapping[f"{p}.norm{k + 1}.bias"] = partial(_fill_mean, get(f"{norm}.bias"))
+        load_canonical(state, mapping, zero=zero)
 
 
 def build(config: ModelConfig) -> SectionsNotebookTransformer:
