@@ -2,8 +2,8 @@
 
 Upstream: https://github.com/MaryFllh/attention_is_all_you_need at commit 888864dcc666 (``file:line``
 below are at that commit). The repository spreads the model over ``embeddings/``, ``sublayers/``,
-``layers/`` and ``transformer.py``, and its README prints each file in turn; this plugin reproduces that
-code in one file, in our own words, keeping its class and attribute names.
+``layers/`` and ``transformer.py``, and its README (``README.md`` at commit ca63e2d14d0e) prints each file in
+turn; this plugin reproduces that code in one file, in our own words, keeping its class and attribute names.
 
 - ``Embedder`` (embeddings/embedder.py:5-22): ``nn.Embedding(vocab, d_model)`` times ``d_model ** 0.5``
   (:21), §3.4.
