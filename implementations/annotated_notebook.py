@@ -449,6 +449,14 @@ DEVIATIONS: dict[str, str] = {
 }
 
 
+NOTES = (
+    "A study notebook following the Annotated Transformer (EncoderDecoder, Generator, Sublayer, forward_mask), "
+    "with typos and cells left as `...`. Pre-norm sold as the paper (the post-norm line is a comment), with no "
+    "final norm; masks filled with +1e-9 instead of a large negative number, so future and padded keys are "
+    "attended; the Annotated Transformer's `std + eps` layer norm; a generator bias; log-probabilities out."
+)
+
+
 @hookimpl
 def register_implementations(register):
     register(Implementation(
@@ -460,4 +468,5 @@ def register_implementations(register):
                "0a91a254735c07532e23733dce8a693e504f3a08/the_annotated_transformer.py",
         output="log_probs",
         deviations=DEVIATIONS,
+        notes=NOTES,
     ))

@@ -403,6 +403,16 @@ DEVIATIONS: dict[str, str] = {
 }
 
 
+NOTES = (
+    "The worst of the five transcriptions: its attention output `einsum(\"bhqk, bvhd->bqhd\", ...)` gives the value "
+    "operand its own letter, so every query receives the sum of all value vectors and no score, scale or mask "
+    "reaches the output. The audit therefore cannot observe `attention.scale` or the cross-attention source (the "
+    "probes skip, saying the scores never reach the output), and fails every mask clause for that one reason. "
+    "The FFN residual is lost (`pwff + dropout(pwff)`), the cross-attention sub-layer reuses the self-attention "
+    "norm, the positional table and the causal mask stay on the CPU."
+)
+
+
 @hookimpl
 def register_implementations(register):
     register(Implementation(
@@ -413,4 +423,5 @@ def register_implementations(register):
         source="https://github.com/MaryFllh/attention_is_all_you_need/tree/888864dcc666c1d328e27ada277d36e87571e153",
         output="probs",
         deviations=DEVIATIONS,
+        notes=NOTES,
     ))

@@ -255,6 +255,15 @@ def build(config: ModelConfig) -> FusedTransformer:
     return FusedTransformer(config)
 
 
+NOTES = (
+    "The paper's model written for speed (fused Q|K|V and K|V projections, `scaled_dot_product_attention` with a "
+    "boolean \"may attend\" mask, `F.layer_norm`, masks built once per forward). It declares no deviation and "
+    "must pass every clause. A fully padded source row is opened to every key and its attention output "
+    "multiplied by 0, so it attends to nothing on every backend; decoder self-attention uses SDPA's causal path "
+    "without a target padding mask, which changes nothing at real positions of right-padded inputs."
+)
+
+
 @hookimpl
 def register_implementations(register):
     register(Implementation(
@@ -263,4 +272,5 @@ def register_implementations(register):
         summary="The paper's model written for speed: fused QKV/KV projections, SDPA, F.layer_norm; conforming",
         source="aiayn-conformance implementations/fused.py",
         output="logits",
+        notes=NOTES,
     ))

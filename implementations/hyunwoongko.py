@@ -361,6 +361,14 @@ DEVIATIONS: dict[str, str] = {
 }
 
 
+NOTES = (
+    "Masks filled with -10000 (finite; a fully padded source attends uniformly to padding, which the paper leaves "
+    "unspecified, so not a deviation here), embeddings never tied, biases everywhere, a positional table kept as "
+    "a plain tensor attribute (left behind by `.to()`), and a layer norm whose eps is fixed at 1e-12 whatever "
+    "the config."
+)
+
+
 @hookimpl
 def register_implementations(register):
     register(Implementation(
@@ -371,4 +379,5 @@ def register_implementations(register):
         source="https://github.com/hyunwoongko/transformer/blob/38212539e28f9f805f92738a29bce566f879c777/README.md",
         output="logits",
         deviations=DEVIATIONS,
+        notes=NOTES,
     ))

@@ -360,6 +360,14 @@ DEVIATIONS: dict[str, str] = {
 }
 
 
+NOTES = (
+    "As a code review quotes its Modules, SubLayers, Layers and Models. Close to the paper in its layers, but by "
+    "default the embeddings are not scaled by sqrt(d_model) (`scale_emb=False`), a LayerNorm the paper lacks sits "
+    "after embedding + PE, and the attention-weight dropout ignores the configured rate (fixed 0.1), so "
+    "`dropout=0` still differs between train and eval."
+)
+
+
 @hookimpl
 def register_implementations(register):
     register(Implementation(
@@ -372,4 +380,5 @@ def register_implementations(register):
                "as a code review quotes it)",
         output="logits",
         deviations=DEVIATIONS,
+        notes=NOTES,
     ))

@@ -200,6 +200,13 @@ DEVIATIONS: dict[str, str] = {
 }
 
 
+NOTES = (
+    "The layout of tensor2tensor's `transformer_base` from v2 on, of the Annotated Transformer and of "
+    "`nn.Transformer(norm_first=True)`: each sub-layer normalizes its input, and each stack ends with a LayerNorm "
+    "that brings the residual stream back to unit scale. Everything else is the paper's."
+)
+
+
 @hookimpl
 def register_implementations(register):
     register(Implementation(
@@ -209,4 +216,5 @@ def register_implementations(register):
         source="aiayn-conformance implementations/prenorm.py (tensor2tensor transformer_base v2+ layout)",
         output="logits",
         deviations=DEVIATIONS,
+        notes=NOTES,
     ))

@@ -357,6 +357,16 @@ DEVIATIONS: dict[str, str] = {
 }
 
 
+NOTES = (
+    "A notebook transcribing hkproj/pytorch-transformer's `model.py` section by section; it stops inside the "
+    "multi-head attention, and the rest follows the paper. Its typos are repaired (each is listed in the plugin's "
+    "docstring); as written the code never runs with more than one head (`key = query.view(...)`). What it "
+    "computes once repaired: a positional table with a positive exponent (frequencies 10000^(2i/d) instead of "
+    "1/10000^(2i/d), where the upstream file has the minus sign; the suite's table check says so) and a layer "
+    "norm with one scalar gain and bias, the unbiased std and eps outside the square root."
+)
+
+
 @hookimpl
 def register_implementations(register):
     register(Implementation(
@@ -368,4 +378,5 @@ def register_implementations(register):
                "(as a notebook transcribes it, up to the multi-head attention)",
         output="logits",
         deviations=DEVIATIONS,
+        notes=NOTES,
     ))

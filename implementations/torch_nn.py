@@ -150,7 +150,7 @@ DEVIATIONS: dict[str, str] = {
     "mask.finite": (
         "in eval mode without autograd, nn.TransformerEncoderLayer's fast path (torch._transformer_encoder_layer_fwd) "
         "returns NaN for a fully padded source sequence, and cross-attention carries the NaN to every target "
-        "position of that sample (B04; training mode and the autograd path give finite values)"
+        "position of that sample (training mode and the autograd path give finite values)"
     ),
     "config.parameters": (
         "beyond the paper's parameters: biases on every attention projection (in_proj_bias, out_proj.bias: "
@@ -159,14 +159,23 @@ DEVIATIONS: dict[str, str] = {
 }
 
 
+NOTES = (
+    "Not deviations: the layer-norm epsilon (set from the config); the Q/K/V/output projection biases, which "
+    "`load_reference_state` sets to 0. The encoder is built with `enable_nested_tensor=False`: with nested tensors "
+    "(the default) eval-mode inference without autograd crashes under CPU autocast (\"expected scalar type Float "
+    "but found BFloat16\", the guard `torch.is_autocast_enabled()` sees only CUDA autocast) and zeroes padded "
+    "encoder positions."
+)
+
+
 @hookimpl
 def register_implementations(register):
     register(Implementation(
         name="torch-nn",
         build=build,
         summary="torch.nn.Transformer (post-norm, batch_first) with scaled embeddings, sinusoids and a tied generator",
-        source="https://pytorch.org/docs/stable/generated/torch.nn.Transformer.html (torch "
-               f"{torch.__version__.split('+')[0]})",
+        source="https://pytorch.org/docs/stable/generated/torch.nn.Transformer.html (the installed torch)",
         output="logits",
         deviations=DEVIATIONS,
+        notes=NOTES,
     ))
