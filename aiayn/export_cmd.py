@@ -10,6 +10,9 @@ import argparse
 import sys
 import time
 
+from implementations import PluginError, UnknownNameError, get_registry
+from spec import preset
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("export", help="export an implementation to ONNX (and verify it with onnxruntime)")
@@ -30,13 +33,10 @@ def _say(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from implementations import UnknownImplementationError, get_registry
-    from spec import preset
-
     try:
         config = preset(args.preset)
         impl = get_registry(args.plugin).get(args.impl)
-    except (ValueError, UnknownImplementationError) as exc:
+    except (ValueError, PluginError, UnknownNameError) as exc:
         _say(str(exc))
         return 2
     if args.generation and not args.out_dir:

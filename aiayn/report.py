@@ -8,7 +8,7 @@ import os
 
 from spec import AREAS, CLAUSES
 
-from .audit import AuditResult, SubjectResult
+from .results import AuditResult, SubjectResult
 
 # One character per clause in the matrix, and its color (ANSI SGR).
 SYMBOL = {"pass": ".", "fail": "F", "deviation": "D", "unexpected-pass": "U", "skip": "s", "error": "E"}

@@ -59,9 +59,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _registry(config: pytest.Config):
-    from implementations import get_registry
+    from implementations import PluginError, get_registry
 
-    return get_registry(config.getoption("--plugin") or ())
+    try:
+        return get_registry(config.getoption("--plugin") or ())
+    except PluginError as exc:  # a plugin named with --plugin that cannot be loaded: a usage error
+        raise pytest.UsageError(str(exc)) from None
 
 
 def selected_implementations(config: pytest.Config):
@@ -69,13 +72,13 @@ def selected_implementations(config: pytest.Config):
     cached = getattr(config, "_aiayn_impls", None)
     if cached is not None:
         return cached
-    from implementations import UnknownImplementationError
+    from implementations import UnknownNameError
 
     registry = _registry(config)
     selection = config.getoption("--impl") or "reference"
     try:
         impls = registry.select(selection)
-    except UnknownImplementationError as exc:
+    except UnknownNameError as exc:
         raise pytest.UsageError(f"--impl: {exc}") from None
     config._aiayn_impls = impls
     return impls
@@ -89,11 +92,11 @@ def selected_components(config: pytest.Config):
     selection = config.getoption("--component")
     comps = []
     if selection:
-        from implementations import UnknownImplementationError
+        from implementations import UnknownNameError
 
         try:
             comps = _registry(config).select_components(selection)
-        except UnknownImplementationError as exc:
+        except UnknownNameError as exc:
             raise pytest.UsageError(f"--component: {exc}") from None
     config._aiayn_components = comps
     return comps

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from spec.config import ModelConfig
+from spec.contract import has_capability
 
 __all__ = ["OPSET", "ExportError", "Verification", "GenerationCheck", "export_onnx", "verify",
            "export_generation", "verify_generation",
@@ -216,9 +217,12 @@ def export_generation(model, out_dir: str | Path, config: ModelConfig, *,
     """Export ``encoder.onnx`` (src -> memory) and ``decoder.onnx`` (memory, src, ys -> next logits).
 
     Needs a model with the reference's ``encode``, ``decode`` and ``generator``."""
-    for attr in ("encode", "decode", "generator"):
-        if not hasattr(model, attr):
-            raise ExportError(f"generation export needs encode(), decode() and generator; the model lacks {attr}")
+    # encode is the contract's optional method; decode and generator are the reference's own parts.
+    present = {"encode": has_capability(model, "encode"), "decode": hasattr(model, "decode"),
+               "generator": hasattr(model, "generator")}
+    lacks = [part for part, ok in present.items() if not ok]
+    if lacks:
+        raise ExportError(f"generation export needs encode(), decode() and generator; the model lacks {lacks[0]}")
     model = model.eval()
     out = Path(out_dir)
     src, tgt = _example(config)

@@ -2,8 +2,11 @@
 
 from reference.model import build
 
+from .declarations import Implementation
 from .hookspecs import hookimpl
-from .registry import Implementation
+
+NOTES = ("The oracle: every other subject is compared with it (`reference/model.py`, the paper to the letter). "
+         "It declares no deviation and must pass every clause.")
 
 
 @hookimpl
@@ -14,4 +17,5 @@ def register_implementations(register):
         summary="The project's oracle: the paper to the letter (post-norm, 1/sqrt(d_k), -inf masks, tied weights)",
         source="aiayn-conformance reference/model.py; Vaswani et al. 2017, arXiv:1706.03762v7",
         output="logits",
+        notes=NOTES,
     ))

@@ -14,7 +14,8 @@ An implementation is registered with a ``build(config) -> adapter`` factory
     padded target positions are unspecified and never compared.
 
 Optional methods, each unlocking more checks (a check whose method is absent
-is skipped with a reason naming the method):
+is skipped with a reason naming the method). ``has_capability(adapter, name)``
+is the one way this project asks whether an adapter offers one:
 
 ``encode(src) -> [B, S, d_model]``
     The output of the final encoder layer (what cross-attention reads).
@@ -25,7 +26,8 @@ is skipped with a reason naming the method):
     the paper lacks (e.g. attention biases) are set to zero. An adapter that
     cannot represent a schema parameter faithfully (e.g. a layer-norm gain
     stored as a scalar) loads what it can and declares
-    ``model.reference-equivalence`` as a deviation.
+    ``model.reference-equivalence`` as a deviation. ``spec.schema.load_canonical``
+    does the copying and its checks from a {canonical name: parameter} mapping.
 
 Mask polarity used throughout this project: a boolean mask is True where
 attention is allowed ("may attend").
@@ -73,7 +75,10 @@ class FullAdapter(Adapter, Protocol):
 
 
 def has_capability(adapter: object, method: str) -> bool:
-    """True when the adapter offers the optional method ``method``."""
+    """True when the adapter offers the optional method ``method`` (one of ``OPTIONAL_METHODS``).
+
+    The one test of a capability used by the suite, the exporter and the ``aiayn`` command; an
+    unknown method name raises ValueError naming the accepted ones."""
     if method not in OPTIONAL_METHODS:
         raise ValueError(f"unknown optional method {method!r}; accepted: {', '.join(OPTIONAL_METHODS)}")
     return callable(getattr(adapter, method, None))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from implementations import Registry, UnknownImplementationError
+from implementations import Registry, UnknownComponentError, UnknownImplementationError
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -37,7 +37,7 @@ def test_component_selection():
                                                                     "layer_norm", "feed_forward"}
     assert [c.name for c in reg.select_components("attention:good-kernel")] == ["good-kernel"]
     assert all(c.kind == "attention" for c in reg.select_components("attention:all"))
-    with pytest.raises(UnknownImplementationError, match="unknown component 'attention:nope'; known:"):
+    with pytest.raises(UnknownComponentError, match="unknown component 'attention:nope'; known:"):
         reg.select_components("attention:nope")
 
 
@@ -49,15 +49,15 @@ def test_composition_is_resolved_by_name_and_inherits_deviations():
     assert "reference+feed_forward=gelu" not in [i.name for i in reg.select("all")]
 
 
-@pytest.mark.parametrize("name, message", [
-    ("reference+attn=sdpa", "kind 'attn' is not one of"),
-    ("reference+attention", "is not KIND=NAME"),
-    ("torch-nn+attention=sdpa", "compositions start from 'reference'"),
-    ("reference+attention=sdpa+attention=sdpa-math", "names a kind twice"),
-    ("reference+attention=nope", "unknown attention component 'nope'"),
+@pytest.mark.parametrize("name, error, message", [
+    ("reference+attn=sdpa", UnknownImplementationError, "kind 'attn' is not one of"),
+    ("reference+attention", UnknownImplementationError, "is not KIND=NAME"),
+    ("torch-nn+attention=sdpa", UnknownImplementationError, "compositions start from 'reference'"),
+    ("reference+attention=sdpa+attention=sdpa-math", UnknownImplementationError, "names a kind twice"),
+    ("reference+attention=nope", UnknownComponentError, "unknown attention component 'nope'"),
 ])
-def test_bad_composition_names(name, message):
-    with pytest.raises(UnknownImplementationError, match=message):
+def test_bad_composition_names(name, error, message):
+    with pytest.raises(error, match=message):
         registry().get(name)
 
 

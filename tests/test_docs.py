@@ -38,6 +38,15 @@ def test_ci_runs_exactly_the_readme_test_command():
     assert ci.index("python3 -m pip install --quiet torch==2.13.0") < ci.index(tests)
 
 
+def test_audits_doc_is_current():
+    """docs/audits.md is generated from the registrations: every summary, source, note and deviation reason."""
+    from implementations.__main__ import audits_markdown
+
+    doc = (ROOT / "docs" / "audits.md").read_text()
+    assert doc == audits_markdown(), \
+        "docs/audits.md is stale: regenerate it with `python3 -m implementations > docs/audits.md`"
+
+
 def test_audits_doc_covers_every_builtin_and_each_declared_deviation():
     from implementations.registry import Registry
 
