@@ -234,6 +234,8 @@ class Transformer(nn.Module):
     a feed-forward factory. Left at None they are this file's own.
     """
 
+    pe: Tensor  # (max_len, d_model), the §3.5 table: a buffer registered in __init__
+
     def __init__(
         self,
         config: ModelConfig,
