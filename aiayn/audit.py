@@ -14,9 +14,11 @@ folded into one status per (subject, clause):
 ``skip``             no check could run (the reason says why: no GPU, no ``encode`` ...);
 ``error``            the implementation crashed, returned NaN or the wrong shape, or timed out.
 
-A subject is *conforming* when no ``must`` or ``should`` clause is ``fail``, ``deviation``
-or ``error``. Exit status: 0 when every subject is conforming or fails only its declared
-deviations, 1 when any clause is ``fail``, ``error`` or ``unexpected-pass``, 2 for usage errors.
+A subject is *conforming* when no ``must`` clause is ``fail``, ``deviation`` or ``error``:
+it computes the paper's function. ``should`` clauses (inputs the paper never defines,
+portability, conventions) are counted in the verdict but do not decide it. Exit status,
+whatever the severity: 0 when every failure is a declared deviation, 1 when any clause is
+``fail``, ``error`` or ``unexpected-pass``, 2 for usage errors.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from spec import CLAUSES
 STATUSES: tuple[str, ...] = ("pass", "fail", "deviation", "unexpected-pass", "skip", "error")
 BROKEN = ("fail", "deviation", "error")  # statuses that make a subject nonconforming
 BAD = ("fail", "error", "unexpected-pass")  # statuses that make the audit exit 1
-SCHEMA = 1
+SCHEMA = 2  # 2: `conforming` and the verdict's first word are decided by must clauses only
 
 
 # -- the data ------------------------------------------------------------------------------------------------
@@ -72,15 +74,17 @@ class SubjectResult:
 
     @property
     def conforming(self) -> bool:
-        return not self.broken("must") and not self.broken("should")
+        """No ``must`` clause broken; ``should`` clauses do not decide (spec/clauses.py, Severities)."""
+        return not self.broken("must")
 
     @property
     def verdict(self) -> str:
         if not self.clauses:
             return "not audited"
-        if self.conforming:
+        must, should = len(self.broken("must")), len(self.broken("should"))
+        if not must and not should:
             return "conforming"
-        return f"nonconforming ({len(self.broken('must'))} must, {len(self.broken('should'))} should)"
+        return f"{'conforming' if self.conforming else 'nonconforming'} ({must} must, {should} should)"
 
     @property
     def bad(self) -> list[str]:
