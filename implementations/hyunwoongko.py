@@ -362,7 +362,7 @@ DEVIATIONS: dict[str, str] = {
         "(doc L34-L35: self.encoding = torch.zeros(..., device=device)), not a buffer: module.to(...) and "
         ".half() leave it behind"
     ),
-    "norm.layer-norm": (
+    "norm.epsilon": (
         "the document's LayerNorm has eps inside the square root and the biased variance (doc L183, L186) but "
         "eps fixed at 1e-12 (doc L175): the layers construct it without eps (doc L227, L231, L287, L291, L295), "
         "so config.norm_eps is ignored; at the suite's near-eps probe (variance ~1e-4, norm_eps 1e-6) "
