@@ -44,8 +44,9 @@ def test_positional_table_is_a_non_persistent_buffer():
     assert all(p is not model.pe for p in model.parameters())
 
 
-def test_parameter_counts_match_paper_md():
-    # paper.md §5: 44,101,632 in the 12 layers; 63.05M at V = 37000; big 214.2M.
+def test_parameter_counts_match_the_paper():
+    # Derived from §3.2.2, §3.3 and Table 3: 44,101,632 in the 12 layers; 63.05M at V = 37000 (Table 3: 65M);
+    # big 214.2M (Table 3: 213M). tests/test_config.py has the per-block numbers.
     layers = parameter_count(BASE) - BASE.src_vocab * BASE.d_model
     assert layers == 44_101_632
     assert parameter_count(BASE) == 63_045_632
@@ -55,7 +56,8 @@ def test_parameter_counts_match_paper_md():
     assert sum(p.numel() for p in model.parameters()) == parameter_count(TINY)
 
 
-def test_pe_values_from_paper_md():
+def test_pe_values_of_section_3_5():
+    # PE(pos, 2i) = sin(pos / 10000^(2i/512)), PE(pos, 2i+1) = cos(...): position 1, dimensions 0..5.
     pe = sinusoid_table(2, 512, dtype=torch.float64)
     assert pe[0, :6].tolist() == [0, 1, 0, 1, 0, 1]
     expected = [0.841471, 0.540302, 0.821856, 0.569695, 0.801962, 0.597375]
@@ -69,7 +71,8 @@ def test_pe_odd_width():
 
 
 def test_layer_norm_of_a_known_vector():
-    # paper.md §5: x = [1, 0, 0, 0] -> [1.7321, -0.5774, -0.5774, -0.5774] (biased variance).
+    # Ba et al.'s layer norm (§3.1), biased variance: x = [1, 0, 0, 0] -> [1.7321, -0.5774, -0.5774, -0.5774]
+    # (the unbiased std would give [1.5, -0.5, -0.5, -0.5]).
     ln = LayerNorm(4, eps=0.0)
     out = ln(torch.tensor([[1.0, 0.0, 0.0, 0.0]]))
     assert out[0].tolist() == pytest.approx([math.sqrt(3), -1 / math.sqrt(3), -1 / math.sqrt(3), -1 / math.sqrt(3)])
