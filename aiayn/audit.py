@@ -14,9 +14,11 @@ folded into one status per (subject, clause):
 ``skip``             no check could run (the reason says why: no GPU, no ``encode`` ...);
 ``error``            the implementation crashed, returned NaN or the wrong shape, or timed out.
 
-A subject is *conforming* when no ``must`` or ``should`` clause is ``fail``, ``deviation``
-or ``error``. Exit status: 0 when every subject is conforming or fails only its declared
-deviations, 1 when any clause is ``fail``, ``error`` or ``unexpected-pass``, 2 for usage errors.
+A subject is *conforming* when no ``must`` clause is ``fail``, ``deviation`` or ``error``:
+it computes the paper's function. ``should`` clauses (inputs the paper never defines,
+portability, conventions) are counted in the verdict but do not decide it. Exit status,
+whatever the severity: 0 when every failure is a declared deviation, 1 when any clause is
+``fail``, ``error`` or ``unexpected-pass``, 2 for usage errors.
 """
 
 from __future__ import annotations

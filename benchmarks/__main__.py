@@ -1,6 +1,6 @@
 """``python -m benchmarks``: every benchmark in one run; prints the tables and writes BENCHMARKS.md.
 
-Options: ``--quick`` (small preset only, for a smoke run), ``--repeats N``,
+Options: ``--quick`` (the ``small`` preset of ``benchmarks.perf`` only, for a smoke run), ``--repeats N``,
 ``--skip-suite``, ``--skip-onnx``, ``--output PATH`` (default BENCHMARKS.md).
 """
 

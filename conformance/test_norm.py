@@ -1,4 +1,4 @@
-"""Normalization (§3.1, §5.4): post-norm residuals, one norm per sub-layer and no other, the LN formula.
+"""Normalization (§3.1, §5.4): post-norm residuals, one norm per sub-layer and no other, the LN formula, its eps.
 
 These probes load canonical weights and read the decoder's final hidden
 state back from the output (``conformance/readout.py``); a norm gain of zero
@@ -147,25 +147,44 @@ def test_unit_norm_output_has_mean_0_and_biased_variance_1(impl):
                   hint="normalization over the wrong axis, or scalar statistics")
 
 
-@pytest.mark.clause("norm.layer-norm")
-@pytest.mark.parametrize("scale", [1.0, 0.01], ids=["unit-variance", "variance-near-eps"])
-def test_formula_with_per_feature_gain_and_bias(impl, scale):
-    """The last norm in closed form. At unit variance the unbiased std shows; with the norm's input shrunk so that
-    its variance is near eps (1e-4 vs 1e-6), eps outside the square root shows too."""
+FORMS = {"paper": "(x - mean) / sqrt(biased var + eps)", "unbiased-std": "(x - mean) / (unbiased std + eps)",
+         "eps-outside": "(x - mean) / (std + eps)", "unbiased-var": "(x - mean) / sqrt(unbiased var + eps)"}
+
+
+def last_norm_forms(impl, scale: float) -> list[str]:
+    """The layer-norm forms that reproduce the last decoder sub-layer in closed form (skips when none can)."""
     matches, why = ro.last_sublayer_diagnosis(impl, scale)
     if why:
         pytest.skip(why)
     if not matches:
         pytest.skip("the last decoder sub-layer matches no closed-form candidate (e.g. a gain that cannot be "
                     "per-feature, an eps other than config.norm_eps, or another structure): other clauses judge it")
-    forms = sorted({form for _, form, _ in matches})
+    return sorted({form for _, form, _ in matches})
+
+
+@pytest.mark.clause("norm.layer-norm")
+def test_formula_with_per_feature_gain_and_bias(impl):
+    """The last norm in closed form at unit variance, where the unbiased std shows (and eps does not)."""
+    forms = last_norm_forms(impl, 1.0)
     if "paper" not in forms:
-        described = {"unbiased-std": "(x - mean) / (unbiased std + eps)", "eps-outside": "(x - mean) / (std + eps)",
-                     "unbiased-var": "(x - mean) / sqrt(unbiased var + eps)"}
-        violation("norm.layer-norm", measured="the last norm computes " + " or ".join(described[f] for f in forms)
-                  + " * g + b", expected="(x - mean) / sqrt(biased var + eps) * g + b, per-feature g and b",
-                  call=CALL + f"; last norm2 gain 0, the FFN input and output scaled by {scale:g}",
-                  hint="x.std() is the unbiased estimate and eps belongs inside the square root "
-                       "(torch.nn.functional.layer_norm)" + ("; at this variance an eps much smaller than "
-                       f"config.norm_eps (e.g. a fixed 1e-12) looks the same: check that {CONFIG.norm_eps:g} reaches "
-                       "the norm" if scale < 1 and forms == ["eps-outside"] else ""))
+        violation("norm.layer-norm", measured="the last norm computes " + " or ".join(FORMS[f] for f in forms)
+                  + " * g + b", expected=f"{FORMS['paper']} * g + b, per-feature g and b",
+                  call=CALL + "; last norm2 gain 0", hint="x.std() is the unbiased estimate: use the biased "
+                  "variance (torch.nn.functional.layer_norm)")
+
+
+@pytest.mark.clause("norm.epsilon")
+def test_epsilon_inside_the_square_root(impl):
+    """With the norm's input shrunk so that its variance is near eps (1e-4 vs 1e-6), eps outside the square root,
+    or an eps other than config.norm_eps, shows."""
+    forms = last_norm_forms(impl, 0.01)
+    if "paper" in forms:
+        return
+    if not {"eps-outside", "unbiased-std"} & set(forms):
+        pytest.skip("blocked by norm.layer-norm: the last norm uses the unbiased variance, eps inside the root")
+    violation("norm.epsilon", measured="near eps the last norm computes " + " or ".join(FORMS[f] for f in forms)
+              + " * g + b", expected=f"{FORMS['paper']} * g + b with eps = config.norm_eps = {CONFIG.norm_eps:g}",
+              call=CALL + "; last norm2 gain 0, the FFN input and output scaled by 0.01",
+              hint="eps belongs inside the square root (torch.nn.functional.layer_norm); an eps much smaller than "
+                   f"config.norm_eps (e.g. a fixed 1e-12) looks the same here: check that {CONFIG.norm_eps:g} "
+                   "reaches the norm")

@@ -206,7 +206,13 @@ def sinusoid_table(length: int, d_model: int, *, dtype: torch.dtype = torch.floa
 # Masks (§3.2.3); True means "may attend"
 # ---------------------------------------------------------------------------
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
-    """Key-padding mask (B, 1, 1, L): True at real tokens, False at padding."""
+    """Key-padding mask (B, 1, 1, L): True at real tokens, False at padding.
+
+    The paper never mentions padding (it defines the model on sequences; padding is batching).
+    Masking padded keys in encoder self-attention and cross-attention, as tensor2tensor does,
+    makes every output independent of the padding. The decoder masks padded target keys too;
+    with right padding the causal mask already hides them from every real position.
+    """
     return (tokens != pad_id)[:, None, None, :]  # (B, 1, 1, L)
 
 
@@ -233,6 +239,8 @@ class Transformer(nn.Module):
     components): an attention kernel, a positional table, a norm factory or
     a feed-forward factory. Left at None they are this file's own.
     """
+
+    pe: Tensor  # (max_len, d_model), the §3.5 table: a buffer registered in __init__
 
     def __init__(
         self,
@@ -274,7 +282,8 @@ class Transformer(nn.Module):
     def reset_parameters(self) -> None:
         """Initialization (the paper is silent): tensor2tensor's embedding init
         N(0, d_model^-0.5), so scaled embeddings have unit variance; Xavier-uniform
-        matrices; zero biases; unit norm gains."""
+        matrices (PyTorch's nn.Transformer; tensor2tensor used uniform unit scaling);
+        zero biases; unit norm gains."""
         for name, p in self.named_parameters():
             if name.endswith("embed.weight"):
                 nn.init.normal_(p, mean=0.0, std=self.config.d_model ** -0.5)
@@ -333,7 +342,8 @@ class Transformer(nn.Module):
         """Greedy decoding (§6.1 without the beam): (B, S) to (B, 1 + n) tokens starting with bos_id.
 
         Stops when every sequence has emitted eos_id or after max_new_tokens
-        (default: source length + 50, §6.1). Finished sequences are padded.
+        (default: the padded source length S + 50, §6.1's input length + 50).
+        Finished sequences are padded.
         """
         src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
         memory = self.encode(src, src_mask)  # (B, S, d_model)

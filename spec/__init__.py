@@ -15,4 +15,5 @@ __all__ = [
 ]
 
 PAPER = "arXiv:1706.03762v7"
-SPEC_VERSION = "1"
+# 2: severities audited against the paper (mask.finite became should); norm.epsilon split from norm.layer-norm.
+SPEC_VERSION = "2"

@@ -332,7 +332,7 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
     "unbiased-layer-norm": (with_parts(layer_norm=UnbiasedLayerNorm), "logits", "unbiased variance in LayerNorm", {
         "norm.layer-norm": "divides by d_model - 1", EQ: "outputs scaled by sqrt((d-1)/d)"}),
     "eps-outside-sqrt": (with_parts(layer_norm=EpsOutsideLayerNorm), "logits", "LayerNorm eps added to the std", {
-        "norm.layer-norm": "eps outside the square root"}),
+        "norm.epsilon": "eps outside the square root"}),
     "gelu": (with_parts(feed_forward=GeluFeedForward), "logits", "GELU in the FFN", {
         "ffn.formula": "GELU instead of ReLU", EQ: "different nonlinearity"}),
     "concat-pe": (with_parts(positional_encoding=concat_table), "logits", "sin and cos halves concatenated", {
