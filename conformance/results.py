@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,7 +44,7 @@ def _message(report: pytest.TestReport) -> str:
     return str(longrepr)
 
 
-def record_of(report: pytest.TestReport) -> dict:
+def record_of(report: pytest.TestReport) -> dict[str, Any]:
     props = dict(report.user_properties)
     declared = "aiayn_declared" in props
     if report.skipped and hasattr(report, "wasxfail"):
@@ -60,7 +61,7 @@ def record_of(report: pytest.TestReport) -> dict:
     else:
         outcome = "skipped" if report.skipped else "passed"
     # A clause violation or implementation error carries its own diagnostic; else the report's text.
-    detail = props.get("aiayn_message") or _message(report)
+    detail = str(props.get("aiayn_message") or _message(report))
     first = next((line.strip() for line in detail.splitlines() if line.strip()), "")
     return {
         "nodeid": report.nodeid,
@@ -80,7 +81,7 @@ class ResultsRecorder:
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
         self.progress = self.path.with_name(self.path.name + ".progress")
-        self.records: dict[str, dict] = {}
+        self.records: dict[str, dict[str, Any]] = {}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.progress.write_text("")
 
