@@ -8,14 +8,16 @@ pytest-xdist, which forwards every report)::
      "message": "first line of the diagnostic or skip reason", "detail": "the full diagnostic",
      "duration": seconds}
 
-OUTCOME is one of ``passed``, ``failed`` (a clause violation), ``error`` (the
-implementation crashed, returned the wrong shape or NaN, timed out, or the test
-errored in setup), ``skipped``, ``xfailed`` (a declared deviation observed),
+OUTCOME is one of ``passed``, ``failed`` (a clause violation; a wrong output
+type, shape or dtype is one in model.shape's own checks), ``error`` (the
+implementation could not be checked: it crashed, returned something unusable
+such as the wrong shape or NaN, or timed out; or the test errored in setup),
+``skipped``, ``xfailed`` (a declared deviation observed),
 ``xpassed`` (a declared deviation's witness passed). ``aiayn audit`` folds these
 per (subject, clause) into the statuses of its matrix.
 
 While the run goes on, ``PATH.progress`` holds one line ``total N`` once the tests
-are collected, then one line per finished test (its outcome), for progress displays.
+are collected, then one line ``done`` per finished test, for progress displays.
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
 from implementations import Component, Implementation
 from spec.contract import has_capability
@@ -65,13 +64,10 @@ def test_causal_witness(impl: Implementation, model: Any, j: int) -> None:
 
 
 @pytest.mark.clause("mask.causal")
-@given(batch=strategies.src_tgt(CONFIG, max_batch=1, padded=False), data=st.data())
-def test_causal_explored(impl: Implementation, model: Any, batch: tuple[torch.Tensor, torch.Tensor],
-                         data: st.DataObject) -> None:
+@given(case=strategies.causal_case(CONFIG))
+def test_causal_explored(impl: Implementation, model: Any, case: tuple[torch.Tensor, torch.Tensor, int]) -> None:
     """Hypothesis over the lengths, the tokens and the changed position j (one unpadded sample)."""
-    src, tgt = batch
-    j = data.draw(st.integers(0, tgt.size(1) - 1), label="j (changed position)")
-    check_causal(model, impl, src, tgt, j)
+    check_causal(model, impl, *case)
 
 
 @pytest.mark.clause("mask.causal")
@@ -126,12 +122,11 @@ def test_source_padding_witness(impl: Implementation, model: Any, extra: int) ->
 
 
 @pytest.mark.clause("mask.source-padding")
-@given(batch=strategies.src_tgt(CONFIG, max_batch=1, max_len=CONFIG.max_len - 1, padded=False), data=st.data())
-def test_source_padding_explored(impl: Implementation, model: Any, batch: tuple[torch.Tensor, torch.Tensor],
-                                 data: st.DataObject) -> None:
+@given(case=strategies.source_padding_case(CONFIG))
+def test_source_padding_explored(impl: Implementation, model: Any,
+                                 case: tuple[torch.Tensor, torch.Tensor, int]) -> None:
     """Hypothesis over the lengths, the tokens and how much source padding is appended (one sample)."""
-    src, tgt = batch
-    extra = data.draw(st.integers(1, CONFIG.max_len - src.size(1)), label="extra source padding")
+    src, tgt, extra = case
     a = log_probs(model, impl, src, tgt)
     b = log_probs(model, impl, appended(src, extra), tgt)
     cmp = compare_real(a, b, tgt, PAD)
@@ -258,21 +253,12 @@ def test_kernel_fully_masked_row_gives_zeros(kernel: Kernel, dtype: torch.dtype)
 
 @pytest.mark.clause("mask.source-padding")
 @pytest.mark.component_kind("attention")
-@given(data=st.data())
-def test_kernel_mask_patterns_explored(kernel: Kernel, data: st.DataObject) -> None:
-    """Random shapes and masks: masked keys never influence the output; allowed ones follow Eq. (1).
-
-    Sizes and mask bits are drawn (and shrink); the q, k, v values come from a drawn seed, since hundreds of
-    drawn floats would not shrink to anything more telling than the mask that shows the bug."""
-    b = data.draw(st.integers(1, 3), label="B")
-    h = data.draw(st.integers(1, 4), label="h")
-    lq = data.draw(st.integers(1, 7), label="Lq")
-    lk = data.draw(st.integers(1, 7), label="Lk")
-    d = data.draw(st.sampled_from([1, 4, 8]), label="d_k")
-    dtype = data.draw(st.sampled_from([torch.float32, torch.float64]), label="dtype")
-    mask = data.draw(strategies.attention_mask(batch=b, lq=lq, lk=lk), label="mask")
-    g = torch.Generator().manual_seed(data.draw(st.integers(0, 2**16), label="value seed"))
-    q, k, v = (torch.randn(b, h, n, d, generator=g, dtype=torch.float64).to(dtype) for n in (lq, lk, lk))
+@given(case=strategies.kernel_case())
+def test_kernel_mask_patterns_explored(kernel: Kernel,
+                                       case: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
+    """Random shapes, dtypes and masks: masked keys never influence the output; allowed ones follow Eq. (1)."""
+    q, k, v, mask = case
+    (b, h, lq, d), lk, dtype = q.shape, k.size(2), q.dtype
     out = call_kernel(kernel, q, k, v, mask)
     cmp = compare(out.double(), oracles.attention(q, k, v, mask), tol=None, dtype=dtype)
     if not cmp.ok:

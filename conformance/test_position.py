@@ -14,13 +14,12 @@ from typing import Any
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
 from implementations import Component, Implementation
 from spec.contract import has_capability
 from spec.tolerance import compare
 
-from . import oracles
+from . import oracles, strategies
 from .components import from_factory
 from .diagnosis import fail_on_variant_departure
 from .harness import CheckTimeout, build_model, could_not_check, violation
@@ -129,8 +128,8 @@ def test_pe_component_matches_the_closed_form(table_fn: Any, length: int, d_mode
 
 @pytest.mark.clause("position.formula")
 @pytest.mark.component_kind("positional_encoding")
-@given(length=st.integers(1, 64), half=st.integers(1, 48))
-def test_pe_component_explored(table_fn: Any, length: int, half: int) -> None:
-    d_model = 2 * half
+@given(size=strategies.table_size())
+def test_pe_component_explored(table_fn: Any, size: tuple[int, int]) -> None:
+    length, d_model = size
     got = component_table(table_fn, length, d_model)
     check_table(got, length, d_model, f"fn({length}, {d_model})", tolerance_of(got))
