@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from spec.contract import has_capability
+
 TIMEOUT_S = 180
 
 
@@ -59,7 +61,7 @@ def positional_table(impl, config, length: int = 24):
     from reference.model import sinusoid_table
 
     model = _model(impl, config)
-    if not hasattr(model, "positional_encoding"):
+    if not has_capability(model, "positional_encoding"):
         raise LookupError("the adapter has no positional_encoding(length) probe")
     import torch
 
@@ -98,7 +100,7 @@ def encoder_statistics(impl, config):
     from conformance.inputs import random_tokens
 
     model = _model(impl, config)
-    if not hasattr(model, "encode"):
+    if not has_capability(model, "encode"):
         raise LookupError("the adapter has no encode(src) probe")
     src = random_tokens(config, [16] * 4, 16, vocab=config.src_vocab, seed=3)
     with torch.no_grad():
