@@ -37,6 +37,7 @@ from pathlib import Path
 
 from implementations import PluginError, UnknownNameError, get_registry
 from spec import CLAUSES
+from spec.clauses import parse_clause_ids
 
 from . import report
 from .results import AuditResult, ClauseResult, SubjectResult, fold
@@ -267,11 +268,10 @@ def run(args: argparse.Namespace) -> int:
         return _usage(f"--timeout must be positive, got {args.timeout}")
     clause_ids: list[str] = []
     if args.clause:
-        clause_ids = [c.strip() for c in args.clause.split(",") if c.strip()]
-        unknown = [c for c in clause_ids if c not in CLAUSES]
-        if unknown or not clause_ids:
-            return _usage(f"unknown clause {', '.join(map(repr, unknown)) or repr(args.clause)}; "
-                          f"known: {', '.join(CLAUSES)}")
+        try:
+            clause_ids = parse_clause_ids(args.clause)
+        except ValueError as exc:
+            return _usage(str(exc))
     impl_sel = args.impl if args.impl is not None else ("all" if args.component is None else None)
     comp_sel = args.component if args.component is not None else ("all" if args.impl is None else None)
     try:

@@ -1,4 +1,5 @@
-"""Deterministic witness inputs and the configurations the suite audits with."""
+"""Deterministic witness inputs and the configuration the suite audits with (hypothesis draws its inputs in
+``strategies.py``)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,18 @@ def random_tokens(config: ModelConfig, lengths: list[int], total: int, *, vocab:
     return ids
 
 
-def witness_batch(config: ModelConfig = CONFIG, *, seed: int = 0):
+def witness_batch(config: ModelConfig = CONFIG, *, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """A padded batch with src_len != tgt_len: src [3, 7], tgt [3, 5]."""
     src = random_tokens(config, [7, 4, 2], 7, vocab=config.src_vocab, seed=seed)
     tgt = random_tokens(config, [5, 3, 1], 5, vocab=config.tgt_vocab, seed=seed + 1)
     return src, tgt
+
+
+def other_token(token: int, vocab: int, pad_id: int, shift: int = 1) -> int:
+    """A different non-pad token id."""
+    t = token
+    for _ in range(vocab):
+        t = (t + shift) % vocab
+        if t not in (token, pad_id):
+            return t
+    raise ValueError("vocabulary too small")

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["Clause", "CLAUSES", "SEVERITIES", "get_clause", "clauses_in_area", "AREAS"]
+__all__ = ["Clause", "CLAUSES", "SEVERITIES", "get_clause", "clauses_in_area", "parse_clause_ids", "AREAS"]
 
 Severity = Literal["must", "should", "info"]
 SEVERITIES: tuple[str, ...] = ("must", "should", "info")
@@ -270,3 +270,13 @@ def get_clause(clause_id: str) -> Clause:
 
 def clauses_in_area(area: str) -> list[Clause]:
     return [c for c in CLAUSES.values() if c.area == area]
+
+
+def parse_clause_ids(value: str) -> list[str]:
+    """The clause ids of a ``--clause`` value (``ID`` or ``a,b``): ValueError naming the unknown ones and the
+    known ids otherwise. The one parser of ``pytest conformance/ --clause`` and ``aiayn audit --clause``."""
+    ids = [c.strip() for c in value.split(",") if c.strip()]
+    unknown = [c for c in ids if c not in CLAUSES]
+    if unknown or not ids:
+        raise ValueError(f"unknown clause {', '.join(map(repr, unknown)) or repr(value)}; known: {', '.join(CLAUSES)}")
+    return ids

@@ -291,6 +291,13 @@ class LogitsDeclaredProbs(Transformer):
     pass  # BUG: returns logits, registered as probabilities
 
 
+class SourceVocabularyGenerator(Transformer):
+    def __init__(self, config):
+        super().__init__(config)
+        if not config.share_embeddings:  # BUG: the output projection is sized by the source vocabulary
+            self.generator = nn.Linear(config.d_model, config.src_vocab, bias=False)
+
+
 def with_parts(cls=Transformer, **parts) -> Callable[[ModelConfig], Transformer]:
     return lambda cfg: cls(cfg, **parts)
 
@@ -375,6 +382,11 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
         "model.output-normalization": "already a log-softmax"}),
     "logits-as-probs": (with_parts(LogitsDeclaredProbs), "probs", "logits declared as probabilities", {
         "model.output-normalization": "do not sum to 1", EQ: "compared as probabilities"}),
+    "source-vocab-generator": (with_parts(SourceVocabularyGenerator), "logits",
+                               "output projection sized by the source vocabulary", {
+        "model.shape": "with separate vocabularies of 41 and 43 tokens the scores are [B, T, 41]",
+        "embedding.shared-weights": "with share_embeddings=False there are two source-sized matrices and no "
+                                    "separate target projection"}),
 }
 
 

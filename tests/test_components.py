@@ -79,7 +79,7 @@ def test_inverted_polarity_kernel_is_caught_naming_the_polarity():
     res = pytest_run(f"--plugin={INVERTED}", "--component=attention:inverted-kernel")
     assert res.returncode == 1, res.stdout[-3000:]
     assert "mask polarity inverted" in res.stdout
-    assert "FAILED conformance/test_component_attention.py::test_key_padding_mask_semantics_and_polarity" in res.stdout
+    assert "FAILED conformance/test_mask.py::test_kernel_key_padding_mask_semantics_and_polarity" in res.stdout
 
 
 def test_correct_kernel_passes_alone_and_composed_into_the_reference():

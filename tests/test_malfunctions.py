@@ -74,8 +74,24 @@ def test_each_malfunction_is_an_error_with_its_one_line_reason(run, name):
     assert any(reason in r["message"] for r in errors), \
         f"{name}: no message says {reason!r}; got {sorted({r['message'] for r in errors})[:3]}"
     # A crash never reads as a verdict on the paper: no check of a malfunctioning model is a clause failure,
-    # except mask.finite, which is exactly about NaN.
-    assert all(r["clause"] == "mask.finite" for r in recs if r["outcome"] == "failed"), recs
+    # except mask.finite, which is exactly about NaN, and model.shape, which is exactly about what forward
+    # returns (a tensor of the wrong shape or dtype, or no tensor at all).
+    allowed = {"mask.finite"} | ({"model.shape"} if name in WRONG_OUTPUT else set())
+    assert all(r["clause"] in allowed for r in recs if r["outcome"] == "failed"), recs
+
+
+WRONG_OUTPUT = ["wrong-shape", "integer-output", "not-a-tensor"]
+
+
+@pytest.mark.parametrize("name", WRONG_OUTPUT)
+def test_a_wrong_output_fails_model_shape_with_what_it_measured(run, name):
+    """model.shape's own checks judge the output's type, shape and dtype: a failure, measured vs expected; the
+    other clauses still report that they could not be checked."""
+    _, records, _ = run
+    shape = [r for r in records[name] if r["clause"] == "model.shape"]
+    assert shape and all(r["outcome"] == "failed" for r in shape), shape
+    assert all("measured: forward returned" in r["detail"] and "expected:" in r["detail"] for r in shape), shape
+    assert any(r["outcome"] == "error" for r in records[name] if r["clause"] != "model.shape")
 
 
 def test_the_reference_in_the_same_run_is_untouched(run):
