@@ -23,10 +23,10 @@ from . import oracles, strategies
 from .components import from_factory
 from .diagnosis import fail_on_variant_departure
 from .harness import CheckTimeout, build_model, could_not_check, violation
-from .inputs import CONFIG
+from .inputs import CONFIG, OTHER_CONFIGS
 from .readout_probes import check_input_path
 
-CONFIGS = {"d32": CONFIG, "d48": CONFIG.replace(d_model=48, n_heads=4, max_len=64)}
+CONFIGS = {"d32": CONFIG, "d48": OTHER_CONFIGS["wider"]}
 PE_EXPECTED = ("PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same), pos from 0 "
                "(PE[1, 1] = cos(1) = 0.540302)")
 
