@@ -137,7 +137,10 @@ def export_onnx(impl_or_model: Any, path: str | Path, config: ModelConfig, *,
 def session(path: str | Path):
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    try:
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # InvalidGraph, NotImplemented, Fail: the exported graph is what is wrong
+        raise ExportError(f"onnxruntime rejected the exported graph: {_short(exc)}") from exc
     if sess.get_providers()[0] != "CPUExecutionProvider":  # ORT falls back silently otherwise
         raise ExportError(f"onnxruntime chose {sess.get_providers()} instead of the CPU provider")
     return sess
