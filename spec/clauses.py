@@ -142,6 +142,25 @@ _RECORDS: tuple[Clause, ...] = (
     Clause("train.gradients", "5", "must",
            "A loss on a padded batch gives every parameter a finite gradient, non-zero for every "
            "parameter that the paper's model uses."),
+    # --- decoding (optional adapter methods, spec/contract.py) --------------------------
+    Clause("decode.incremental", "3", "must",
+           "A cached (incremental) decoder computes, at every step, the next-token distribution the full "
+           "forward computes on the same prefix: the new token at position t, the prefix length (§3.5), "
+           "cross-attention over the final encoder output of the row's own source, across padded sources, "
+           "rows finished early and beam reordering.", "§3.5"),
+    Clause("decode.greedy", "6.1", "should",
+           "Greedy decoding emits at each step the most probable token (padding excluded) under the full "
+           "forward, stops a sequence at its end symbol and keeps it finished (padding only) while the others "
+           "go on. The paper decodes with beam search; greedy search is the convention its beam of 1 reduces "
+           "to."),
+    Clause("decode.beam", "6.1", "must",
+           "Beam search with beam size 4 and length penalty alpha = 0.6 ranks hypotheses by their summed "
+           "log-probabilities divided by GNMT's ((5 + |Y|) / 6)^alpha, keeps finished hypotheses aside and "
+           "stops early when no live hypothesis can beat them (tensor2tensor's procedure): its outputs equal "
+           "the reference beam search's on the same scores, token for token."),
+    Clause("decode.max-length", "6.1", "must",
+           "Unless told otherwise, an output (end symbol included) is at most its source's real (non-pad) "
+           "length + 50 tokens long, for greedy and beam search alike."),
     # --- configuration -----------------------------------------------------------
     Clause("config.parameters", "3", "must",
            "The parameters match the canonical schema's shapes for the configuration, and the "
