@@ -69,6 +69,7 @@ class Subject:
     extra: dict = field(default_factory=dict)
 
 
+# Keyed by id(model): each entry holds its model, so no later model can take the same id.
 _SUBJECTS: dict[int, Subject] = {}
 
 

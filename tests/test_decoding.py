@@ -348,3 +348,32 @@ def test_decode_config_checks_its_ids_against_the_model():
         DecodeConfig(bos_id=0).check_for(TINY)
     with pytest.raises(ValueError, match=r"eos_id=40 is not a target token id \(tgt_vocab=37\)"):
         DecodeConfig(eos_id=40).check_for(TINY)
+
+
+# -- cross-check with an independent transcription -------------------------------------------------------------
+def _independent_class():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "independent_model.py"
+    spec = importlib.util.spec_from_file_location("_independent_for_decoding", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.Independent
+
+
+@pytest.mark.parametrize("beam_size, alpha", [(1, 0.6), (4, 0.6), (4, 0.0), (3, 1.5), (21, 0.3)])
+def test_the_batched_searches_agree_with_a_per_source_list_based_transcription(beam_size, alpha):
+    """tests/independent_model.py decodes each source alone with Python lists (2K candidates, K alive, K
+    finished kept aside, t2t's bound); the reference's batched tensors must choose the same outputs."""
+    from conformance.weights import visible_state
+
+    state = visible_state(CFG, seed=11, adjust=lambda n, t: t * 3 if "embed" in n or n.startswith("generator") else t)
+    ref = Transformer(CFG).eval()
+    ref.load_reference_state(state)
+    ind = _independent_class()(CFG).eval()
+    ind.load_reference_state(state)
+    src = sources([6, 5, 4, 3, 2, 1], seed=7)
+    for eos in (3, 9):
+        kw = dict(bos_id=BOS, eos_id=eos, beam_size=beam_size, alpha=alpha, max_len=9)
+        assert ref.generate(src, **kw).tolist() == ind.generate(src, **kw).tolist(), kw
