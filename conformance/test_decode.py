@@ -155,12 +155,12 @@ GREEDY_POOL = [6, 5, 4, 3, 2, 1] * 3  # candidate sources; greedy trajectories o
 
 
 def greedy_witness(scores: ForwardScores) -> tuple[int, list[int], list[list[int]]] | None:
-    """(end symbol, rows of the pool, their trajectories with no end symbol) such that under that symbol some
-    rows finish after >= 2 tokens, at different steps, and others finish at once or go on: the witness of
+    """(end symbol, rows of the pool, their trajectories with no end symbol) such that under that symbol rows
+    finish at different steps (preferably some after >= 2 tokens) while others go on: the witness of
     stopping at EOS while the batch goes on. None when no symbol gives two different finishing steps."""
     pool = decode_sources(GREEDY_POOL, seed=31)
     free = greedy_rows(scores, pool, eos_id=-1, max_len=GREEDY_MAX)
-    best: tuple[int, int, list[int]] | None = None
+    best: tuple[int, tuple[int, int], list[int]] | None = None
     for eos in range(V):
         if eos in (PAD, BOS):
             continue
@@ -169,13 +169,11 @@ def greedy_witness(scores: ForwardScores) -> tuple[int, list[int], list[list[int
         for b, e in enumerate(ends):
             if e is not None and 1 <= e < GREEDY_MAX - 1:
                 late.setdefault(e, b)
-        if not late:
-            continue
         rows = sorted(late.values())[:3]
         rows += [b for b, e in enumerate(ends) if e is None][:1] + [b for b, e in enumerate(ends) if e == 0][:1]
-        kinds = len({ends[b] for b in rows})
-        if kinds >= 2 and (best is None or kinds > best[1]):
-            best = (eos, kinds, sorted(rows))
+        rank = (len(late), len({ends[b] for b in rows}))  # rows finishing late first, then variety
+        if rank[1] >= 2 and (best is None or rank > best[1]):
+            best = (eos, rank, sorted(rows))
     if best is None:
         return None
     return best[0], best[2], [free[b] for b in best[2]]
