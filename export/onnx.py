@@ -256,6 +256,7 @@ def _ort_greedy(enc, dec, src: torch.Tensor, *, bos_id: int, eos_id: int, pad_id
     done = np.zeros(src_np.shape[0], dtype=bool)
     for _ in range(max_new_tokens):
         logits = dec.run(None, {"memory": memory, "src": src_np, "ys": ys})[0]
+        logits[:, pad_id] = -np.inf  # padding is never generated (reference.decoding)
         nxt = np.where(done, pad_id, logits.argmax(-1))
         ys = np.concatenate([ys, nxt[:, None]], axis=1)
         done |= nxt == eos_id

@@ -12,6 +12,11 @@ query with no admissible key attends to nothing, Eq. (2) FFN, tied embeddings
 scaled by sqrt(d_model) (§3.4), interleaved sinusoids (§3.5) and §5.4's
 dropout sites.
 
+Decoding: the step-level interface only (``begin_decoding``, ``decode_step``,
+``reorder_state`` from ``reference.decoding.PrefixDecoding``), each step
+recomputing the whole prefix with ``forward``: the document shows no decoder,
+so the adapter offers no search of its own (no ``generate``) and invents no cache.
+
 ``load_reference_state`` puts each canonical ``normK`` on the input of the
 K-th sub-layer of its layer (the same position in the sub-layer order) and
 gives the final stack norms gain 1 and bias 0.
@@ -25,6 +30,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
+from reference.decoding import PrefixDecoding
 from reference.model import causal_mask, padding_mask, sinusoid_table
 from spec.config import ModelConfig
 from spec.schema import load_canonical, parameter_schema
@@ -115,7 +121,7 @@ class DecoderLayer(nn.Module):
         return y + self.dropout(self.ffn(self.norm3(y)))  # (B, T, d_model)
 
 
-class PreNormTransformer(nn.Module):
+class PreNormTransformer(PrefixDecoding, nn.Module):
     """§3 with pre-norm residuals and a final LayerNorm per stack; returns logits (B, T, tgt_vocab)."""
 
     pe: Tensor  # (max_len, d_model), a non-persistent buffer
