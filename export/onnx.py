@@ -104,6 +104,8 @@ def _export(module: nn.Module, args: tuple, dynamic: tuple, names: tuple[list[st
             warnings.simplefilter("ignore")
             program = torch.onnx.export(module, args, dynamo=True, dynamic_shapes=dynamic, opset_version=OPSET,
                                         input_names=names[0], output_names=names[1], verbose=False)
+        if program is None:
+            raise RuntimeError("torch.onnx.export returned no program")
         program.save(str(path), external_data=False)
     except Exception as exc:
         raise ExportError(f"export failed: {_short(exc)}") from exc
@@ -173,7 +175,7 @@ def verify(path: str | Path, impl_or_model: Any, config: ModelConfig, *, shapes=
     """Compare onnxruntime with PyTorch on shapes other than the export example, right-padded, real positions."""
     model, _ = resolve_model(impl_or_model, config)
     sess = session(path)
-    worst = (0.0, (0, 0, 0), ())
+    worst: tuple[float, tuple[int, int, int], tuple[int, ...]] = (0.0, (0, 0, 0), ())
     ok = True
     for n, (b, s, t) in enumerate(shapes):
         s, t = min(s, config.max_len), min(t, config.max_len)
