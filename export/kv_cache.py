@@ -302,8 +302,14 @@ class OrtCachedDecoder:
         return torch.from_numpy(outs[0]), new
 
     def reorder_state(self, state: OrtState, indices: Tensor) -> OrtState:
+        """Row i of the new state is row ``indices[i]``. The cross-attention keys and values are a function
+        of the source row alone, so when every row keeps its source (beams reordered within a source, as in
+        beam search) they are kept as they are instead of copied."""
         idx = indices.cpu().numpy()
-        return {name: value.take(idx, axis=0) for name, value in state.items()}
+        src = state["src"]
+        same_sources = idx.shape[0] == src.shape[0] and np.array_equal(src.take(idx, axis=0), src)
+        return {name: value if same_sources and name.startswith(("src", "cross_")) else value.take(idx, axis=0)
+                for name, value in state.items()}
 
 
 class OrtPrefixDecoder:
