@@ -252,8 +252,9 @@ def _verdict(ok: bool, target: str) -> str:
 
 def report(rows: list[Row], preset: str, threads: int, new_tokens: int, notes: list[str],
            profiles: list[str]) -> list[str]:
-    out = [f"{preset} preset, source length {SRC_LEN}, {new_tokens} new tokens per source, {threads} threads "
-           f"everywhere; median of the repeats, spread = half the max-min range over the median",
+    out = [f"{preset} preset, source length {SRC_LEN}, {new_tokens} new tokens per source, {threads} "
+           f"thread{'s' if threads != 1 else ''} for every runtime; median of the repeats, spread = half the max-min "
+           "range over the median",
            "",
            "| decoder | search | batch | median s | spread | tokens/s | vs eager cached | same tokens |",
            "|---|---|---|---|---|---|---|---|"]

@@ -296,9 +296,12 @@ def verify_ctranslate2(out_dir: str | Path, model: nn.Module, config: ModelConfi
     checks = []
     eos = NEVER
     for setting in (f"{sources} sources of lengths {lengths}, no EOS, {limit}", "same sources, EOS = {eos}, " + limit):
-        with torch.inference_mode():
-            expected = greedy_search(torch_decoder, src, bos_id=decode.bos_id, eos_id=eos, pad_id=config.pad_id,
-                                     extra_length=decode.extra_length)
+        try:
+            with torch.inference_mode():
+                expected = greedy_search(torch_decoder, src, bos_id=decode.bos_id, eos_id=eos, pad_id=config.pad_id,
+                                         extra_length=decode.extra_length)
+        except Exception as exc:
+            raise ExportError(f"PyTorch decoding with {type(model).__name__} failed: {_short(exc)}") from exc
         try:
             got, logits = ct2.search(src, eos_id=eos, extra_length=decode.extra_length, return_logits=True)
         except ExportError:

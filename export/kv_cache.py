@@ -411,8 +411,11 @@ def verify_cached_generation(out_dir: str | Path, model: nn.Module, config: Mode
             raise
         except Exception as exc:
             raise ExportError(f"onnxruntime failed while decoding: {_short(exc)}") from exc
-        with torch.inference_mode():
-            expected = search(torch_decoder, src, eos_id=eos, **kw, **extra)
+        try:
+            with torch.inference_mode():
+                expected = search(torch_decoder, src, eos_id=eos, **kw, **extra)
+        except Exception as exc:
+            raise ExportError(f"PyTorch decoding with {type(model).__name__} failed: {_short(exc)}") from exc
         return got, expected, pair
 
     def outcome(h: Hypotheses, steps: int) -> str:
