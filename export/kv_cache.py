@@ -191,9 +191,9 @@ def export_cached_step(model: nn.Module, path: str | Path, config: ModelConfig, 
     L, names = config.n_layers, _names(config.n_layers)
     src, _ = _example(config)  # N = 2, S = 5
     with torch.no_grad():  # a real cache of t = 3 tokens as the example
-        cache = init_cache(model, src)  # type: ignore[arg-type]
+        cache = init_cache(model, src)
         for token in (1, 4, 5):
-            _, cache = decode_step(model, cache, torch.full((2,), token % config.tgt_vocab))  # type: ignore[arg-type]
+            _, cache = decode_step(model, cache, torch.full((2,), token % config.tgt_vocab))
     tokens = torch.tensor([3, 4]) % config.tgt_vocab
     args = (tokens, src, [c.self_k for c in cache.layers], [c.self_v for c in cache.layers],
             [c.cross_k for c in cache.layers], [c.cross_v for c in cache.layers])

@@ -340,7 +340,9 @@ NOTES = (
     "boolean \"may attend\" mask, `F.layer_norm`, masks built once per forward). It declares no deviation and "
     "must pass every clause. A fully padded source row is opened to every key and its attention output "
     "multiplied by 0, so it attends to nothing on every backend; decoder self-attention uses SDPA's causal path "
-    "without a target padding mask, which changes nothing at real positions of right-padded inputs."
+    "without a target padding mask, which changes nothing at real positions of right-padded inputs. It decodes "
+    "with its own key/value cache (one fused Q|K|V matmul per step, cross-attention K|V once per source) and "
+    "`generate` runs `reference/decoding.py`'s greedy and beam searches over it: every `decode.*` clause applies."
 )
 
 

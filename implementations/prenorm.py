@@ -14,8 +14,8 @@ dropout sites.
 
 Decoding: the step-level interface only (``begin_decoding``, ``decode_step``,
 ``reorder_state`` from ``reference.decoding.PrefixDecoding``), each step
-recomputing the whole prefix with ``forward``: the document shows no decoder,
-so the adapter offers no search of its own (no ``generate``) and invents no cache.
+recomputing the whole prefix with ``forward``: a layout variant, not a library with
+a decoder of its own, so the adapter offers no search (no ``generate``) and invents no cache.
 
 ``load_reference_state`` puts each canonical ``normK`` on the input of the
 K-th sub-layer of its layer (the same position in the sub-layer order) and
@@ -209,7 +209,8 @@ DEVIATIONS: dict[str, str] = {
 NOTES = (
     "The layout of tensor2tensor's `transformer_base` from v2 on, of the Annotated Transformer and of "
     "`nn.Transformer(norm_first=True)`: each sub-layer normalizes its input, and each stack ends with a LayerNorm "
-    "that brings the residual stream back to unit scale. Everything else is the paper's."
+    "that brings the residual stream back to unit scale. Everything else is the paper's.\n\n"
+    "Decoding: as `torch-nn`, the step-level interface by recomputing the prefix, and no `generate`."
 )
 
 

@@ -22,7 +22,7 @@ attention weights and between the two FFN linears, both at ``dropout``.
 
 Decoding: the step-level interface only (``begin_decoding``, ``decode_step``,
 ``reorder_state`` from ``reference.decoding.PrefixDecoding``), each step
-recomputing the whole prefix with ``forward``: the document shows no decoder,
+recomputing the whole prefix with ``forward``: PyTorch documents no decoder,
 so the adapter offers no search of its own (no ``generate``) and invents no cache.
 
 Canonical schema mapping (``load_reference_state``): ``in_proj_weight`` is
@@ -170,7 +170,11 @@ NOTES = (
     "`load_reference_state` sets to 0. The encoder is built with `enable_nested_tensor=False`: with nested tensors "
     "(the default) eval-mode inference without autograd crashes under CPU autocast (\"expected scalar type Float "
     "but found BFloat16\", the guard `torch.is_autocast_enabled()` sees only CUDA autocast) and zeroes padded "
-    "encoder positions."
+    "encoder positions.\n\n"
+    "Decoding: the step-level interface only (`begin_decoding`, `decode_step`, `reorder_state` from "
+    "`reference.decoding.PrefixDecoding`), each step recomputing the whole prefix with `forward`; PyTorch documents "
+    "no decoder for `nn.Transformer`, so the adapter offers no `generate` and the search clauses (`decode.greedy`, "
+    "`decode.beam`, `decode.max-length`) skip."
 )
 
 

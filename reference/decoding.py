@@ -54,7 +54,7 @@ Conventions shared by both searches
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple, cast
+from typing import Any, NamedTuple, Protocol
 
 import torch
 from torch import Tensor
@@ -62,13 +62,15 @@ from torch import Tensor
 from spec.contract import StepDecoding
 from spec.decoding import TRANSLATION, DecodeConfig
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .model import DecoderLayer, MultiHeadAttention, Transformer
+# reference.model.Transformer and its MultiHeadAttention, typed loosely here: model.py imports this module
+# for its decoding methods, and project imports never form a cycle (tests/test_imports.py).
+Transformer = Any
+MultiHeadAttention = Any
 
 __all__ = [
     "LayerCache", "KVCache", "init_cache", "decode_step", "reorder",
     "PrefixState", "PrefixDecoding",
-    "Hypotheses", "LengthPenalty", "gnmt_length_penalty", "output_limits",
+    "Hypotheses", "LengthPenalty", "SearchFn", "search_tokens", "gnmt_length_penalty", "output_limits",
     "greedy_search", "beam_search", "generate",
 ]
 
@@ -105,17 +107,13 @@ def _attend(mha: MultiHeadAttention, y: Tensor, k: Tensor, v: Tensor, mask: Tens
     return mha.o(heads.transpose(1, 2).reshape(N, Lq, mha.h * mha.d_k))  # (N, 1, d_model)
 
 
-def _decoder_layers(model: Transformer) -> list[DecoderLayer]:
-    return cast("list[DecoderLayer]", list(model.decoder))
-
-
 def init_cache(model: Transformer, src: Tensor) -> KVCache:
     """Encode ``src`` (B, S) once and compute every layer's cross-attention keys and values from the
     final encoder output (§3.2.3); the self-attention caches start empty (t = 0)."""
     src_mask = (src != model.config.pad_id)[:, None, None, :]  # (B, 1, 1, S)
     memory = model.encode(src, src_mask)  # (B, S, d_model)
     layers = []
-    for layer in _decoder_layers(model):
+    for layer in model.decoder:
         xa, sa = layer.cross_attn, layer.self_attn
         empty = memory.new_zeros(src.size(0), sa.h, 0, sa.d_k)  # (B, h, 0, d_k)
         layers.append(LayerCache(empty, empty, xa.split_heads(xa.k(memory)), xa.split_heads(xa.v(memory))))
@@ -135,7 +133,7 @@ def decode_step(model: Transformer, cache: KVCache, tokens: Tensor) -> tuple[Ten
     t = cache.length
     y = model.embed(tokens[:, None], model.tgt_embed, start=t)  # (N, 1, d_model), position t
     layers = []
-    for layer, c in zip(_decoder_layers(model), cache.layers):
+    for layer, c in zip(model.decoder, cache.layers):
         sa = layer.self_attn
         k = torch.cat([c.self_k, sa.split_heads(sa.k(y))], dim=2)  # (N, h, t + 1, d_k)
         v = torch.cat([c.self_v, sa.split_heads(sa.v(y))], dim=2)  # (N, h, t + 1, d_v)
@@ -192,6 +190,22 @@ class Hypotheses(NamedTuple):
 
 
 LengthPenalty = Callable[[Tensor, float], Tensor]
+"""lp(|Y|, alpha): the divisor of a hypothesis's summed log-probabilities, for a LongTensor of lengths."""
+
+
+class SearchFn(Protocol):
+    """A beam search with ``beam_search``'s signature: it drives any step decoder (``spec.contract``) and
+    ranks hypotheses with ``length_penalty``; ``max_len`` None means its own default limit, which §6.1 sets
+    to each source's real length + 50. It returns a ``Hypotheses``, or just their tokens [B, L]."""
+
+    def __call__(self, decoder: StepDecoding, src: Tensor, *, bos_id: int, eos_id: int, pad_id: int,
+                 beam_size: int, alpha: float, max_len: int | Tensor | None,
+                 length_penalty: LengthPenalty) -> Hypotheses | Tensor: ...
+
+
+def search_tokens(result: Hypotheses | Tensor) -> Tensor:
+    """The output tokens [B, L] of a search's result (a ``Hypotheses`` or the tokens themselves)."""
+    return result.tokens if isinstance(result, Hypotheses) else result
 
 
 def gnmt_length_penalty(length: Tensor, alpha: float) -> Tensor:

@@ -22,15 +22,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from spec.config import ModelConfig
+from spec.decoding import DecodeConfig
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .decoding import KVCache
+from .decoding import (
+    KVCache,
+    LengthPenalty,
+    SearchFn,
+    beam_search,
+    decode_step,
+    gnmt_length_penalty,
+    greedy_search,
+    init_cache,
+    reorder,
+    search_tokens,
+)
 
 __all__ = [
     "sinusoid_table",
@@ -241,7 +251,9 @@ class Transformer(nn.Module):
 
     The keyword arguments swap in components (see ``implementations``
     components): an attention kernel, a positional table, a norm factory or
-    a feed-forward factory. Left at None they are this file's own.
+    a feed-forward factory, and for ``generate`` a beam search or a length
+    penalty. Left at None they are this file's own (and
+    ``reference/decoding.py``'s: tensor2tensor's beam search, GNMT's penalty).
     """
 
     pe: Tensor  # (max_len, d_model), the §3.5 table: a buffer registered in __init__
@@ -254,9 +266,13 @@ class Transformer(nn.Module):
         positional_encoding: PositionalFn | None = None,
         layer_norm: NormFactory | None = None,
         feed_forward: FeedForwardFactory | None = None,
+        search: SearchFn | None = None,
+        length_penalty: LengthPenalty | None = None,
     ):
         super().__init__()
         self.config = cfg = config
+        self._search: SearchFn = search or beam_search
+        self._length_penalty: LengthPenalty = length_penalty or gnmt_length_penalty
         attention = attention or scaled_dot_product_attention
         norm = layer_norm or LayerNorm
         ffn = feed_forward or PositionwiseFeedForward
@@ -347,20 +363,14 @@ class Transformer(nn.Module):
     # -- decoding (§6.1), adapter contract: see reference/decoding.py -----------
     def begin_decoding(self, src: Tensor) -> KVCache:
         """Encode src (B, S) once; the key/value cache for an empty prefix."""
-        from .decoding import init_cache
-
         return init_cache(self, src)
 
     def decode_step(self, state: KVCache, tokens: Tensor) -> tuple[Tensor, KVCache]:
         """Feed tokens (N,) at the next position: next-token logits (N, V) and the grown cache."""
-        from .decoding import decode_step
-
         return decode_step(self, state, tokens)
 
     def reorder_state(self, state: KVCache, indices: Tensor) -> KVCache:
         """Row i of the new cache is row indices[i] of ``state`` (beams)."""
-        from .decoding import reorder
-
         return reorder(state, indices)
 
     def generate(self, src: Tensor, *, bos_id: int, eos_id: int, beam_size: int = 4, alpha: float = 0.6,
@@ -368,14 +378,18 @@ class Transformer(nn.Module):
         """§6.1: beam search with GNMT's length penalty (greedy when beam_size is 1), cached.
 
         Returns (B, L) output tokens without the start symbol, right-padded with
-        pad_id; max_len None means each source's real length + 50 (§6.1).
+        pad_id; max_len None means each source's real length + 50 (§6.1). A
+        ``search`` or ``length_penalty`` given to the constructor runs instead of
+        ``reference.decoding.beam_search`` or ``gnmt_length_penalty`` (beam_size > 1).
         """
-        from spec.decoding import DecodeConfig
-
-        from .decoding import generate
-
-        config = DecodeConfig(beam_size=beam_size, alpha=alpha, bos_id=bos_id, eos_id=eos_id)
-        return generate(self, src, config, pad_id=self.config.pad_id, max_len=max_len).tokens
+        DecodeConfig(beam_size=beam_size, alpha=alpha, bos_id=bos_id, eos_id=eos_id)  # one-line errors
+        pad_id = self.config.pad_id
+        if beam_size == 1:
+            return greedy_search(self, src, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, max_len=max_len).tokens
+        with torch.no_grad():
+            return search_tokens(self._search(self, src, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id,
+                                              beam_size=beam_size, alpha=alpha, max_len=max_len,
+                                              length_penalty=self._length_penalty))
 
     @torch.no_grad()
     def greedy_decode(self, src: Tensor, *, bos_id: int, eos_id: int, max_new_tokens: int | None = None) -> Tensor:
@@ -385,8 +399,6 @@ class Transformer(nn.Module):
         (default: each source's real length + 50, §6.1). Finished sequences are
         padded. ``reference.decoding.greedy_search`` with the key/value cache.
         """
-        from .decoding import greedy_search
-
         ys = greedy_search(self, src, bos_id=bos_id, eos_id=eos_id, pad_id=self.config.pad_id,
                            max_len=max_new_tokens).tokens  # (B, n)
         return torch.cat([ys.new_full((src.size(0), 1), bos_id), ys], dim=1)  # (B, 1 + n)

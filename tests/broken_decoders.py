@@ -15,6 +15,10 @@ Two families, so each clause is proven by bugs that break it alone:
 
 The search bugs are written here, apart from ``conformance/decoding.py``'s named variants, so that the
 diagnosis recognizing them is evidence, not a tautology.
+
+The plugin also registers broken ``search`` components (``register_components``, ``BROKEN_SEARCHES``): beam
+searches with the reference's signature and one bug each, audited alone (``--component=search:NAME``) and
+composed into the reference (``--impl 'reference+search=NAME'``), each declaring the clauses it breaks.
 """
 
 from __future__ import annotations
@@ -26,8 +30,17 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from implementations import Implementation, hookimpl
-from reference.decoding import KVCache, LayerCache, beam_search, greedy_search, init_cache, reorder
+from implementations import Component, Implementation, hookimpl
+from reference.decoding import (
+    KVCache,
+    LayerCache,
+    LengthPenalty,
+    beam_search,
+    greedy_search,
+    init_cache,
+    output_limits,
+    reorder,
+)
 from reference.model import Transformer
 from spec.config import ModelConfig
 
@@ -169,6 +182,73 @@ BROKEN_DECODERS: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, d
     "max-len-t2t-100": (MaxLenT2TDefault, "logits", "default limit: real length + 100 (tensor2tensor)", {
         MAXLEN: "twice the paper's extra length"}),
 }
+
+
+# -- broken search components (kind "search": a beam search driving any step decoder) ---------------------------
+def search_length_power(decoder, src: Tensor, *, bos_id: int, eos_id: int, pad_id: int, beam_size: int, alpha: float,
+                        max_len: int | Tensor | None, length_penalty: LengthPenalty):
+    return beam_search(decoder, src, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, beam_size=beam_size, alpha=alpha,
+                       max_len=max_len, length_penalty=lambda n, a: n.float() ** a)  # BUG: |Y|^alpha, not the given one
+
+
+def search_max_len_padded_width(decoder, src: Tensor, *, bos_id: int, eos_id: int, pad_id: int, beam_size: int,
+                                alpha: float, max_len: int | Tensor | None, length_penalty: LengthPenalty):
+    if max_len is None:
+        max_len = src.size(1) + 50  # BUG: the batch's padded width, not each source's real length
+    return beam_search(decoder, src, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, beam_size=beam_size, alpha=alpha,
+                       max_len=max_len, length_penalty=length_penalty)
+
+
+@torch.no_grad()
+def search_finished_in_beam(decoder, src: Tensor, *, bos_id: int, eos_id: int, pad_id: int, beam_size: int,
+                            alpha: float, max_len: int | Tensor | None, length_penalty: LengthPenalty) -> Tensor:
+    """Beam search as often written by hand, one source at a time: a hypothesis that ends with EOS keeps its beam
+    slot and competes with the live ones by log_probs / lp(|Y|); the search ends when every slot has finished or
+    at the limit and returns the best slot."""
+    limits = output_limits(src, pad_id, max_len=max_len).tolist()
+
+    def score(slot: tuple[float, list[int], bool, int]) -> float:
+        return slot[0] / float(length_penalty(torch.tensor(len(slot[1])), alpha))
+
+    outs = []
+    for b in range(src.size(0)):
+        state = decoder.begin_decoding(src[b:b + 1])
+        slots: list[tuple[float, list[int], bool, int]] = [(0.0, [], False, 0)]  # (log p, tokens, ended, state row)
+        for _ in range(limits[b]):
+            live = [slot for slot in slots if not slot[2]]
+            if not live:
+                break
+            state = decoder.reorder_state(state, torch.tensor([slot[3] for slot in live]))
+            scores, state = decoder.decode_step(state, torch.tensor([slot[1][-1] if slot[1] else bos_id
+                                                                     for slot in live]))
+            logp = torch.log_softmax(scores.double(), dim=-1)
+            logp[:, pad_id] = -math.inf
+            grown = [slot for slot in slots if slot[2]]
+            for row, ((lp0, seq, _, _), dist) in enumerate(zip(live, logp.tolist())):
+                grown += [(lp0 + x, seq + [v], v == eos_id, row) for v, x in enumerate(dist) if x > -math.inf]
+            slots = sorted(grown, key=score, reverse=True)[:beam_size]  # BUG: finished ones can be pushed out
+        outs.append(max(slots, key=score)[1])
+    width = max((len(o) for o in outs), default=0)
+    return torch.tensor([o + [pad_id] * (width - len(o)) for o in outs], dtype=torch.long).view(len(outs), width)
+
+
+# name -> (search, bug, {clause: why}); registered as search components "broken-<name>"
+BROKEN_SEARCHES: dict[str, tuple[Callable[..., object], str, dict[str, str]]] = {
+    "length-power": (search_length_power, "ranks by |Y|^alpha whatever length_penalty it is given", {
+        BEAM: "fairseq's normalization where §6.1 uses GNMT's"}),
+    "finished-in-beam": (search_finished_in_beam, "finished hypotheses compete for the K beam slots", {
+        BEAM: "an output that finished first and was pushed out of the slots is lost"}),
+    "max-len-padded-width": (search_max_len_padded_width, "default limit: the padded batch width + 50", {
+        MAXLEN: "short sources in a padded batch decode too long"}),
+}
+
+
+@hookimpl
+def register_components(register):
+    declare = os.environ.get("AIAYN_BROKEN_UNDECLARED") != "1"
+    for name, (search, bug, clauses) in BROKEN_SEARCHES.items():
+        register(Component("search", f"broken-{name}", lambda fn=search: fn, summary=f"BUG: {bug}",
+                           source="tests/broken_decoders.py", deviations=clauses if declare else {}))
 
 
 @hookimpl

@@ -38,6 +38,7 @@ def _load_table(path: Path, table: str):
 
 BROKEN = _load_table(BROKEN_PLUGIN, "BROKEN")
 BROKEN_DECODERS = _load_table(DECODERS_PLUGIN, "BROKEN_DECODERS")
+BROKEN_SEARCHES = _load_table(DECODERS_PLUGIN, "BROKEN_SEARCHES")
 CONFORMING = ["reference", "independent"]
 HAVE_ORT = importlib.util.find_spec("onnxruntime") is not None
 
@@ -84,8 +85,17 @@ def run_suite(impls, tmp: Path, *extra: str, env=None, suite: str | None = "conf
 # models for which they can tell something, the rest of the suite on every model.
 ONNX_TEST = "conformance/test_export.py"
 ONNX_MODELS = ["reference", "broken-dropout-in-eval"]
-# The broken decoders compute the reference's forward pass: only the decoding checks can tell them apart.
+# The broken decoders compute the reference's forward pass: only the decoding checks can tell them apart. The
+# decoding components (length penalties, beam searches) run there too, alone and composed into the reference.
 DECODE_TEST = "conformance/test_decode.py"
+DECODE_COMPONENTS = "length_penalty:all,search:all"
+# Built-in and broken decoding components that depart from §6.1, with the clauses they declare.
+DEPARTING_COMPONENTS = {"length_penalty:length-power": {"decode.beam"}, "length_penalty:none": {"decode.beam"},
+                        **{f"search:broken-{n}": set(c) for n, (_, _, c) in BROKEN_SEARCHES.items()}}
+CONFORMING_COMPONENTS = ["length_penalty:reference", "search:reference"]
+COMPOSED = {f"reference+{kind}={name}": clauses for (kind, _, name), clauses in
+            ((c.partition(":"), cl) for c, cl in DEPARTING_COMPONENTS.items())}
+COMPOSED_CONFORMING = "reference+search=reference+length_penalty=reference"
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +108,9 @@ def outcomes(tmp_path_factory):
         tests += data_onnx["tests"]
         res.returncode = res.returncode or res_onnx.returncode
         res.stdout += res_onnx.stdout
-    decoders = [f"broken-decoder-{n}" for n in BROKEN_DECODERS]
-    res_dec, data_dec = run_suite(decoders, tmp_path_factory.mktemp("decoders"), DECODE_TEST, suite=None)
+    decoders = [f"broken-decoder-{n}" for n in BROKEN_DECODERS] + list(COMPOSED) + [COMPOSED_CONFORMING]
+    res_dec, data_dec = run_suite(decoders, tmp_path_factory.mktemp("decoders"), DECODE_TEST,
+                                  f"--component={DECODE_COMPONENTS}", suite=None)
     tests += data_dec["tests"]
     res.returncode = res.returncode or res_dec.returncode
     res.stdout += res_dec.stdout
@@ -146,6 +157,40 @@ def test_broken_decoder_is_caught_by_exactly_its_clauses(outcomes, name):
     assert per_clause, f"broken-decoder-{name}: no results (was it registered?)"
     problems = _problems(per_clause, set(clauses))
     assert not problems, f"broken-decoder-{name} ({bug}):\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("name", sorted(DEPARTING_COMPONENTS) + sorted(COMPOSED))
+def test_decoding_component_is_caught_by_exactly_its_clauses(outcomes, name):
+    """Alone (``--component``) and composed into the reference (``reference+KIND=NAME``, inheriting its
+    declarations), a departing length penalty or search fails exactly the clauses it declares."""
+    _, table = outcomes
+    declared = DEPARTING_COMPONENTS.get(name) or COMPOSED[name]
+    per_clause = table.get(name)
+    assert per_clause, f"{name}: no results (was it registered?)"
+    problems = _problems(per_clause, declared)
+    assert not problems, f"{name}:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("name", CONFORMING_COMPONENTS + [COMPOSED_CONFORMING])
+def test_the_reference_decoding_components_pass_alone_and_composed(outcomes, name):
+    _, table = outcomes
+    per_clause = table.get(name)
+    assert per_clause, f"{name}: no results"
+    outcomes_seen = {r["outcome"] for recs in per_clause.values() for r in recs}
+    assert outcomes_seen == {"passed"}, f"{name}: {sorted(outcomes_seen)} in {dict(per_clause)}"
+
+
+def test_every_decoding_component_check_fails_for_some_departing_component(outcomes):
+    """Each length-penalty and search check is proven able to fail: a departing component fails it."""
+    _, table = outcomes
+    runs: dict[str, set[str]] = defaultdict(set)
+    for name in list(DEPARTING_COMPONENTS) + CONFORMING_COMPONENTS:
+        for recs in table.get(name, {}).values():
+            for r in recs:
+                runs[r["nodeid"].split("[")[0]].add(r["outcome"])
+    assert len(runs) == 5, sorted(runs)  # two length-penalty checks, three search checks
+    unproven = sorted(check for check, seen in runs.items() if "xfailed" not in seen)
+    assert not unproven, f"component checks no departing component fails: {unproven}"
 
 
 def test_every_decode_clause_is_proven_by_a_broken_decoder():

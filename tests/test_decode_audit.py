@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from aiayn import report
-from aiayn.audit import AuditResult, ClauseResult, SubjectResult
+from aiayn.results import AuditResult, ClauseResult, SubjectResult
 from spec import AREAS, CLAUSES
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ from conformance.decoding import (
     replay,
     rows_of,
 )
-from conformance.harness import ImplementationError
+from conformance.harness import ImplementationError, checking
 from reference.model import Transformer
 
 CFG = DECODE_CONFIG
@@ -43,8 +43,8 @@ class Generates(torch.nn.Module):
 ])
 def test_a_generate_that_misbehaves_is_an_implementation_error(result, message):
     src = decode_sources([6, 3, 1], seed=0)
-    with pytest.raises(ImplementationError, match="could not be checked") as err:
-        call_generate(Generates(result), src, "decode.greedy", eos_id=2, beam_size=1, alpha=0.6, max_len=5)
+    with checking("decode.greedy"), pytest.raises(ImplementationError, match="could not be checked") as err:
+        call_generate(Generates(result), src, eos_id=2, beam_size=1, alpha=0.6, max_len=5)
     assert message in str(err.value) and "generate(src [3, 6] with real lengths [6, 3, 1]" in str(err.value)
 
 
@@ -75,8 +75,8 @@ class BadStep(torch.nn.Module):
     ("single", "returned Tensor, expected a pair (scores, state)"),
 ])
 def test_a_step_decoder_that_misbehaves_is_an_implementation_error(what, message):
-    with pytest.raises(ImplementationError, match="decode.incremental") as err:
-        drive(BadStep(what), incremental_schedule(), "logits", "decode.incremental", CFG.tgt_vocab)
+    with checking("decode.incremental"), pytest.raises(ImplementationError, match="decode.incremental") as err:
+        drive(BadStep(what), incremental_schedule(), "logits", CFG.tgt_vocab)
     assert message in str(err.value)
 
 
@@ -93,13 +93,13 @@ def test_the_reference_cache_is_no_variant_and_each_variant_differs_from_it():
     twin = Transformer(CFG).eval()
     sched = incremental_schedule()
     rep = replay(sched, CFG.pad_id)
-    exact = drive(twin, sched, "logits", "decode.incremental", CFG.tgt_vocab)
+    exact = drive(twin, sched, "logits", CFG.tgt_vocab)
     with torch.no_grad():
         full = [torch.log_softmax(twin(s, p)[:, -1].double(), -1) for s, p in zip(rep.src_rows, rep.prefixes)]
     assert all(torch.allclose(e[a], f[a], atol=1e-5) for e, f, a in zip(exact, full, rep.active))
     for knob in ("positions-restart", "positions-from-1", "cross-not-reordered", "self-not-reordered",
                  "cross-from-embeddings", "self-cache-dropped"):
-        got = drive(CacheVariant(twin, knob), sched, "logits", "decode.incremental", CFG.tgt_vocab)
+        got = drive(CacheVariant(twin, knob), sched, "logits", CFG.tgt_vocab)
         worst = max(float((g[a] - e[a]).abs().max()) for g, e, a in zip(got, exact, rep.active))
         assert worst > 1e-3, f"the variant {knob} is indistinguishable from the reference cache on the schedule"
 
@@ -113,7 +113,7 @@ def test_forward_scores_memoize_each_prefix_once():
             return super().forward(src, tgt)
 
     torch.manual_seed(0)
-    scores = ForwardScores(Counting(CFG).eval(), "logits", "decode.beam")
+    scores = ForwardScores(Counting(CFG).eval(), "logits")
     src = decode_sources([4, 4], seed=3)
     src[1] = src[0]  # two identical rows: one forward row
     first = scores.log_probs(src, torch.ones(2, 1, dtype=torch.long))
@@ -128,7 +128,7 @@ def test_finished_in_beam_loses_an_early_winner_that_the_reference_keeps():
     model = Transformer(CFG).eval()
     with torch.no_grad():
         model.src_embed.weight.mul_(3.0)
-    scores = ForwardScores(model, "logits", "decode.beam")
+    scores = ForwardScores(model, "logits")
     src = decode_sources([6, 5, 4, 3, 2, 1], seed=5)
     differs = 0
     for eos in range(2, 12):
@@ -137,3 +137,43 @@ def test_finished_in_beam_loses_an_early_winner_that_the_reference_keeps():
         naive = finished_in_beam(scores, src, **kw)
         differs += sum(e != n and e[-1:] == [eos] for e, n in zip(expected, naive))
     assert differs > 0
+
+
+def test_the_scripted_witnesses_are_as_worked_out():
+    """The component checks' witnesses (conformance.decoding): the reference beam search chooses [a, end] on the
+    penalty row and [end] on the early row; no penalty and |Y|^alpha choose otherwise on the first, slots shared
+    by finished hypotheses on the second; and a never-ending script runs each source to its real length + 50."""
+    from conformance.decoding import (
+        BEAM_VARIANTS,
+        NEVER_ENDING_SOURCES,
+        NEVER_ENDS,
+        SCRIPTED_MAX_LEN,
+        SCRIPTED_SOURCES,
+        ScriptedScores,
+        expected_beam,
+        scripted_witnesses,
+    )
+    from reference.decoding import beam_search
+
+    kw = dict(bos_id=1, eos_id=2, beam_size=4, alpha=0.6, max_len=SCRIPTED_MAX_LEN)
+    assert expected_beam(scripted_witnesses(), SCRIPTED_SOURCES, **kw) == [[3, 2], [2]]
+    runs = {n: v.run(scripted_witnesses(), SCRIPTED_SOURCES, **kw) for n, v in BEAM_VARIANTS.items()}
+    assert runs["no-penalty"][0] == [2] and runs["length-power"][0] == [3, 3, 3, 3, 2]
+    assert runs["finished-in-beam"][1] != [2]
+    scores = scripted_witnesses()
+    assert torch.allclose(scores.log_probs(SCRIPTED_SOURCES, torch.ones(2, 1, dtype=torch.long)).exp().sum(-1),
+                          torch.ones(2, dtype=torch.float64))
+    hyp = beam_search(ScriptedScores({}, NEVER_ENDS), NEVER_ENDING_SOURCES, pad_id=0, **{**kw, "max_len": None})
+    assert hyp.lengths.tolist() == [56, 53, 51]
+
+
+def test_the_builtin_length_penalties_are_their_closed_forms():
+    from conformance import oracles
+    from implementations.components import length_power_penalty, no_length_penalty
+    from reference.decoding import gnmt_length_penalty
+
+    n = torch.arange(1, 61)
+    for fn, form in ((gnmt_length_penalty, "paper"), (length_power_penalty, "length-power"),
+                     (no_length_penalty, "none")):
+        for alpha in (0.0, 0.3, 0.6, 1.0):
+            assert torch.allclose(fn(n, alpha).double(), oracles.length_penalty(n, alpha, form=form)), (form, alpha)
