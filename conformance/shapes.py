@@ -12,10 +12,11 @@ use, at 1 and at ``max_len``. Then
 * witnesses are fitted to accepted shapes (``inputs.witness_batch``, ``inputs.fitted``): the other clauses
   are judged where the model runs;
 * hypothesis strategies draw accepted shapes only (``strategies.src_tgt`` and the composites built on it);
-* a forward call at a rejected shape skips its check as "blocked by model.shape: needs source length 7, the
-  model accepts only 5" (the gate of ``harness.call_forward``): no check errors, and hypothesis never
-  shrinks a crash the probe has explained. A model whose forward raises at every probed shape is reported
-  once by the probe check (an error: it could not be checked) and every other forward-based check skips.
+* a forward call at a rejected shape skips its check as "blocked by model.shape: forward(src [3, 7], tgt [3, 5])
+  needs source length 7, and the model accepts only source length 5" (the gate of ``harness.call_forward``):
+  no check errors, and hypothesis never shrinks a crash the probe has explained. A model whose forward raises
+  at every probed shape is reported once by the probe check (an error: it could not be checked), and every
+  other forward-based check skips.
 
 Acceptance is modelled per axis (batch size, source length, target length): each axis is probed with the
 other two held at a shape the model accepts (the base). An unprobed length lying between two accepted probed
