@@ -214,53 +214,71 @@ def probe(model: Any, config: ModelConfig, *, lengths: Sequence[int], batches: S
 
     The base is the witness shape if accepted, else the first accepted of: the witness lengths at the other
     batch sizes, then square shapes (b, L, L) for every probed length L (nearest the witness's target length
-    first) at those batch sizes. From the base,
-    each probed length L is tried on both axes at once, (b0, L, L), and only when that raises on each axis
-    alone. A call "accepts" when it returns without raising (what it returns is model.shape's own concern,
-    recorded at the base as ``output``). CheckTimeout (a BaseException) is not caught: a hang stays a hang.
+    first) at those batch sizes. From the base, each probed length L is tried on both axes at once, (b0, L, L),
+    and only when that is rejected on each axis alone. A call is rejected when it raises, or when it returns
+    something other than floats [B, T, tgt_vocab] while the base call returns them (a table that broadcasts
+    at length 1 into the wrong shape); a model that returns the wrong output at every shape tried has none
+    rejected for it (what forward returns is model.shape's own concern, recorded at the base as ``output``).
+    CheckTimeout (a BaseException) is not caught: a hang stays a hang.
     """
     lengths = sorted({*lengths, 1, config.max_len})
     batches = sorted({*batches, 1, witness[0]})
-    results: dict[tuple[int, int, int], str | None] = {}
-    outputs: dict[tuple[int, int, int], Any] = {}
+    raised: dict[tuple[int, int, int], str | None] = {}
+    wrong: dict[tuple[int, int, int], tuple[str, str] | None] = {}  # what it returned, what it should
     tried: list[tuple[int, int, int]] = []
 
-    def call(shape: tuple[int, int, int]) -> str | None:
-        if shape not in results:
-            b, s, t = shape
-            src = _tokens(config, b, s, config.src_vocab, seed=b * 1000 + s)
-            tgt = _tokens(config, b, t, config.tgt_vocab, seed=b * 1000 + t + 500)
-            tried.append(shape)
-            try:
-                with torch.no_grad():
-                    outputs[shape] = model(src, tgt)
-                results[shape] = None
-            except Exception as exc:  # a rejection: the model's own error, kept for the report
-                results[shape] = f"{describe_shape(*shape)} raised: {_one_line(exc)}"
-        return results[shape]
+    def run(shape: tuple[int, int, int]) -> None:
+        if shape in raised:
+            return
+        b, s, t = shape
+        src = _tokens(config, b, s, config.src_vocab, seed=b * 1000 + s)
+        tgt = _tokens(config, b, t, config.tgt_vocab, seed=b * 1000 + t + 500)
+        tried.append(shape)
+        try:
+            with torch.no_grad():
+                out = model(src, tgt)
+        except Exception as exc:  # a rejection: the model's own error, kept for the report
+            raised[shape] = f"{describe_shape(*shape)} raised: {_one_line(exc)}"
+            return
+        raised[shape] = None
+        wrong[shape] = output_problem(out, src, tgt, config.tgt_vocab)
 
     b_w, s_w, t_w = witness
     candidates = [witness] + [(b, s_w, t_w) for b in batches if b != b_w]
     near = sorted(lengths, key=lambda n: (abs(n - t_w), n))  # square shapes nearest the witness's first
     candidates += [(b, n, n) for b in [b_w] + [b for b in batches if b != b_w] for n in near]
-    base = next((shape for shape in candidates if call(shape) is None), None)
-    first_error = next((err for err in results.values() if err is not None), "")
+    base: tuple[int, int, int] | None = None
+    for shape in candidates:
+        run(shape)
+        if raised[shape] is None and wrong[shape] is None:
+            base = shape
+            break
+    strict = base is not None  # the right output is seen somewhere: a wrong one elsewhere is a rejection
+    if base is None:
+        base = next((shape for shape in candidates if raised[shape] is None), None)
+
+    def verdict(shape: tuple[int, int, int]) -> str | None:
+        run(shape)
+        problem = wrong.get(shape)
+        if raised[shape] is None and strict and problem is not None:
+            return f"{describe_shape(*shape)} returned {problem[0]}, expected {problem[1]}"
+        return raised[shape]
+
     probed: dict[str, dict[int, str | None]] = {"batch": {}, "src": {}, "tgt": {}}
     if base is None:
-        return ShapeContract(impl_name, config.max_len, probed, None, error=first_error, tried=tried)
+        first = next((err for err in raised.values() if err is not None), "")
+        return ShapeContract(impl_name, config.max_len, probed, None, error=first, tried=tried)
     b0, s0, t0 = base
     for n in lengths:
-        if call((b0, n, n)) is None:
+        if verdict((b0, n, n)) is None:
             probed["src"][n] = probed["tgt"][n] = None
         else:
-            probed["src"][n] = call((b0, n, t0))
-            probed["tgt"][n] = call((b0, s0, n))
+            probed["src"][n] = verdict((b0, n, t0))
+            probed["tgt"][n] = verdict((b0, s0, n))
     for b in batches:
-        probed["batch"][b] = call((b, s0, t0))
-    problem = output_problem(outputs[base], torch.empty(b0, s0), torch.empty(b0, t0), config.tgt_vocab)
-    contract = ShapeContract(impl_name, config.max_len, probed, base, tried=tried,
-                             error=next((err for err in results.values() if err is not None), ""),
-                             output=problem)
+        probed["batch"][b] = verdict((b, s0, t0))
+    first = next((err for err in (verdict(shape) for shape in tried) if err is not None), "")
+    contract = ShapeContract(impl_name, config.max_len, probed, base, tried=tried, error=first, output=wrong[base])
     contract.hint = _hint(contract, model, config)
     return contract
 
@@ -393,7 +411,7 @@ def fit_pair(contract: ShapeContract | None, src: torch.Tensor, tgt: torch.Tenso
     ``tgt_room`` more tokens, for checks that append padding), else cut or padded to the nearest accepted
     widths and cut to an accepted batch size (at least ``min_batch`` rows): the rows ``keep`` first (the rows
     the check is about), then the others in order. Skips, naming model.shape, when no accepted shape fits."""
-    if contract is None:
+    if contract is None or (contract.complete and src.size(0) >= min_batch):
         return src, tgt
     b, s, t = src.size(0), src.size(1), tgt.size(1)
     if contract.accepts(b, s, t) and contract.accepts_value("src", s + src_room) and \

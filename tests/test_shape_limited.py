@@ -20,6 +20,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+import torch
+
+from conformance import shapes
+from conformance.inputs import CONFIG, WITNESS_BATCHES, WITNESS_LENGTHS, WITNESS_SHAPE
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "tests" / "shape_limited_models.py"
@@ -124,3 +128,71 @@ def test_the_run_costs_what_a_conforming_one_costs(run, reference_wall):
     name, _, _, _, wall = run
     assert wall <= max(BUDGET, 1.1 * reference_wall), \
         f"shape-{name}: the suite took {wall:.1f} s (budget {BUDGET:g} s; the reference: {reference_wall:.1f} s)"
+
+
+# -- the probe and the fitting, on stand-ins (no suite run) ----------------------------------------------------
+class _StandIn(torch.nn.Module):
+    """forward returns zeros [B, T, V], or whatever ``rule(B, S, T)`` says: an exception to raise, or a shape."""
+
+    def __init__(self, rule):
+        super().__init__()
+        self.rule = rule
+
+    def forward(self, src, tgt):
+        got = self.rule(src.size(0), src.size(1), tgt.size(1))
+        if isinstance(got, Exception):
+            raise got
+        return torch.zeros(*(got or (src.size(0), tgt.size(1), CONFIG.tgt_vocab)))
+
+
+def _probe(rule):
+    return shapes.probe(_StandIn(rule), CONFIG, lengths=WITNESS_LENGTHS, batches=WITNESS_BATCHES,
+                        witness=WITNESS_SHAPE, impl_name="stand-in")
+
+
+def test_the_probe_accepts_everything_of_a_conforming_model_in_a_dozen_calls():
+    contract = _probe(lambda b, s, t: None)
+    assert contract.complete and contract.base == WITNESS_SHAPE and contract.output is None
+    assert len(contract.tried) <= 12, contract.tried
+
+
+def test_a_wrong_shape_at_some_lengths_is_a_rejection():
+    """A table that broadcasts a length-1 input up to its own 5 rows returns [B, 5, V] instead of raising."""
+    contract = _probe(lambda b, s, t: (b, 5, CONFIG.tgt_vocab) if t == 1 else None if t == 5 and s == 5
+                      else RuntimeError("size mismatch"))
+    assert contract.accepted("tgt") == [5] and 1 in contract.rejected("tgt")
+    assert "returned shape [3, 5, 37], expected [3, 1, 37]" in contract.probed["tgt"][1]
+
+
+def test_a_wrong_output_everywhere_is_not_a_shape_rejection():
+    contract = _probe(lambda b, s, t: (b, CONFIG.tgt_vocab))
+    assert contract.complete and contract.output is not None and contract.output[0] == "shape [3, 37]"
+
+
+def test_a_forward_that_always_raises_has_no_base():
+    contract = _probe(lambda b, s, t: ValueError("no"))
+    assert not contract.usable and contract.error == "forward(src [3, 7], tgt [3, 5]) raised: ValueError: no"
+    assert contract.blocked(3, 7, 5).startswith("blocked by model.shape: forward raised at every probed shape")
+
+
+def test_lengths_between_accepted_probes_are_accepted_and_witnesses_fit_to_them():
+    contract = _probe(lambda b, s, t: None if max(s, t) <= 4 else RuntimeError("table of 4 rows"))
+    assert contract.values("src", 1, 24) == [1, 2, 3, 4] and contract.accepted_words("tgt") == "target lengths 1-4 only"
+    src = torch.tensor([[5, 6, 7, 8, 9, 1, 2], [5, 6, 7, 0, 0, 0, 0]])
+    tgt = torch.tensor([[3, 4, 5, 6, 7], [3, 0, 0, 0, 0]])
+    fit_src, fit_tgt = shapes.fit_pair(contract, src, tgt, 0)
+    assert fit_src.tolist() == [[5, 6, 7, 8], [5, 6, 7, 0]] and fit_tgt.tolist() == [[3, 4, 5, 6], [3, 0, 0, 0]]
+    fit_src, _ = shapes.fit_pair(contract, src, tgt, 0, src_room=1)  # room to append one pad token
+    assert fit_src.size(1) == 3
+    with pytest.raises(pytest.skip.Exception, match="appends 5 pad tokens to the source"):
+        shapes.fit_pair(contract, src, tgt, 0, src_room=5)
+
+
+def test_a_batch_limited_witness_keeps_the_rows_the_check_is_about():
+    contract = _probe(lambda b, s, t: None if b == 1 else RuntimeError("one sentence"))
+    src = torch.tensor([[1, 2], [0, 0], [3, 0]])
+    tgt = torch.tensor([[1], [2], [3]])
+    assert shapes.fit_pair(contract, src, tgt, 0)[0].tolist() == [[1, 2]]
+    assert shapes.fit_pair(contract, src, tgt, 0, keep=(1,))[0].tolist() == [[0, 0]]
+    with pytest.raises(pytest.skip.Exception, match="needs a batch of at least 2 rows.*only batch size 1"):
+        shapes.fit_pair(contract, src, tgt, 0, min_batch=2)
