@@ -21,13 +21,10 @@ MISSING = [m for m in ("onnx", "onnxruntime", "onnxscript") if importlib.util.fi
                                           "pip install 'aiayn-conformance[onnx]'")
 def test_exports_and_onnxruntime_agrees(impl: Implementation, tmp_path: Path) -> None:
     from export import ExportError, export_onnx, verify
-    from export.onnx import DEFAULT_SHAPES
 
-    contract = shapes.current()  # export and verification run at shapes of their own: they must be accepted
-    rejected = [s for s in ((2, 5, 4), *DEFAULT_SHAPES) if contract is not None and not contract.accepts(*s)]
-    if rejected:
-        pytest.skip(shape_need(f"the export is made at {shapes.describe_shape(2, 5, 4)} and verified at "
-                               f"{', '.join(shapes.describe_shape(*s) for s in DEFAULT_SHAPES)}"))
+    contract = shapes.current()
+    if contract is not None and not contract.complete:  # a finding of model.shape, not of the export
+        pytest.skip(shape_need("the export is dynamic in the batch size and every length up to max_len"))
     model = build_model(impl, CONFIG)
     path = tmp_path / f"{impl.name}.onnx"
     try:
