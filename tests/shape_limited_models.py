@@ -11,6 +11,7 @@ judged (passed) on it; ``tests/test_shape_limited.py`` runs the suite over them.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 
 import torch
@@ -20,11 +21,25 @@ from implementations import Implementation, hookimpl
 from reference.model import Transformer
 from spec.config import ModelConfig
 
+REJECTIONS_LOG = "AIAYN_TEST_REJECTIONS_LOG"  # a file path: every rejected call appends one line to it
 EXAMPLE_LENGTH = 5  # the tutorial's example sentence has 5 tokens
 TABLE_LENGTH = 4  # a positional table built for 4 positions
 
 
-class FixedPositionIds(Transformer):
+class _CountsRejections(Transformer):
+    """Appends a line to $AIAYN_TEST_REJECTIONS_LOG for each forward call that raises: what a crash costs."""
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        try:
+            return super().forward(src, tgt)
+        except Exception:
+            if os.environ.get(REJECTIONS_LOG):
+                with open(os.environ[REJECTIONS_LOG], "a") as log:
+                    log.write(f"forward(src {list(src.shape)}, tgt {list(tgt.shape)})\n")
+            raise
+
+
+class FixedPositionIds(_CountsRejections):
     """Position ids made once, for the 5-token example sentence the code was written around."""
 
     def __init__(self, config: ModelConfig) -> None:
@@ -37,7 +52,7 @@ class FixedPositionIds(Transformer):
         return self.dropout(x)
 
 
-class ShortTable(Transformer):
+class ShortTable(_CountsRejections):
     """A positional table of 4 rows (a constant of the tutorial), not config.max_len; forward slices it."""
 
     def __init__(self, config: ModelConfig) -> None:
@@ -49,7 +64,7 @@ class ShortTable(Transformer):
         return self.dropout(x + self.table[: tokens.size(1)])  # (min(L, 4), d_model): L > 4 fails
 
 
-class OneSentence(Transformer):
+class OneSentence(_CountsRejections):
     """Code written to translate one sentence at a time: the embeddings are viewed as a batch of one."""
 
     def embed(self, tokens: Tensor, embedding: nn.Embedding) -> Tensor:

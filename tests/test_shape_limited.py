@@ -5,17 +5,18 @@ witnesses', batch size 1 only), with the default (ci) hypothesis profile a user 
 check. On each: model.shape fails exactly once, in the shape probe's check, with the accepted and rejected
 shapes, the model's own error and a hint at the cause; the clauses the model can be judged on at its accepted
 shapes pass (each model computes the paper's function there); every other check that does not pass skips
-naming model.shape; nothing errors; and the run costs no more than a conforming model's: at most ``BUDGET``
-seconds here, or no more than the reference's run beside it when other work loads the machine.
+naming model.shape; nothing errors; and a rejection is paid for once: the model's forward raises only in the
+shape probe, never again in a check or in a hypothesis example (its cost in seconds, at most 20 s per model on a
+2-CPU machine, is measured by ``python -m benchmarks.suite_time``, not timed here).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -27,7 +28,6 @@ from conformance.inputs import CONFIG, WITNESS_BATCHES, WITNESS_LENGTHS, WITNESS
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "tests" / "shape_limited_models.py"
-BUDGET = 20.0  # seconds per implementation on a 2-CPU machine (the issue's limit), interpreter start included
 
 
 def _listing() -> dict:
@@ -50,38 +50,33 @@ REPORTED = {
                      "batch sizes 1", "batch sizes 2, 3", "one sentence at a time"),
 }
 NO_ACCELERATOR = "no CUDA or MPS device on this machine"
+# the probe tries each length (the witnesses', 1 and max_len) for both sequences, for the source alone and for
+# the target alone, and each batch size: a rejection costs one call per probed shape
+MAX_PROBE_CALLS = 3 * (len(WITNESS_LENGTHS) + 2) + len(WITNESS_BATCHES)
 
 
-def run_suite(impl: str, tmp: Path) -> tuple[subprocess.CompletedProcess, list[dict], float]:
-    """(the process, its records, its wall time) of the suite over one implementation."""
-    out = tmp / "results.json"
+def run_suite(impl: str, tmp: Path) -> tuple[subprocess.CompletedProcess, list[dict], list[str]]:
+    """(the process, its records, the forward calls the model rejected) of the suite over one implementation."""
+    out, log = tmp / "results.json", tmp / "rejections.log"
     cmd = [sys.executable, "-m", "pytest", "conformance/", "-q", "-p", "no:cacheprovider", f"--plugin={PLUGIN}",
            f"--impl={impl}", "--ignore=conformance/test_export.py", "--hypothesis-profile=ci",
            f"--results-json={out}"]
-    started = time.perf_counter()
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    wall = time.perf_counter() - started
+    env = {**os.environ, "AIAYN_TEST_REJECTIONS_LOG": str(log)}
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert out.exists(), \
         f"the suite wrote no results (exit {res.returncode}):\n{res.stdout[-3000:]}{res.stderr[-2000:]}"
-    return res, json.loads(out.read_text())["tests"], wall
-
-
-@pytest.fixture(scope="module")
-def reference_wall(tmp_path_factory) -> float:
-    """The same run over the reference, for scale: on a loaded machine every run is slower."""
-    res, _, wall = run_suite("reference", tmp_path_factory.mktemp("reference"))
-    assert res.returncode == 0, res.stdout[-3000:]
-    return wall
+    rejections = log.read_text().splitlines() if log.exists() else []
+    return res, json.loads(out.read_text())["tests"], rejections
 
 
 @pytest.fixture(scope="module", params=sorted(SHAPE_LIMITED))
 def run(request, tmp_path_factory):
     name = request.param
-    res, records, wall = run_suite(f"shape-{name}", tmp_path_factory.mktemp(name))
+    res, records, rejections = run_suite(f"shape-{name}", tmp_path_factory.mktemp(name))
     by_clause = defaultdict(list)
     for rec in records:
         by_clause[rec["clause"]].append(rec)
-    return name, res, records, by_clause, wall
+    return name, res, records, by_clause, rejections
 
 
 def test_model_shape_fails_once_with_the_accepted_and_rejected_shapes(run):
@@ -122,12 +117,13 @@ def test_every_skip_names_the_shape_gate(run):
     assert not unexplained, unexplained
 
 
-def test_the_run_costs_what_a_conforming_one_costs(run, reference_wall):
-    """At most BUDGET seconds, or (on a machine loaded by other work) no more than the same run over the
-    reference takes beside it."""
-    name, _, _, _, wall = run
-    assert wall <= max(BUDGET, 1.1 * reference_wall), \
-        f"shape-{name}: the suite took {wall:.1f} s (budget {BUDGET:g} s; the reference: {reference_wall:.1f} s)"
+def test_a_rejection_is_paid_for_once_in_the_probe(run):
+    """The model raises at most once per shape the probe tries, and nowhere else: no check calls it at a rejected
+    shape, and hypothesis neither draws one nor shrinks or replays a crash."""
+    name, _, _, _, rejections = run
+    assert 0 < len(rejections) <= MAX_PROBE_CALLS and len(set(rejections)) == len(rejections), \
+        f"shape-{name}: {len(rejections)} rejected forward calls (expected 1 to {MAX_PROBE_CALLS}, " \
+        f"each shape once, all in the probe): {rejections}"
 
 
 # -- the probe and the fitting, on stand-ins (no suite run) ----------------------------------------------------
