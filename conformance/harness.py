@@ -18,13 +18,16 @@ Two failure kinds, kept apart so reports can tell them apart:
 
 Every message stands alone: clause id, paper section, what was measured,
 what was expected, the call that shows it, and a hint at the likely bug.
+
+A forward call at a shape the implementation rejects (its shape contract, ``shapes``, reported once by
+model.shape) is not made: :func:`call_forward` skips the check as "blocked by model.shape: ..." instead.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
@@ -33,7 +36,7 @@ import torch
 from spec.clauses import get_clause
 from spec.config import ModelConfig
 
-from .inputs import config_change
+from .configs import config_change
 
 if TYPE_CHECKING:
     from implementations import Implementation
@@ -41,7 +44,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ClauseViolation", "ImplementationError", "CheckTimeout", "checking", "current_clause", "violation",
     "could_not_check", "build_model", "refused", "call_forward", "output_problem", "first_nonfinite", "run_forward",
-    "as_log_probs", "describe_call", "seeded",
+    "as_log_probs", "describe_call", "seeded", "shape_gate",
 ]
 
 _CLAUSE: contextvars.ContextVar[str | None] = contextvars.ContextVar("aiayn_clause_under_test", default=None)
@@ -177,8 +180,32 @@ def describe_call(src: torch.Tensor, tgt: torch.Tensor, pad_id: int = 0) -> str:
             f"with real lengths src={lens(src)} tgt={lens(tgt)}")
 
 
+# (src, tgt) -> "" when forward may be called at their shapes, else the reason to skip: set by
+# ``shapes.under_test`` from the implementation's shape contract (model.shape), None outside a check.
+ShapeGate = Callable[[torch.Tensor, torch.Tensor], str]
+_SHAPE_GATE: contextvars.ContextVar[ShapeGate | None] = contextvars.ContextVar("aiayn_shape_gate", default=None)
+
+
+@contextlib.contextmanager
+def shape_gate(gate: ShapeGate) -> Iterator[None]:
+    """While open, :func:`call_forward` asks ``gate`` before each call and skips the check with its reason when
+    the shapes are ones the model rejects (``shapes.under_test`` installs the implementation's contract)."""
+    token = _SHAPE_GATE.set(gate)
+    try:
+        yield
+    finally:
+        _SHAPE_GATE.reset(token)
+
+
 def call_forward(model: Any, src: torch.Tensor, tgt: torch.Tensor, *, pad_id: int = 0, grad: bool = False) -> Any:
-    """``model(src, tgt)`` as it returned, whatever it returned (a crash becomes ImplementationError)."""
+    """``model(src, tgt)`` as it returned, whatever it returned (a crash becomes ImplementationError).
+
+    At a shape the implementation under test rejects (its shape contract, reported once by model.shape) the
+    check is skipped as "blocked by model.shape: ..." instead: the crash is already explained."""
+    gate = _SHAPE_GATE.get()
+    blocked = gate(src, tgt) if gate is not None else ""
+    if blocked:
+        pytest.skip(blocked)
     try:
         with torch.set_grad_enabled(grad):
             return model(src, tgt)

@@ -12,7 +12,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-__all__ = ["attention", "attention_weights", "layer_norm", "feed_forward", "PE_FORMS", "pe_table", "ACTIVATIONS"]
+__all__ = ["attention", "attention_weights", "layer_norm", "feed_forward", "PE_FORMS", "pe_table", "ACTIVATIONS",
+           "LP_FORMS", "length_penalty"]
 
 
 def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None, *, scale: float | None = None,
@@ -131,4 +132,30 @@ PE_FORMS: dict[str, str] = {
     "base-1000": "base 1000 instead of 10000",
     "sin-cos-swapped": "cosines on even and sines on odd dimensions",
     "exponent-2i-twice": "exponent 4i/d_model (2*i where i already steps by 2)",
+}
+
+
+def length_penalty(length: Tensor, alpha: float, *, form: str = "paper") -> Tensor:
+    """lp(|Y|) of §6.1 (``paper``: GNMT's ((5 + |Y|) / 6)^alpha, |Y| counting the end symbol) or a named
+    variant, float64, for a tensor of output lengths."""
+    n = length.detach().to(torch.float64)
+    if form == "paper":
+        return ((5.0 + n) / 6.0) ** alpha
+    if form == "length-power":
+        return n ** alpha
+    if form == "none":
+        return torch.ones_like(n)
+    if form == "eos-not-counted":
+        return ((4.0 + n) / 6.0) ** alpha
+    if form == "alpha-outside":  # ((5 + |Y|)^alpha) / 6, the 6 not raised to alpha
+        return (5.0 + n) ** alpha / 6.0
+    raise ValueError(f"unknown length-penalty form {form!r}")
+
+
+LP_FORMS: dict[str, str] = {
+    "paper": "GNMT's ((5 + |Y|) / 6)^alpha",
+    "length-power": "|Y|^alpha (fairseq, Hugging Face, CTranslate2)",
+    "none": "no penalty (1 for every length: alpha ignored)",
+    "eos-not-counted": "GNMT's penalty with |Y| not counting the end symbol",
+    "alpha-outside": "(5 + |Y|)^alpha / 6 (the 6 not raised to alpha)",
 }

@@ -22,7 +22,9 @@ component checks run.
 
 The clause under test: around each test's setup, call and teardown the plugin makes the test's clause the
 current one (``harness.checking``), so helpers (``violation``, ``could_not_check``, ``build_model``,
-``run_forward``, ...) know it without being told.
+``run_forward``, ...) know it without being told. Likewise the test's implementation is the one under test
+(``shapes.under_test``): its shape contract, probed on first use, fits the witnesses to the shapes it accepts
+and skips forward calls at shapes it rejects ("blocked by model.shape").
 
 Declared deviations: on each deterministic (witness) test of a clause an implementation or component
 declares as a deviation, the test is marked ``xfail(strict=False, raises=AssertionError)`` (a clause has
@@ -49,6 +51,8 @@ import pytest
 from spec.clauses import CLAUSES, get_clause, parse_clause_ids
 
 from . import (
+    inputs,
+    shapes,
     strategies,  # noqa: F401  (registers and loads the hypothesis profiles)
     threads,
 )
@@ -427,12 +431,16 @@ def _budgeted_phase(item: pytest.Item, phase: str) -> Generator[None, object, ob
 
 @contextlib.contextmanager
 def _under_its_clause(item: pytest.Item) -> Iterator[None]:
-    """The item's clause is the clause under test (``harness.current_clause``) while this is open."""
+    """The item's clause is the clause under test (``harness.current_clause``) while this is open, and its
+    implementation the one under test (``shapes.current``: its shape contract fits the witnesses and gates
+    forward calls)."""
     clause_id = item_clause(item)
     if clause_id not in CLAUSES:  # not a conformance check (or a bad marker, rejected at collection)
         yield
         return
-    with checking(clause_id):
+    with checking(clause_id), shapes.under_test(_params(item).get("impl"), inputs.CONFIG,
+                                                 lengths=inputs.WITNESS_LENGTHS, batches=inputs.WITNESS_BATCHES,
+                                                 witness=inputs.WITNESS_SHAPE):
         yield
 
 

@@ -26,7 +26,7 @@ from spec.contract import has_capability
 
 from . import oracles
 from .harness import build_model, violation
-from .inputs import CONFIG, random_tokens
+from .inputs import CONFIG, fitted, random_tokens
 from .outputs import log_probs
 from .transplant import load_into, visible_state
 
@@ -34,10 +34,15 @@ if TYPE_CHECKING:
     from implementations import Implementation
 
 __all__ = ["readout", "hidden_states", "post_norm_probe", "last_sublayer_diagnosis", "sublayers_off",
-           "zero_gain_state", "check_input_path", "SRC", "TGT", "LAST"]
+           "zero_gain_state", "check_input_path", "SRC", "TGT", "LAST", "witness"]
 
 SRC = random_tokens(CONFIG, [6, 4], 6, vocab=CONFIG.src_vocab, seed=31)
 TGT = random_tokens(CONFIG, [5, 5], 5, vocab=CONFIG.tgt_vocab, seed=32)
+
+
+def witness() -> tuple[torch.Tensor, torch.Tensor]:
+    """The probes' input (SRC, TGT), fitted to the shapes the implementation under test accepts."""
+    return fitted(SRC, TGT)
 
 
 def readout(logp: torch.Tensor, generator: torch.Tensor) -> tuple[torch.Tensor, float]:
@@ -52,8 +57,11 @@ def readout(logp: torch.Tensor, generator: torch.Tensor) -> tuple[torch.Tensor, 
 
 
 def hidden_states(impl: Implementation, state: dict[str, torch.Tensor], config: ModelConfig = CONFIG,
-                  src: torch.Tensor = SRC, tgt: torch.Tensor = TGT) -> torch.Tensor | None:
-    """The decoder's final hidden states [B, T, d] for these canonical weights, or None if not observable."""
+                  src: torch.Tensor | None = None, tgt: torch.Tensor | None = None) -> torch.Tensor | None:
+    """The decoder's final hidden states [B, T, d] for these canonical weights (on :func:`witness` unless
+    ``src`` and ``tgt`` are given), or None if not observable."""
+    if src is None or tgt is None:
+        src, tgt = witness()
     model = build_model(impl, config)
     if not has_capability(model, "load_reference_state"):
         return None
@@ -205,16 +213,18 @@ def input_path(impl: Implementation, stack: str) -> tuple[list[tuple[str, str]] 
         h = hidden_states(impl, state)
         if h is None:
             return None, f"{impl.name}: the hidden state cannot be read back (needs load_reference_state and tied E)"
-        return input_candidates(h, TGT, state["tgt_embed.weight"], positional_table(impl, TGT.size(1))), ""
+        tgt = witness()[1]
+        return input_candidates(h, tgt, state["tgt_embed.weight"], positional_table(impl, tgt.size(1))), ""
     model = build_model(impl, CONFIG)
     if not (has_capability(model, "encode") and has_capability(model, "load_reference_state")):
         return None, f"{impl.name}: needs encode and load_reference_state"
     state = sublayers_off(visible_state(CONFIG, seed=62, unit_norms=True), "encoder")
     load_into(model, state, impl.name)
     with torch.no_grad():
-        out = model.encode(SRC)
+        src = witness()[0]
+        out = model.encode(src)
     out = (out[0] if isinstance(out, (tuple, list)) else out).double()
-    return input_candidates(out, SRC, state["src_embed.weight"], positional_table(impl, SRC.size(1))), ""
+    return input_candidates(out, src, state["src_embed.weight"], positional_table(impl, src.size(1))), ""
 
 
 def check_input_path(impl: Implementation, stack: str, *, part: Literal["scale", "pe"], hint: str) -> None:

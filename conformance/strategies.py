@@ -6,6 +6,11 @@ witness and is reported with its parts named. The one exception is the float val
 inputs: hundreds of drawn floats would not shrink to anything more telling than the shapes and the mask, so
 those are generated from a drawn (labelled) seed.
 
+Shapes: the whole-model strategies draw only the batch sizes and lengths the implementation under test
+accepts (its shape contract, ``conformance.shapes``, reported by model.shape), so hypothesis never shrinks a
+crash the shape probe has already explained; a test whose strategy has no accepted shape to draw skips as
+"blocked by model.shape". For a model that accepts every probed shape the draws are unchanged.
+
 Profiles (select with ``--hypothesis-profile NAME`` or ``AIAYN_HYPOTHESIS_PROFILE``):
     ci        derandomized, 10 examples per test, no deadline: fast and repeatable (default)
     thorough  100 examples per test, random: for deep audits
@@ -17,11 +22,14 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 from spec.config import ModelConfig
+
+from . import shapes
 
 settings.register_profile(
     "ci", max_examples=10, derandomize=True, deadline=None, print_blob=True,
@@ -69,14 +77,41 @@ def token_batch(config: ModelConfig, *, vocab: int, batch: int, length: int, min
     return build()
 
 
+def _accepted(contract: shapes.ShapeContract, axis: shapes.Axis, low: int, high: int, *, room: int = 0,
+              what: str) -> list[int]:
+    """The values of ``axis`` from low to high that the model accepts (with ``room`` more, too); skips the test
+    as blocked by model.shape when there are none."""
+    found = [n for n in contract.values(axis, low, high) if contract.accepts_value(axis, n + room)]
+    if not found:
+        pytest.skip(contract.need(what, axis))
+    return found
+
+
 @st.composite
 def src_tgt(draw: st.DrawFn, config: ModelConfig, *, min_batch: int = 1, max_batch: int = 4,
-            max_len: int | None = None, padded: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+            max_len: int | None = None, padded: bool = True, src_room: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """(src [B, S], tgt [B, T]): batch size, lengths (1 to ``max_len``, default the config's), right padding
-    per row (every row with at least one real token; none when not ``padded``) and token values, all drawn."""
-    batch = draw(st.integers(min_value=min_batch, max_value=max_batch), label="batch")
-    s_len = draw(lengths(config, max_value=max_len), label="S")
-    t_len = draw(lengths(config, max_value=max_len), label="T")
+    per row (every row with at least one real token; none when not ``padded``) and token values, all drawn.
+
+    Only shapes the implementation under test accepts are drawn (its shape contract, ``shapes``; with room for
+    ``src_room`` more source tokens): where it accepts every probed shape, the draws are the plain ranges above;
+    where it accepts none in range, the test skips as blocked by model.shape."""
+    contract = shapes.current()
+    top = config.max_len if max_len is None else max_len
+    if contract is None or contract.complete:
+        batch = draw(st.integers(min_value=min_batch, max_value=max_batch), label="batch")
+        s_len = draw(lengths(config, max_value=max_len), label="S")
+        t_len = draw(lengths(config, max_value=max_len), label="T")
+    else:
+        need = "this property needs"
+        batch = draw(st.sampled_from(_accepted(contract, "batch", min_batch, max_batch,
+                                               what=f"{need} a batch size from {min_batch} to {max_batch}")),
+                     label="batch")
+        s_what = (shapes.room_needed("src", src_room, "this property") if src_room
+                  else f"{need} a source length up to {top}")
+        s_len = draw(st.sampled_from(_accepted(contract, "src", 1, top, room=src_room, what=s_what)), label="S")
+        t_len = draw(st.sampled_from(_accepted(contract, "tgt", 1, top, what=f"{need} a target length up to {top}")),
+                     label="T")
     src = draw(token_batch(config, vocab=config.src_vocab, batch=batch, length=s_len, padded=padded), label="src")
     tgt = draw(token_batch(config, vocab=config.tgt_vocab, batch=batch, length=t_len, padded=padded), label="tgt")
     return src, tgt
@@ -94,8 +129,14 @@ def causal_case(draw: st.DrawFn, config: ModelConfig) -> tuple[torch.Tensor, tor
 def source_padding_case(draw: st.DrawFn, config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor, int]:
     """(src [1, S], tgt [1, T], extra): one unpadded sample (S < max_len) and how many pad tokens to append to
     its source (S + extra <= max_len)."""
-    src, tgt = draw(src_tgt(config, max_batch=1, max_len=config.max_len - 1, padded=False), label="sample")
-    extra = draw(st.integers(1, config.max_len - src.size(1)), label="extra source padding")
+    src, tgt = draw(src_tgt(config, max_batch=1, max_len=config.max_len - 1, padded=False, src_room=1),
+                    label="sample")
+    contract = shapes.current()
+    if contract is None or contract.complete:
+        extra = draw(st.integers(1, config.max_len - src.size(1)), label="extra source padding")
+    else:  # only paddings to a source length the model accepts
+        room = [e for e in range(1, config.max_len - src.size(1) + 1) if contract.accepts_value("src", src.size(1) + e)]
+        extra = draw(st.sampled_from(room), label="extra source padding")
     return src, tgt, extra
 
 

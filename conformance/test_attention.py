@@ -27,9 +27,10 @@ from spec.tolerance import Comparison, compare
 from . import oracles
 from .census import blocked_by_layers
 from .components import DK, B, H, Kernel, call_kernel, from_factory, qkv
+from .configs import OTHER_CONFIGS
 from .diagnosis import fail_on_variant_departure
 from .harness import describe_call, run_forward, seeded, violation
-from .inputs import CONFIG, OTHER_CONFIGS, witness_batch
+from .inputs import CONFIG, witness_batch
 from .outputs import compare_real, log_probs
 from .transplant import STATE_SEED, transplanted, visible_state
 

@@ -55,7 +55,7 @@ def test_embedding_sum_dropout_rate(impl: Implementation) -> None:
     state = ro.sublayers_off(visible_state(cfg, seed=71, unit_norms=True), "decoder")
     load_into(model, state, impl.name)
     torch.manual_seed(72)
-    logp = log_probs(model, impl, ro.SRC, ro.TGT, cfg)
+    logp = log_probs(model, impl, *ro.witness(), cfg)
     h, residual = ro.readout(logp, state["generator.weight"])
     if residual > 1e-3:
         pytest.skip("the hidden state cannot be read back")
@@ -88,11 +88,12 @@ def test_sublayer_output_dropout_rate(impl: Implementation) -> None:
     state[f"{ro.LAST}.norm2.bias"] = torch.zeros(cfg.d_model)
     load_into(model, state, impl.name)
     torch.manual_seed(74)
-    logp = log_probs(model, impl, ro.SRC, ro.TGT, cfg)
+    src, tgt = ro.witness()
+    logp = log_probs(model, impl, src, tgt, cfg)
     h, residual = ro.readout(logp, state["generator.weight"])
     if residual > 1e-3:
         pytest.skip("the hidden state cannot be read back")
-    h = h[ro.TGT != cfg.pad_id]
+    h = h[tgt != cfg.pad_id]
     rate = dropped_fraction(h)
     if abs(rate - p) > 0.15:
         violation(measured=f"about {rate:.0%} of the features of the last sub-layer's output are dropped "
@@ -116,11 +117,13 @@ def test_post_norm_outputs_stay_normalized_in_train_mode(impl: Implementation) -
     state = visible_state(cfg, seed=75, unit_norms=True)
     load_into(model, state, impl.name)
 
+    src, tgt = ro.witness()
+
     def hidden(train: bool) -> torch.Tensor | None:
         model.train(train)
         torch.manual_seed(76)
-        h, residual = ro.readout(log_probs(model, impl, ro.SRC, ro.TGT, cfg), state["generator.weight"])
-        return h[ro.TGT != cfg.pad_id] if residual <= 1e-3 else None
+        h, residual = ro.readout(log_probs(model, impl, src, tgt, cfg), state["generator.weight"])
+        return h[tgt != cfg.pad_id] if residual <= 1e-3 else None
 
     evaluated, trained = hidden(False), hidden(True)
     if evaluated is None or trained is None:

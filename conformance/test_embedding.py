@@ -14,9 +14,10 @@ import pytest
 
 from implementations import Implementation
 
+from .configs import OTHER_CONFIGS
 from .diagnosis import fail_on_variant_departure
 from .harness import build_model, violation
-from .inputs import CONFIG, OTHER_CONFIGS
+from .inputs import CONFIG
 from .readout_probes import check_input_path
 
 

@@ -9,8 +9,9 @@ import pytest
 
 from implementations import Implementation
 
+from . import shapes
 from .harness import build_model, violation
-from .inputs import CONFIG
+from .inputs import CONFIG, shape_need
 
 MISSING = [m for m in ("onnx", "onnxruntime", "onnxscript") if importlib.util.find_spec(m) is None]
 
@@ -21,6 +22,9 @@ MISSING = [m for m in ("onnx", "onnxruntime", "onnxscript") if importlib.util.fi
 def test_exports_and_onnxruntime_agrees(impl: Implementation, tmp_path: Path) -> None:
     from export import ExportError, export_onnx, verify
 
+    contract = shapes.current()
+    if contract is not None and not contract.complete:  # a finding of model.shape, not of the export
+        pytest.skip(shape_need("the export is dynamic in the batch size and every length up to max_len"))
     model = build_model(impl, CONFIG)
     path = tmp_path / f"{impl.name}.onnx"
     try:

@@ -24,7 +24,7 @@ from . import oracles, strategies
 from .components import DK, LK, B, H, Kernel, call_kernel, from_factory, key_padding, qkv
 from .diagnosis import fail_on_variant_departure
 from .harness import build_model, describe_call, first_nonfinite, run_forward, violation
-from .inputs import CONFIG, other_token, random_tokens, witness_batch
+from .inputs import CONFIG, fitted, other_token, random_tokens, shape_need, witness_batch
 from .outputs import compare_real, log_probs
 from .transplant import STATE_SEED, load_into, sharp_or_own, transplanted, visible_state
 
@@ -99,8 +99,10 @@ def check_causal(model: Any, impl: Implementation, src: torch.Tensor, tgt: torch
 @pytest.mark.clause("mask.causal")
 @pytest.mark.parametrize("j", [0, 2, 5])
 def test_causal_witness(impl: Implementation, sharp: tuple[Any, str], j: int) -> None:
-    src = random_tokens(CONFIG, [7, 4], 7, vocab=CONFIG.src_vocab, seed=3)
-    tgt = random_tokens(CONFIG, [6, 6], 6, vocab=CONFIG.tgt_vocab, seed=4)
+    src, tgt = fitted(random_tokens(CONFIG, [7, 4], 7, vocab=CONFIG.src_vocab, seed=3),
+                      random_tokens(CONFIG, [6, 6], 6, vocab=CONFIG.tgt_vocab, seed=4))
+    if j >= tgt.size(1):
+        pytest.skip(shape_need(f"changing target position {j} needs target length {j + 1}", "tgt"))
     check_causal(sharp[0], impl, src, tgt, j, sharp[1])
 
 
@@ -116,8 +118,10 @@ def test_causal_explored(impl: Implementation, sharp: tuple[Any, str],
 def test_causal_with_scores_beyond_1e4(impl: Implementation, extreme: Any) -> None:
     """B02: with attention scores of order 1e5, a future key masked by a finite constant outscores the real keys
     of some queries; -inf keeps it out."""
-    src = random_tokens(CONFIG, [7, 4], 7, vocab=CONFIG.src_vocab, seed=3)
-    tgt = random_tokens(CONFIG, [6, 6], 6, vocab=CONFIG.tgt_vocab, seed=4)
+    src, tgt = fitted(random_tokens(CONFIG, [7, 4], 7, vocab=CONFIG.src_vocab, seed=3),
+                      random_tokens(CONFIG, [6, 6], 6, vocab=CONFIG.tgt_vocab, seed=4))
+    if tgt.size(1) < 4:
+        pytest.skip(shape_need("changing target position 3 needs target length 4", "tgt"))
     check_causal(extreme, impl, src, tgt, 3, EXTREME, hint=FINITE_FILL_HINT)
 
 
@@ -148,8 +152,8 @@ def test_position_zero_attends_to_itself(impl: Implementation) -> None:
     state = visible_state(CONFIG, seed=5)
     zeroed = {k: (torch.zeros_like(v) if ".self_attn.v." in k and k.startswith("decoder") else v)
               for k, v in state.items()}
-    src = random_tokens(CONFIG, [7, 7], 7, vocab=CONFIG.src_vocab, seed=6)
-    tgt = random_tokens(CONFIG, [4, 4], 4, vocab=CONFIG.tgt_vocab, seed=7)
+    src, tgt = fitted(random_tokens(CONFIG, [7, 7], 7, vocab=CONFIG.src_vocab, seed=6),
+                      random_tokens(CONFIG, [4, 4], 4, vocab=CONFIG.tgt_vocab, seed=7))
     call = f"{describe_call(src, tgt, PAD)} with canonical weights"
     hint = "the causal mask excludes the diagonal (torch.triu(..., diagonal=0) / tril(..., -1))"
     load_into(model, state, impl.name)
@@ -194,14 +198,14 @@ SOURCE_HINT = ("padded keys keep weight: the mask is missing (often in cross-att
 @pytest.mark.clause("mask.source-padding")
 @pytest.mark.parametrize("extra", [1, 5])
 def test_source_padding_witness(impl: Implementation, sharp: tuple[Any, str], extra: int) -> None:
-    check_source_padding(sharp[0], impl, *witness_batch(), extra, sharp[1], SOURCE_HINT)
+    check_source_padding(sharp[0], impl, *witness_batch(src_room=extra), extra, sharp[1], SOURCE_HINT)
 
 
 @pytest.mark.clause("mask.source-padding")
 def test_source_padding_with_scores_beyond_1e4(impl: Implementation, extreme: Any) -> None:
     """B02: with scores of order 1e5, a padded key masked by a finite constant outscores the real keys of some
     queries (a short source has few)."""
-    check_source_padding(extreme, impl, *witness_batch(), 1, EXTREME, FINITE_FILL_HINT)
+    check_source_padding(extreme, impl, *witness_batch(src_room=1), 1, EXTREME, FINITE_FILL_HINT)
 
 
 @pytest.mark.clause("mask.source-padding")
@@ -215,7 +219,7 @@ def test_source_padding_explored(impl: Implementation, sharp: tuple[Any, str],
 
 
 def check_target_padding(model: Any, impl: Implementation, extra: int, weights: str, hint: str) -> None:
-    src, tgt = witness_batch()
+    src, tgt = witness_batch(tgt_room=extra)
     a = log_probs(model, impl, src, tgt)
     b = log_probs(model, impl, src, appended(tgt, extra))[:, : tgt.size(1)]
     cmp = compare_real(a, b, tgt, PAD)
@@ -253,10 +257,11 @@ def require_finite(out: torch.Tensor, tgt: torch.Tensor, call: str, hint: str) -
 
 @pytest.mark.clause("mask.finite")
 def test_fully_padded_source_row_is_finite(impl: Implementation, model: Any) -> None:
-    src = random_tokens(CONFIG, [6, 0, 3], 6, vocab=CONFIG.src_vocab, seed=8)  # row 1 is all padding
-    tgt = random_tokens(CONFIG, [4, 4, 2], 4, vocab=CONFIG.tgt_vocab, seed=9)
+    src, tgt = fitted(random_tokens(CONFIG, [6, 0, 3], 6, vocab=CONFIG.src_vocab, seed=8),  # row 1: all padding
+                      random_tokens(CONFIG, [4, 4, 2], 4, vocab=CONFIG.tgt_vocab, seed=9), keep=(1,))
     out = run_forward(model, src, tgt, vocab=CONFIG.tgt_vocab, pad_id=PAD, check_finite=False)
-    require_finite(out, tgt, f"{describe_call(src, tgt, PAD)} (row 1 of src is all padding)",
+    empty = int((src == PAD).all(dim=1).nonzero()[0])  # row 1, or row 0 when fitted to one row (model.shape)
+    require_finite(out, tgt, f"{describe_call(src, tgt, PAD)} (row {empty} of src is all padding)",
                    "softmax over a row that is entirely -inf gives NaN: a query with no key should attend to nothing")
 
 

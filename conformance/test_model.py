@@ -15,7 +15,7 @@ from spec.config import ModelConfig
 from spec.contract import has_capability
 from spec.tolerance import compare
 
-from . import strategies
+from . import shapes, strategies
 from .diagnosis import diagnosis_of, explanation
 from .harness import (
     build_model,
@@ -50,6 +50,37 @@ def check_output_shape(model: Any, src: torch.Tensor, tgt: torch.Tensor, config:
     if problem is not None:
         got, expected = problem
         violation(measured=f"forward returned {got}", expected=expected, call=describe_call(src, tgt, config.pad_id),
+                  hint="keep the batch axis and every target position (no squeeze(), no [:, -1], no sequence-first "
+                       "layout), project to tgt_vocab scores, and return them as a float tensor")
+
+
+@pytest.mark.clause("model.shape")
+def test_accepted_shapes(impl: Implementation) -> None:
+    """The shape probe (``conformance.shapes``): forward accepts every probed batch size and length (those the
+    witnesses use, 1 and max_len) and returns [B, T, tgt_vocab] floats. A model that rejects some is reported
+    here, once; the other checks run at the shapes it accepts, or skip naming model.shape."""
+    contract = shapes.current()
+    if contract is None:  # the build raised: say so here too
+        build_model(impl, CONFIG)
+        pytest.skip(f"{impl.name}: the shape probe could not build the model")
+    if not contract.usable:
+        could_not_check(f"forward raised at every probed shape ({len(contract.tried)} tried); the first: "
+                        f"{contract.error}")
+    assert contract.base is not None  # usable
+    accepted, rejected = contract.report()
+    if not contract.complete:
+        violation(measured=f"forward rejects some shapes\n  accepted: {accepted}\n  rejected: {rejected}\n"
+                           f"  error:    {contract.error}",
+                  expected=f"any batch size and every length from 1 to max_len = {CONFIG.max_len}; the other "
+                           "clauses are judged at the accepted shapes only, and their checks that need a rejected "
+                           "shape skip as blocked by model.shape",
+                  call="forward on unpadded random tokens at each probed batch size and length, the other two held "
+                       f"as in {shapes.describe_shape(*contract.base)}",
+                  hint=contract.hint)
+    if contract.output is not None:
+        got, expected = contract.output
+        violation(measured=f"forward returned {got}", expected=expected,
+                  call=f"{shapes.describe_shape(*contract.base)} on unpadded random tokens (the shape probe)",
                   hint="keep the batch axis and every target position (no squeeze(), no [:, -1], no sequence-first "
                        "layout), project to tgt_vocab scores, and return them as a float tensor")
 
@@ -195,7 +226,7 @@ def check_batch_independence(model: Any, impl: Implementation, src: torch.Tensor
 
 @pytest.mark.clause("model.batch-independence")
 def test_batch_independence_witness(impl: Implementation, model: Any) -> None:
-    check_batch_independence(model, impl, *witness_batch())
+    check_batch_independence(model, impl, *witness_batch(min_batch=2))
 
 
 @pytest.mark.clause("model.batch-independence")

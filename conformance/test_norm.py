@@ -71,7 +71,10 @@ def test_layer_norm_variant(impl: Implementation) -> None:
 # --------------------------------------------------------------------------------------------------
 # Readout probes
 # --------------------------------------------------------------------------------------------------
-CALL = f"forward(src {list(ro.SRC.shape)}, tgt {list(ro.TGT.shape)}) after load_reference_state, hidden state read back"
+def probe_call() -> str:
+    """The probes' forward call (on ``readout_probes.witness()``), for messages."""
+    src, tgt = ro.witness()
+    return f"forward(src {list(src.shape)}, tgt {list(tgt.shape)}) after load_reference_state, hidden state read back"
 
 
 @pytest.mark.clause("norm.post-norm")
@@ -83,7 +86,7 @@ def test_each_sublayer_output_is_normalized(impl: Implementation) -> None:
         violation(measured="with the last decoder layer's last norm at gain 0, the final hidden "
                   "states still differ between positions", expected="LayerNorm(x + Sublayer(x)): the layer's output is "
                   "its norm's output, the norm's bias at every position when the gain is 0",
-                  call=CALL + f"; {ro.LAST}.norm3.weight = 0",
+                  call=probe_call() + f"; {ro.LAST}.norm3.weight = 0",
                   hint="pre-norm x + Sublayer(LayerNorm(x)): the residual stream bypasses the norms")
 
 
@@ -101,8 +104,8 @@ def test_residual_adds_the_sublayer_input(impl: Implementation) -> None:
                 if residual == "x + x + F(x)"
                 else "the residual adds the wrong tensor (e.g. ffn_out + dropout(ffn_out))")
         violation(measured=f"the last feed-forward sub-layer computes LayerNorm({residual})",
-                  expected="LayerNorm(x + FFN(x)) with x the sub-layer's input", call=CALL + "; last norm2 gain 0",
-                  hint=hint)
+                  expected="LayerNorm(x + FFN(x)) with x the sub-layer's input",
+                  call=probe_call() + "; last norm2 gain 0", hint=hint)
 
 
 _TOP: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor] | None] = {}
@@ -160,7 +163,7 @@ def test_nothing_after_the_last_sublayer_norm(impl: Implementation) -> None:
                   f"output hidden state off 2 h + 0.25 by {err:.3g}"
                   + ("; the result is normalized again" if renormalized else ""),
                   expected="the last sub-layer's norm is the decoder's last operation: h' = 2 h + 0.25",
-                  call=CALL + f"; {ro.LAST}.norm3 gain 2, bias 0.25 vs unit norms",
+                  call=probe_call() + f"; {ro.LAST}.norm3 gain 2, bias 0.25 vs unit norms",
                   hint="an extra LayerNorm at the top of the stack (nn.Transformer's decoder.norm, or a pre-norm "
                        "design's final norm)")
 
@@ -178,15 +181,16 @@ def test_nothing_after_the_last_encoder_norm(impl: Implementation) -> None:
     scaled = dict(unit, **{f"{last}.weight": torch.full((CONFIG.d_model,), 2.0),
                            f"{last}.bias": torch.full((CONFIG.d_model,), 0.25)})
     outs = []
+    src = ro.witness()[0]
     for state in (unit, scaled):
         load_into(model, state, impl.name)
         with torch.no_grad():
-            out, again = model.encode(ro.SRC), model.encode(ro.SRC)
+            out, again = model.encode(src), model.encode(src)
         out, again = ((o[0] if isinstance(o, (tuple, list)) else o).double() for o in (out, again))
         if not torch.equal(out, again):
             pytest.skip("blocked by model.eval-determinism: two eval-mode encode() calls differ")
         outs.append(out)
-    real = (ro.SRC != CONFIG.pad_id)[..., None]
+    real = (src != CONFIG.pad_id)[..., None]
     h1, h2 = (torch.where(real, o, 0.0) for o in outs)
     if not normalized(h1[0]):
         pytest.skip("blocked by norm.post-norm: the encoder output is not a layer norm's output")
@@ -198,7 +202,7 @@ def test_nothing_after_the_last_encoder_norm(impl: Implementation) -> None:
         violation(measured=f"encode() moved off 2 h + 0.25 by {err:.3g} when the last encoder "
                   "norm's gain became 2 and bias 0.25",
                   expected="the last encoder norm is the encoder's last operation",
-                  call=f"encode(src {list(ro.SRC.shape)}) with {last} gain 2, bias 0.25 vs unit norms",
+                  call=f"encode(src {list(src.shape)}) with {last} gain 2, bias 0.25 vs unit norms",
                   hint="an extra LayerNorm at the top of the encoder stack")
 
 
@@ -212,7 +216,7 @@ def test_unit_norm_output_has_mean_0_and_biased_variance_1(impl: Implementation)
     if bool(((var - (d - 1) / d).abs() < 1e-3).all()):
         violation(measured=f"with gain 1 and bias 0 the normalized vectors have biased variance "
                   f"{var.mean().item():.5f} = (d-1)/d", expected="biased variance 1 (eps aside): (x - mean) / "
-                  "sqrt(mean((x - mean)^2) + eps)", call=CALL + "; unit norms",
+                  "sqrt(mean((x - mean)^2) + eps)", call=probe_call() + "; unit norms",
                   hint="x.std() is the unbiased estimate; use the biased variance with eps inside the sqrt")
     if not normalized(h):
         post, _ = ro.post_norm_probe(impl)
@@ -220,7 +224,7 @@ def test_unit_norm_output_has_mean_0_and_biased_variance_1(impl: Implementation)
             pytest.skip("blocked by norm.post-norm: the top of the decoder is not a layer norm")
         violation(measured=f"per-position mean up to {h.mean(-1).abs().max().item():.3g}, "
                   f"variance {var.min().item():.4g}..{var.max().item():.4g}",
-                  expected="mean 0 and biased variance 1 over the d_model features", call=CALL + "; unit norms",
+                  expected="mean 0 and biased variance 1 over the d_model features", call=probe_call() + "; unit norms",
                   hint="normalization over the wrong axis, or scalar statistics")
 
 
@@ -236,7 +240,7 @@ def test_last_norm_adds_its_bias(impl: Implementation) -> None:
         violation(measured="with the last decoder norm at gain 2 and bias 0.25 the output hidden state is 2 h: the "
                            "gain is applied and the bias is not",
                   expected="2 h + 0.25: LayerNorm(x) * weight + bias with a per-feature bias",
-                  call=CALL + f"; {ro.LAST}.norm3 gain 2, bias 0.25 vs unit norms",
+                  call=probe_call() + f"; {ro.LAST}.norm3 gain 2, bias 0.25 vs unit norms",
                   hint="a layer norm without a bias term (nn.LayerNorm(d, bias=False), a gain-only norm such as "
                        "RMSNorm-style code or x-transformers' LayerNorm), or an adapter that does not load the norm "
                        "biases")
@@ -264,7 +268,7 @@ def test_formula_with_per_feature_gain_and_bias(impl: Implementation) -> None:
     if "paper" not in forms:
         violation(measured="the last norm computes " + " or ".join(FORMS[f] for f in forms) + " * g + b",
                   expected=f"{FORMS['paper']} * g + b, per-feature g and b",
-                  call=CALL + "; last norm2 gain 0",
+                  call=probe_call() + "; last norm2 gain 0",
                   hint="x.std() is the unbiased estimate: use the biased variance (torch.nn.functional.layer_norm)")
 
 
@@ -279,7 +283,7 @@ def test_epsilon_inside_the_square_root(impl: Implementation) -> None:
         pytest.skip("blocked by norm.layer-norm: the last norm uses the unbiased variance, eps inside the root")
     violation(measured="near eps the last norm computes " + " or ".join(FORMS[f] for f in forms) + " * g + b",
               expected=f"{FORMS['paper']} * g + b with eps = config.norm_eps = {CONFIG.norm_eps:g}",
-              call=CALL + "; last norm2 gain 0, the FFN input and output scaled by 0.01",
+              call=probe_call() + "; last norm2 gain 0, the FFN input and output scaled by 0.01",
               hint="eps belongs inside the square root (torch.nn.functional.layer_norm); an eps much smaller than "
                    f"config.norm_eps (e.g. a fixed 1e-12) looks the same here: check that {CONFIG.norm_eps:g} "
                    "reaches the norm")

@@ -21,9 +21,10 @@ from spec.tolerance import compare
 
 from . import oracles, strategies
 from .components import from_factory
+from .configs import OTHER_CONFIGS
 from .diagnosis import fail_on_variant_departure
 from .harness import CheckTimeout, build_model, could_not_check, violation
-from .inputs import CONFIG, OTHER_CONFIGS
+from .inputs import CONFIG
 from .readout_probes import check_input_path
 
 CONFIGS = {"d32": CONFIG, "d48": OTHER_CONFIGS["wider"]}

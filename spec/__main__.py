@@ -6,6 +6,11 @@ from __future__ import annotations
 from . import AREAS, CLAUSES, ELEMENTWISE, MODEL, PAPER, SPEC_VERSION
 
 
+def _cell(text: str) -> str:
+    """Text for a Markdown table cell: a literal | (as in GNMT's penalty, ((5 + |Y|) / 6)^alpha) is escaped."""
+    return text.replace("|", "\\|")
+
+
 def catalogue_markdown() -> str:
     lines = [
         "# The clause catalogue",
@@ -25,8 +30,8 @@ def catalogue_markdown() -> str:
                   "|---|---|---|---|---|"]
         for clause in CLAUSES.values():
             if clause.area == area:
-                lines.append(f"| `{clause.id}` | {clause.citation} | {clause.severity} | {clause.statement} "
-                             f"| {clause.severity_reason} |")
+                lines.append(f"| `{clause.id}` | {clause.citation} | {clause.severity} | {_cell(clause.statement)} "
+                             f"| {_cell(clause.severity_reason)} |")
         lines.append("")
     lines += ["## Tolerance policy (`spec/tolerance.py`)", "",
               "A value passes when `|actual - expected| <= atol + rtol * |expected|`; messages report the largest "

@@ -241,6 +241,37 @@ _RECORDS: tuple[Clause, ...] = (
            severity_reason=(
                "§5 trains every parameter by gradient descent; a parameter that gets no gradient, or a "
                "non-finite one on an ordinary padded batch, is never learned as in the paper.")),
+    # --- decoding (optional adapter methods, spec/contract.py) --------------------------
+    Clause("decode.incremental", "3", "must",
+           "A cached (incremental) decoder computes, at every step, the next-token distribution the full "
+           "forward computes on the same prefix: the new token at position t, the prefix length (§3.5), "
+           "cross-attention over the final encoder output of the row's own source, across padded sources, "
+           "rows finished early and beam reordering.", "§3.5",
+           severity_reason=(
+               "§3's decoder is auto-regressive over the model's own function; a cache that computes another "
+               "next-token distribution than the forward on the same prefix decodes with another model.")),
+    Clause("decode.greedy", "6.1", "should",
+           "Greedy decoding emits at each step the most probable token (padding excluded) under the full "
+           "forward, stops a sequence at its end symbol and keeps it finished (padding only) while the others "
+           "go on. The paper decodes with beam search; greedy search is the convention its beam of 1 reduces "
+           "to.",
+           severity_reason=(
+               "The paper reports beam search only (§6.1); greedy search is the convention a beam of 1 reduces "
+               "to, which users rely on but the paper never states.")),
+    Clause("decode.beam", "6.1", "must",
+           "Beam search with beam size 4 and length penalty alpha = 0.6 ranks hypotheses by their summed "
+           "log-probabilities divided by GNMT's ((5 + |Y|) / 6)^alpha, keeps finished hypotheses aside and "
+           "stops early when no live hypothesis can beat them (tensor2tensor's procedure): its outputs equal "
+           "the reference beam search's on the same scores, token for token.",
+           severity_reason=(
+               "§6.1 states beam 4 and GNMT's length penalty with alpha = 0.6; another ranking chooses other "
+               "outputs than the procedure the paper's BLEU scores come from.")),
+    Clause("decode.max-length", "6.1", "must",
+           "Unless told otherwise, an output (end symbol included) is at most its source's real (non-pad) "
+           "length + 50 tokens long, for greedy and beam search alike.",
+           severity_reason=(
+               "§6.1 states the maximum output length, input length + 50; another limit cuts or extends "
+               "outputs the paper's procedure would not.")),
     # --- configuration -----------------------------------------------------------
     Clause("config.parameters", "3", "must",
            "The parameters match the canonical schema's shapes for the configuration, and the "

@@ -11,6 +11,12 @@ suite catches each bug by the clause it breaks and accuses none of the rest.
 ``model.reference-equivalence`` is declared wherever the bug changes the
 function the model computes on padded batches with the canonical weights,
 since the differential check must see it too.
+
+The models here are registered without the reference's decoding methods
+(``begin_decoding``, ``decode_step``, ``reorder_state``, ``generate``): those
+would run the paper's layers over a key/value cache, not the broken ones, a
+second bug unrelated to the one under test. Decoding bugs live in
+``tests/broken_decoders.py``.
 """
 
 from __future__ import annotations
@@ -561,10 +567,20 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
 }
 
 
+def forward_only(build: Callable[[ModelConfig], nn.Module]) -> Callable[[ModelConfig], nn.Module]:
+    """``build`` whose model hides the decoding methods it inherits from the reference (see the module docstring)."""
+    def make(cfg: ModelConfig) -> nn.Module:
+        model = build(cfg)
+        for method in ("begin_decoding", "decode_step", "reorder_state", "generate"):
+            setattr(model, method, None)
+        return model
+    return make
+
+
 @hookimpl
 def register_implementations(register):
     # AIAYN_BROKEN_UNDECLARED=1 registers them without their declarations (the negative control).
     declare = os.environ.get("AIAYN_BROKEN_UNDECLARED") != "1"
     for name, (build, output, bug, clauses) in BROKEN.items():
-        register(Implementation(name=f"broken-{name}", build=build, output=output, summary=f"BUG: {bug}",
+        register(Implementation(name=f"broken-{name}", build=forward_only(build), output=output, summary=f"BUG: {bug}",
                                 source="tests/broken_models.py", deviations=clauses if declare else {}))

@@ -2,7 +2,8 @@
 
 One suite run over the implementations of ``tests/fixtures/malfunctioning_plugin.py`` (a build that raises,
 a forward that raises, NaN, a wrong shape, an integer dtype, a dict instead of a tensor, a forward that
-never returns) and the reference beside them.
+never returns) and the reference beside them. A forward that raises at every shape is explained once by the
+shape probe (model.shape), and the checks that need a forward call skip naming it.
 """
 
 from __future__ import annotations
@@ -92,6 +93,21 @@ def test_a_wrong_output_fails_model_shape_with_what_it_measured(run, name):
     assert shape and all(r["outcome"] == "failed" for r in shape), shape
     assert all("measured: forward returned" in r["detail"] and "expected:" in r["detail"] for r in shape), shape
     assert any(r["outcome"] == "error" for r in records[name] if r["clause"] != "model.shape")
+
+
+def test_a_forward_that_always_raises_is_reported_once(run):
+    """The shape probe finds that forward raises at every shape it tries: model.shape says so once (could not be
+    checked), and every other check that needs a forward call skips naming model.shape, rather than repeating
+    the crash under every clause (checks that need no forward call, such as config.parameters, still run)."""
+    _, records, _ = run
+    recs = records["forward-raises"]
+    errors = [r for r in recs if r["outcome"] == "error"]
+    assert len(errors) == 1 and errors[0]["clause"] == "model.shape", errors
+    assert "forward raised at every probed shape" in errors[0]["message"], errors[0]
+    skipped = [r for r in recs if r["outcome"] == "skipped"]
+    assert skipped and all(r["message"].startswith("blocked by model.shape: forward raised at every probed shape")
+                           and "CUDA kernel exploded" in r["message"] for r in skipped), skipped
+    assert any(r["outcome"] == "passed" and r["clause"] == "config.parameters" for r in recs), recs
 
 
 def test_the_reference_in_the_same_run_is_untouched(run):
