@@ -21,6 +21,8 @@ OTHER_CONFIGS: dict[str, ModelConfig] = {
     "separate-vocabularies": CONFIG.replace(src_vocab=41, tgt_vocab=43, share_embeddings=False),
     "one-head": CONFIG.replace(n_heads=1),
     "wider": CONFIG.replace(d_model=48, n_heads=4, max_len=64),
+    # decoding (§6.1) runs up to the longest witness source + 50 positions: the tiny preset's 24 is too short
+    "longer": CONFIG.replace(max_len=64),
 }
 
 

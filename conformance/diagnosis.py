@@ -162,8 +162,8 @@ def fail_on_variant_departure(impl: Implementation, *, hint: str | Mapping[str, 
     """Fail the clause under test when the variant that reproduces the implementation departs from it in a
     knob of that clause; skip when no variant reproduces the implementation (no attribution without an
     explanation), and when only the decoder is reproduced (its own encoder output substituted) and it keeps
-    this clause's part (the encoder's part is not known). ``hint`` is one hint, or one per knob name (the
-    hints of the departing knobs are joined)."""
+    this clause's part (the encoder's part is not known). ``hint`` is one hint, or a mapping from
+    ``"knob=value"`` or ``"knob"`` to a hint (the most specific one of each departing knob, joined)."""
     clause_id = current_clause()
     diag = diagnosis_of(impl)
     if not diag.exact:
@@ -186,7 +186,8 @@ def fail_on_variant_departure(impl: Implementation, *, hint: str | Mapping[str, 
         what = "; ".join(KNOBS[n].values[v] for n, v in departures.items())
         expected = "; ".join(next(iter(KNOBS[n].values.values())) for n in departures)
         if not isinstance(hint, str):
-            hint = "; ".join(dict.fromkeys(hint[n] for n in departures if n in hint))
+            hints = dict.fromkeys(hint.get(f"{n}={v}", hint.get(n, "")) for n, v in departures.items())
+            hint = "; ".join(h for h in hints if h)
         violation(measured=f"{explanation(diag)}. The {clause_id} part of it: {what}",
                   expected=f"a variant that keeps {expected}", call=call, hint=hint)
     return diag

@@ -128,10 +128,13 @@ def test_causal_with_scores_beyond_1e4(impl: Implementation, extreme: Any) -> No
 @pytest.mark.clause("mask.causal")
 def test_causal_variant(impl: Implementation) -> None:
     """§3.2.3 "up to and including": the variant that reproduces the implementation keeps the diagonal."""
-    fail_on_variant_departure(
-        impl, hint="the causal mask must keep the diagonal: torch.ones(T, T).tril() (or triu(..., diagonal=1) for "
-                   "the masked part), not tril(..., -1) / triu(..., diagonal=0); position 0 must be able to "
-                   "attend to itself")
+    keep_diagonal = ("the causal mask must keep the diagonal: torch.ones(T, T).tril() (or triu(..., diagonal=1) for "
+                     "the masked part), not tril(..., -1) / triu(..., diagonal=0); position 0 must be able to "
+                     "attend to itself")
+    fail_on_variant_departure(impl, hint={
+        "causal=none": "the decoder self-attention has no causal mask: combine torch.ones(T, T).tril() with the "
+                       "target padding mask and pass it to every decoder layer",
+        "causal": keep_diagonal})
 
 
 @pytest.mark.clause("mask.causal")

@@ -41,18 +41,23 @@ NORMS = [f"{stack}.{i}.norm{k}" for stack, n in (("encoder", 2), ("decoder", 3))
 @pytest.mark.clause("norm.post-norm")
 def test_post_norm_variant(impl: Implementation) -> None:
     """§3.1: LayerNorm(x + Sublayer(x)) around every sub-layer, x the sub-layer's input."""
-    fail_on_variant_departure(
-        impl, hint="pre-norm computes x + Sublayer(LayerNorm(x)); the residual must add the sub-layer's input x, "
-                   "once (not the sub-layer's output to itself: ffn_out + dropout(ffn_out); not x twice: a residual "
-                   "wrapper around a block that already adds x)")
+    fail_on_variant_departure(impl, hint={
+        "norm_place": "pre-norm computes x + Sublayer(LayerNorm(x)): normalize after the residual addition, "
+                      "LayerNorm(x + Sublayer(x))",
+        "residual": "the residual is added twice (x = x + sublayer(x) and then norm(x + residual), or a residual "
+                    "wrapper around a block that already adds x): add the sub-layer's input once",
+        "ffn_residual": "the FFN residual adds the sub-layer's output to itself (ffn_out + dropout(ffn_out)): add "
+                        "the sub-layer's input x"})
 
 
 @pytest.mark.clause("norm.no-extra-norm")
 def test_no_extra_norm_variant(impl: Implementation) -> None:
     """§3.1: no norm after the embeddings and none at the top of either stack."""
-    fail_on_variant_departure(
-        impl, hint="nn.TransformerEncoder/Decoder(norm=...) and nn.Transformer add a final LayerNorm; a LayerNorm "
-                   "right after embedding + PE is not in the paper")
+    fail_on_variant_departure(impl, hint={
+        "final_norm": "nn.TransformerEncoder/Decoder(norm=...) and nn.Transformer add a final LayerNorm at the top of "
+                      "each stack: drop it (each layer already ends with its sub-layers' norms)",
+        "embed_norm": "a LayerNorm right after embedding + PE is not in the paper: feed Dropout(sqrt(d_model) E[x] + "
+                      "PE) to the first layer"})
 
 
 @pytest.mark.clause("norm.layer-norm")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance import test_mask
-from conformance.diagnosis import diagnosis_of, explanation
+from conformance import test_mask, test_norm, test_position
+from conformance.diagnosis import diagnosis_of, explanation, fail_on_variant_departure
 from conformance.harness import ClauseViolation, build_model, checking
 from conformance.inputs import CONFIG, random_tokens
 from conformance.transplant import OWN_SCALE, SHARP, sharp_or_own, transplanted
@@ -35,12 +35,20 @@ def broken(registry, name: str) -> Implementation:
 def test_the_chain_of_substitutions_is_reported(registry):
     """An offset table no variant names, an extra embedding norm and attention biases: after substituting the
     implementation's own table, the extra norm is named (and nothing else)."""
+    impl = broken(registry, "offset-table-embed-norm-biases")
     with checking("model.reference-equivalence"):
-        diag = diagnosis_of(broken(registry, "offset-table-embed-norm-biases"))
+        diag = diagnosis_of(impl)
     assert diag.exact and diag.knobs.departures() == {"embed_norm": "yes"}
     said = explanation(diag)
     assert said.startswith("after substituting its own positional table (positional_encoding(length)), the "
                            "remaining difference is explained by: an extra LayerNorm right after embedding + PE"), said
+    with checking("norm.no-extra-norm"), pytest.raises(ClauseViolation) as caught:
+        test_norm.test_no_extra_norm_variant(impl)
+    assert "hint:     a LayerNorm right after embedding + PE is not in the paper" in str(caught.value)
+    assert "final LayerNorm" not in str(caught.value)  # only the departing knob's hint
+    with checking("position.formula"), pytest.raises(ClauseViolation) as caught:
+        test_position.test_table_matches_section_3_5(impl, "d32")
+    assert "positions offset by 2" in str(caught.value) and "count positions from 0" in str(caught.value)
 
 
 def test_a_norm_without_bias_is_not_an_extra_norm(registry):
@@ -122,3 +130,32 @@ def test_a_diagonal_masked_into_nan_is_named():
     with checking("mask.causal"), pytest.raises(ClauseViolation, match="diagonal") as caught:
         test_mask.test_position_zero_attends_to_itself(impl)
     assert "non-finite" in str(caught.value) and "no admissible key" in str(caught.value)
+
+
+class OddEncoderStrictCausal(Transformer):
+    """An encoder output no variant names (scaled by 1.5 and shifted) and a causal mask without the diagonal."""
+
+    def encode(self, src, src_mask=None):
+        return 1.5 * super().encode(src, src_mask) + 0.1
+
+    def decode(self, memory, src_mask, tgt):
+        T = tgt.size(1)
+        strict = torch.ones(T, T, dtype=torch.bool, device=tgt.device).tril(-1)
+        y = self.embed(tgt, self.tgt_embed)
+        for layer in self.decoder:
+            y = layer(y, memory, src_mask, strict & padding_mask(tgt, self.config.pad_id))
+        return y
+
+
+def test_the_decoder_is_diagnosed_on_the_implementation_s_own_encoder_output():
+    """No variant reproduces the encoder; with its own encode(src) substituted, the decoder's diagonal-free causal
+    mask is named under mask.causal, and a clause of the encoder's part is skipped, not cleared."""
+    impl = Implementation(name="odd-encoder-strict-causal", build=OddEncoderStrictCausal, output="logits")
+    with checking("mask.causal"):
+        diag = diagnosis_of(impl)
+        assert diag.exact and set(diag.knobs.departures()) == {"causal"}, explanation(diag)
+        assert explanation(diag).startswith("after substituting its own encoder output (encode(src))")
+        with pytest.raises(ClauseViolation, match="diagonal excluded"):
+            fail_on_variant_departure(impl, hint="keep the diagonal")
+    with checking("norm.post-norm"), pytest.raises(pytest.skip.Exception, match="no variant"):
+        fail_on_variant_departure(impl, hint="")
