@@ -36,7 +36,7 @@ import torch
 from spec.clauses import get_clause
 from spec.config import ModelConfig
 
-from .configs import config_change
+from .configs import CONFIG, config_change
 
 if TYPE_CHECKING:
     from implementations import Implementation
@@ -137,7 +137,7 @@ def seeded(seed: int = 0) -> Iterator[None]:
 def build_model(impl: Implementation, config: ModelConfig, *, seed: int = 0, train: bool = False) -> Any:
     """``impl.build(config)`` with a fixed seed, in eval mode unless ``train``.
 
-    A configuration other than the audit's (``inputs.OTHER_CONFIGS``, the base preset) that the implementation
+    A configuration other than the audit's (``configs.OTHER_CONFIGS``, the base preset) that the implementation
     refuses to build is a finding of config.parameters: under that clause it fails with the implementation's
     own error, and a check of another clause that needed the configuration is skipped as blocked by it.
     """
@@ -156,9 +156,17 @@ def build_model(impl: Implementation, config: ModelConfig, *, seed: int = 0, tra
 
 def refused(impl: Implementation, config: ModelConfig, exc: Exception) -> None:
     """Report ``impl.build(config)`` raising ``exc`` for a configuration other than the audit's (nothing for the
-    audit configuration itself, which every check needs: that is could_not_check)."""
+    audit configuration itself, which every check needs, nor for a model that cannot build that one either: those
+    are could_not_check)."""
     change = config_change(config)
     if not change:
+        return
+    try:  # a model that builds no configuration at all malfunctions (could_not_check); it refuses nothing
+        with seeded(0):
+            impl.build(CONFIG)
+    except CheckTimeout:
+        raise
+    except Exception:
         return
     text = str(exc).strip()
     error = f"{type(exc).__name__}: {text.splitlines()[0][:300] if text else ''}"
