@@ -66,6 +66,7 @@ class SubjectResult:
     seconds: float = 0.0
     figures: dict[str, str] = field(default_factory=dict)  # title -> base64 PNG (HTML report)
     figure_errors: list[str] = field(default_factory=list)
+    learning_curves: list[dict] = field(default_factory=list)  # train.learns runs (conformance.learning)
 
     def broken(self, severity: str) -> list[str]:
         return [c for c, r in self.clauses.items() if r.status in BROKEN and CLAUSES[c].severity == severity]
@@ -90,7 +91,8 @@ class SubjectResult:
         return {"kind": self.kind, "verdict": self.verdict, "conforming": self.conforming,
                 "source": self.source, "summary": self.summary, "seconds": round(self.seconds, 2),
                 "broken": {"must": len(self.broken("must")), "should": len(self.broken("should"))},
-                "clauses": {c: r.to_json(c) for c, r in self.clauses.items()}}
+                "clauses": {c: r.to_json(c) for c, r in self.clauses.items()},
+                **({"learning_curves": self.learning_curves} if self.learning_curves else {})}
 
 
 @dataclass
@@ -149,7 +151,8 @@ def fold(records: list[dict], deviations: dict[str, str]) -> dict[str, ClauseRes
             r = first("failed", "xfailed")
             out[clause] = ClauseResult("fail", r["message"], r["detail"], len(recs))
         elif "passed" in outcomes or "xpassed" in outcomes:
-            out[clause] = ClauseResult("pass", "", "", len(recs))
+            note = "; ".join(dict.fromkeys(r["note"] for r in recs if r.get("note")))  # e.g. a convention found
+            out[clause] = ClauseResult("pass", note, "", len(recs))
         else:
             r = first("skipped")
             out[clause] = ClauseResult("skip", r["message"], r["detail"], len(recs))
@@ -290,6 +293,8 @@ def run_job(job: Job, *, plugins: list[str], extra: list[str], workdir: Path, ti
     for subject in job.subjects:
         mine = [r for r in records if r.get("subject") == prefix[subject.kind] + subject.name]
         subject.clauses = fold(mine, subject.deviations)
+        subject.learning_curves = [r["data"]["learning_curve"] for r in mine
+                                   if isinstance(r.get("data"), dict) and "learning_curve" in r["data"]]
         subject.seconds = elapsed if len(job.subjects) == 1 else sum(r.get("duration", 0.0) for r in mine)
 
 
@@ -329,11 +334,16 @@ def audit(jobs: list[Job], *, plugins: list[str], extra: list[str], jobs_n: int,
             for s in job.subjects:
                 progress.log(f"  {s.name}: {s.verdict} ({s.seconds:.0f} s)")
             if with_figures:
-                from .figures import figures_for
+                from .figures import figures_for, learning_curves_figure
 
                 for s in job.subjects:
                     if s.kind == "implementation":
                         s.figures, s.figure_errors = figures_for(s.name, plugins=plugins, workdir=workdir)
+                        if s.learning_curves:
+                            try:
+                                s.figures.update(learning_curves_figure(s.name, s.learning_curves))
+                            except Exception as exc:  # a picture lost, never the report
+                                s.figure_errors.append(f"learning curves: {type(exc).__name__}: {exc}")
 
         with ThreadPoolExecutor(max_workers=max(1, jobs_n)) as pool:
             list(pool.map(one, jobs))

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from reference.model import sinusoid_table
+from reference.training import PaperRecipe
 from spec.config import ModelConfig
 from spec.schema import copy_canonical
 
@@ -155,11 +156,12 @@ class DecoderLayer(nn.Module):
                             n3.weight, n3.bias, n3.eps)  # (B, T, d_model)
 
 
-class FusedTransformer(nn.Module):
+class FusedTransformer(PaperRecipe, nn.Module):
     """§3, Figure 1, with fused projections and SDPA; returns logits (B, T, tgt_vocab).
 
     Parameters are the canonical schema's, except that each self-attention
     holds ``qkv`` (= cat(q, k, v)) and each cross-attention ``kv`` (= cat(k, v)).
+    Its training recipe is the paper's (``reference.training.PaperRecipe``, §5.3-5.4).
     """
 
     def __init__(self, config: ModelConfig):

@@ -43,6 +43,25 @@ Completions (the document omits these classes; they follow the paper):
 
 Repairs: none were needed; every class shown runs as written.
 
+Training recipe (the recipe capabilities of ``spec.contract``). The document lists its settings (README.md
+lines 368-386 at commit 38212539e28f, the document's own text: "lr scheduling : ReduceLROnPlateau", init_lr 0.1,
+factor 0.9, patience 10, warmup 100, adam_eps 5e-9, clip 1, weight_decay 5e-4); the code that uses them is the
+upstream ``train.py`` at commit fa789730f18a (``train.py:L42`` below means line 42 of that file):
+
+- ``make_optimizer``: ``Adam(params, lr=init_lr, weight_decay=weight_decay, eps=adam_eps)`` (train.py:L42-L45),
+  so torch's default betas (0.9, 0.999). ``init_lr`` is the document's 0.1 (README.md:L379@38212539e28f); the
+  upstream ``conf.py`` has ``init_lr = 1e-5`` (conf.py:L21@58848f9c228a), with the other values as listed.
+- ``make_scheduler``: ``ReduceLROnPlateau(optimizer, factor=0.9, patience=10)`` (train.py:L47-L50), stepped once
+  per epoch with the validation loss and only after ``warmup`` = 100 epochs (train.py:L119-L120). Per update the
+  rate is therefore constant: the object returned steps nothing per update (about 22700 updates at Multi30k's
+  29000 pairs and batch 128 before the first plateau step, which needs a validation loss this contract lacks).
+- ``make_criterion``: ``nn.CrossEntropyLoss(ignore_index=src_pad_idx)`` (train.py:L52): no label smoothing; the
+  source padding id serves the target too (one ``pad_id`` here).
+- ``make_batch``: the data carries ``<sos>`` and ``<eos>`` (data.py:L14-L15@50d3a502bfaf: ``init_token='<sos>'``,
+  ``eos_token='<eos>'``); the loop feeds ``trg[:, :-1]`` and scores against ``trg[:, 1:]`` (train.py:L63, L65), i.e.
+  BOS + target[:-1] and the target.
+- Not exposed (no capability, and the paper is silent): gradient clipping at norm ``clip`` = 1 (train.py:L69).
+
 Canonical schema mapping (``load_reference_state``): ``src_embed`` -> ``encoder.emb.tok_emb``,
 ``tgt_embed`` -> ``decoder.emb.tok_emb``, ``generator`` -> ``decoder.linear`` (its bias set to 0); attention
 ``q, k, v, o`` -> ``w_q, w_k, w_v, w_concat`` (biases set to 0); ``ffn.w1/w2`` -> ``ffn.linear1/linear2``;
@@ -342,11 +361,59 @@ class Transformer(nn.Module):
             put_norm(layer.norm3, f"{p}.norm3")
 
 
+    # -- training recipe (train.py@fa789730f18a; values from the document, README.md:L368-L386@38212539e28f) -----
+    def make_optimizer(self, params, train_config=None) -> torch.optim.Optimizer:
+        """Adam(params, lr=init_lr, weight_decay=weight_decay, eps=adam_eps), train.py:L42-L45: default betas."""
+        return torch.optim.Adam(params, lr=INIT_LR, weight_decay=WEIGHT_DECAY, eps=ADAM_EPS)
+
+    def make_scheduler(self, optimizer: torch.optim.Optimizer, train_config=None) -> EpochPlateau:
+        """ReduceLROnPlateau(optimizer, factor, patience), train.py:L47-L50, stepped per epoch (train.py:L119)."""
+        return EpochPlateau(torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=FACTOR, patience=PATIENCE))
+
+    def make_criterion(self, train_config=None) -> nn.Module:
+        """nn.CrossEntropyLoss(ignore_index=src_pad_idx), train.py:L52: no label smoothing."""
+        return nn.CrossEntropyLoss(ignore_index=self.src_pad_idx)
+
+    def make_batch(self, target: Tensor, bos_id: int) -> tuple[Tensor, Tensor]:
+        """trg = <sos> target; model(src, trg[:, :-1]) scored against trg[:, 1:] (train.py:L63, L65)."""
+        trg = torch.cat([torch.full_like(target[:, :1], bos_id), target], dim=1)
+        return trg[:, :-1], trg[:, 1:]
+
+
+# The document's optimizer settings (README.md:L379-L386@38212539e28f).
+INIT_LR, FACTOR, PATIENCE, WARMUP_EPOCHS, ADAM_EPS, WEIGHT_DECAY = 0.1, 0.9, 10, 100, 5e-9, 5e-4
+
+
+class EpochPlateau:
+    """The loop's use of ReduceLROnPlateau, seen per update: ``run`` steps it once per epoch with the
+    validation loss, and only after WARMUP_EPOCHS epochs (train.py:L119-L120), so a training step changes
+    nothing; the rate stays ``init_lr`` until a validation plateau, which a per-update schedule cannot see."""
+
+    def __init__(self, plateau: torch.optim.lr_scheduler.ReduceLROnPlateau):
+        self.plateau = plateau
+
+    def step(self) -> None:
+        pass
+
+
 def build(config: ModelConfig) -> Transformer:
     return Transformer(config, device="cpu")
 
 
 DEVIATIONS: dict[str, str] = {
+    "train.lr-schedule": (
+        "ReduceLROnPlateau (README.md:L368@38212539e28f; train.py:L47-L50@fa789730f18a) stepped once per epoch on "
+        "the validation loss and only after warmup = 100 epochs (train.py:L119-L120): every update runs at "
+        "init_lr = 0.1 (README.md:L379; conf.py:L21@58848f9c228a has 1e-5), no Eq. (3)"
+    ),
+    "train.optimizer": (
+        "Adam(params, lr=init_lr, weight_decay=weight_decay, eps=adam_eps) (train.py:L42-L45@fa789730f18a): "
+        "torch's default betas (0.9, 0.999), eps 5e-9 (README.md:L383@38212539e28f) and L2 weight decay 5e-4 "
+        "(README.md:L386), not (0.9, 0.98), 1e-9 and none"
+    ),
+    "train.label-smoothing": (
+        "nn.CrossEntropyLoss(ignore_index=src_pad_idx) (train.py:L52@fa789730f18a): no label smoothing"
+    ),
     "embedding.shared-weights": (
         "never tied: the encoder and the decoder each build their own TransformerEmbedding (doc L259, L331) and the "
         "decoder its own output nn.Linear(d_model, dec_voc_size) with a bias (doc L343), so share_embeddings=True "

@@ -1,9 +1,20 @@
-"""Built-in plugin: the reference implementation (``reference/model.py``), the oracle."""
+"""Built-in plugin: the reference implementation (``reference/model.py``), the oracle, with the paper's
+training recipe (``reference/training.py``) exposed through the contract's recipe capabilities."""
 
-from reference.model import build
+from reference.model import Transformer
+from reference.training import PaperRecipe
+from spec.config import ModelConfig
 
 from .hookspecs import hookimpl
 from .registry import Implementation
+
+
+class ReferenceTransformer(PaperRecipe, Transformer):
+    """The reference model; ``make_optimizer``, ``make_scheduler``, ``make_criterion``, ``make_batch``: §5.3-5.4."""
+
+
+def build(config: ModelConfig) -> ReferenceTransformer:
+    return ReferenceTransformer(config)
 
 
 @hookimpl
@@ -11,7 +22,8 @@ def register_implementations(register):
     register(Implementation(
         name="reference",
         build=build,
-        summary="The project's oracle: the paper to the letter (post-norm, 1/sqrt(d_k), -inf masks, tied weights)",
-        source="aiayn-conformance reference/model.py; Vaswani et al. 2017, arXiv:1706.03762v7",
+        summary="The project's oracle: the paper to the letter (post-norm, 1/sqrt(d_k), -inf masks, tied weights), "
+                "with the paper's training recipe",
+        source="aiayn-conformance reference/model.py, reference/training.py; Vaswani et al. 2017, arXiv:1706.03762v7",
         output="logits",
     ))

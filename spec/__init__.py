@@ -2,15 +2,17 @@
 
 from .clauses import AREAS, CLAUSES, Clause, clauses_in_area, get_clause
 from .config import BASE, BIG, PRESETS, TINY, ModelConfig, preset
-from .contract import OPTIONAL_METHODS, OUTPUT_KINDS, Adapter, OutputKind, has_capability
+from .contract import OPTIONAL_METHODS, OUTPUT_KINDS, RECIPE_METHODS, Adapter, OutputKind, has_capability
 from .schema import copy_canonical, parameter_count, parameter_schema, tied_groups
 from .tolerance import ELEMENTWISE, MODEL, Tolerance, compare, tolerance
+from .training import BASE_TRAINING, BIG_TRAINING, TrainConfig
 
 __all__ = [
     "AREAS", "BASE", "BIG", "CLAUSES", "Clause", "ELEMENTWISE", "MODEL", "ModelConfig",
     "OPTIONAL_METHODS", "OUTPUT_KINDS", "Adapter", "OutputKind", "PRESETS", "TINY", "Tolerance",
     "clauses_in_area", "compare", "copy_canonical", "get_clause", "has_capability", "parameter_count",
     "parameter_schema", "preset", "tied_groups", "tolerance",
+    "BASE_TRAINING", "BIG_TRAINING", "RECIPE_METHODS", "TrainConfig",
 ]
 
 PAPER = "arXiv:1706.03762v7"

@@ -142,6 +142,36 @@ _RECORDS: tuple[Clause, ...] = (
     Clause("train.gradients", "5", "must",
            "A loss on a padded batch gives every parameter a finite gradient, non-zero for every "
            "parameter that the paper's model uses."),
+    Clause("train.lr-schedule", "5.3", "must",
+           "Update step_num = 1, 2, ... runs at the learning rate d_model^-0.5 * min(step_num^-0.5, "
+           "step_num * warmup_steps^-1.5) with warmup_steps = 4000 (d_model the model's): linear warmup to a "
+           "peak at update 4000, then decay as step_num^-0.5. step_num counts updates from 1 and advances "
+           "once per update (not per epoch).", "Eq. (3)"),
+    Clause("train.optimizer", "5.3", "must",
+           "The optimizer's updates are Adam's with beta1 = 0.9, beta2 = 0.98, epsilon = 1e-9 and no weight "
+           "decay (the paper gives Adam's three settings and names no weight decay among its regularizers, "
+           "§5.4)."),
+    Clause("train.label-smoothing", "5.4", "must",
+           "The criterion trains each real target position towards 1 - eps_ls on the true class, eps_ls = 0.1, "
+           "with eps_ls spread evenly over the other classes, and padding targets towards nothing. The paper "
+           "does not say how the mass is spread, so each common convention passes and is reported: eps/V "
+           "(the target included, Szegedy et al.), eps/(V-1) (tensor2tensor, the reference), eps/(V-2) "
+           "(nothing on the padding class, the Annotated Transformer)."),
+    Clause("train.loss-padding", "5.4", "should",
+           "Padding targets contribute nothing: appending padding to a batch changes neither the loss nor "
+           "the gradient of any score (should: the paper is silent on padding; tensor2tensor weights padding "
+           "targets 0 and normalizes by the real tokens, and a loss that counts padding weighs each batch "
+           "by its padding)."),
+    Clause("train.shift", "3.1", "must",
+           "Teacher forcing offsets the target by one position: the decoder input is a start symbol followed "
+           "by the target without its last token and the labels are the target, so the output at position i "
+           "is trained to predict target token i without seeing it."),
+    Clause("train.learns", "5", "should",
+           "With its own recipe (the reference's for any piece it does not expose), the implementation at a "
+           "tiny size (N = 1, d_model 32, h 4, d_ff 64, no dropout) learns to copy and to reverse 2 to 5 "
+           "symbols in 150 updates of 64 sequences (Eq. (3) with warmup 75): greedy decoding from the source "
+           "alone reproduces at least 50% of 200 held-out sequences exactly (should: a capability the paper "
+           "implies, not a sentence of it)."),
     # --- configuration -----------------------------------------------------------
     Clause("config.parameters", "3", "must",
            "The parameters match the canonical schema's shapes for the configuration, and the "
