@@ -48,8 +48,8 @@ def _say(message: str) -> None:
 class ProgressBar:
     """One terminal line redrawn in place (a line every tenth of the run when not on a terminal)."""
 
-    def __init__(self, stream=sys.stderr, width: int = 30):
-        self.stream, self.width = stream, width
+    def __init__(self, stream=None, width: int = 30):
+        self.stream, self.width = stream or sys.stderr, width
         self.tty = bool(getattr(stream, "isatty", lambda: False)())
 
     def __call__(self, k: int, total: int, curve) -> None:
@@ -66,6 +66,19 @@ class ProgressBar:
         self.stream.flush()
 
 
+def _recipe_line(impl, config) -> str:
+    """Which recipe pieces are the implementation's own, without training (a throwaway build)."""
+    from conformance.harness import seeded
+    from conformance.learning import PAD
+    from conformance.recipe import recipe_for
+    from spec.training import TrainConfig
+
+    with seeded(0):
+        probe = impl.build(config)
+    return recipe_for(probe, impl.output, TrainConfig(), "train.learns", d_model=config.d_model,
+                      vocab=config.tgt_vocab, pad_id=PAD).describe()
+
+
 def _threads() -> None:
     """One torch thread (the model is tiny: more threads only wait for each other), unless the user chose
     a count with AIAYN_TORCH_THREADS or OMP_NUM_THREADS (``conformance.threads``)."""
@@ -79,9 +92,7 @@ def _threads() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from conformance.harness import seeded
-    from conformance.learning import BOS, EOS, PAD, TASKS, greedy_decode, learn, task_batch
-    from conformance.recipe import recipe_for
+    from conformance.learning import BOS, EOS, PAD, TASKS, greedy_decode, task_batch, train_implementation
     from implementations import UnknownImplementationError, get_registry
 
     if args.steps is not None and args.steps < 1:
@@ -109,15 +120,12 @@ def run(args: argparse.Namespace) -> int:
           f"vocab {config.tgt_vocab} (pad {PAD}, BOS {BOS}, EOS {EOS}), dropout {config.dropout:g}")
     started = time.perf_counter()
     try:
-        with seeded(args.seed):
-            model = impl.build(config)
-        if not hasattr(model, "parameters"):
-            raise TypeError(f"build(config) returned {type(model).__name__}, not a torch.nn.Module")
-        recipe = recipe_for(model, impl.output, task.train_config, "train.learns", d_model=config.d_model,
-                            vocab=task.vocab, pad_id=PAD, own=args.recipe == "auto")
-        print(f"recipe: {recipe.describe()}")
-        with seeded(args.seed):
-            curve = learn(model, recipe, task, seed=args.seed, steps=args.steps, on_step=ProgressBar())
+        if args.recipe == "auto":
+            print(f"recipe: {_recipe_line(impl, config)}")
+        else:
+            print("recipe: the reference's recipe (the paper's §5.3-5.4), as asked")
+        model, curve = train_implementation(impl, task, seed=args.seed, own=args.recipe == "auto", steps=args.steps,
+                                            on_step=ProgressBar())
     except KeyboardInterrupt:
         raise
     except Exception as exc:

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -26,10 +28,11 @@ from reference.training import train_step
 from spec.config import ModelConfig
 from spec.training import TrainConfig
 
-from .recipe import Recipe
+from .harness import build_model, seeded
+from .recipe import Recipe, recipe_for
 
 __all__ = ["PAD", "BOS", "EOS", "Task", "TASKS", "task_batch", "greedy_decode", "exact_match", "LearningCurve",
-           "learn"]
+           "learn", "train_implementation"]
 
 PAD, BOS, EOS = 0, 1, 2
 FIRST_SYMBOL = 3
@@ -191,3 +194,18 @@ def learn(model: nn.Module, recipe: Recipe, task: Task, *, seed: int = 0, steps:
     curve.accuracy = exact_match(greedy_decode(model, held_out[0], held_out[1].size(1)), held_out[1])
     curve.seconds = time.perf_counter() - started
     return curve
+
+
+def train_implementation(impl: Any, task: Task, *, seed: int = 0, own: bool = True, steps: int | None = None,
+                         on_step: Callable[[int, int, LearningCurve], None] | None = None,
+                         clause_id: str = "train.learns") -> tuple[nn.Module, LearningCurve]:
+    """Build ``impl`` at the task's size (seeded) and train it with its recipe (the reference's pieces where it
+    exposes none, or everywhere with ``own=False``): the ``train.learns`` check, ``aiayn train`` and the
+    stability test all run this. A build that fails raises ImplementationError; the rest propagates."""
+    model = build_model(impl, task.config, clause_id, seed=seed, train=True)
+    recipe = recipe_for(model, impl.output, task.train_config, clause_id, d_model=task.config.d_model,
+                        vocab=task.vocab, pad_id=PAD, own=own)
+    with seeded(seed), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # schedulers warning about their own stepping order
+        curve = learn(model, recipe, task, seed=seed, steps=steps, on_step=on_step)
+    return model, curve

@@ -9,8 +9,6 @@ it does not expose.
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
@@ -18,12 +16,11 @@ from reference.training import lrate, teacher_forcing
 from spec.contract import has_capability
 from spec.training import TrainConfig
 
-from .harness import CheckTimeout, ImplementationError, build_model, describe_call, run_forward, seeded, violation
+from .harness import CheckTimeout, ImplementationError, build_model, describe_call, run_forward, violation
 from .harness import _crash as crash
 from .inputs import CONFIG, random_tokens, witness_batch
-from .learning import PAD as TASK_PAD
-from .learning import TASKS, learn
-from .recipe import call, has_schedule, missing_schedule, recipe_for, schedule_trace
+from .learning import TASKS, train_implementation
+from .recipe import call, has_schedule, missing_schedule, schedule_trace
 from .train_probes import (
     COLUMNS,
     SMOOTHING_CONVENTIONS,
@@ -328,17 +325,12 @@ def test_decoder_input_is_the_target_shifted_right(adapter):
 @pytest.mark.parametrize("task_name", list(TASKS))
 def test_learns_a_tiny_task(impl, task_name, request):
     task = TASKS[task_name]
-    model = build_model(impl, task.config, "train.learns", seed=0, train=True)
-    recipe = recipe_for(model, impl.output, task.train_config, "train.learns", d_model=task.config.d_model,
-                        vocab=task.vocab, pad_id=TASK_PAD)
-    with seeded(0), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # schedulers warning about their own stepping order
-        try:
-            curve = learn(model, recipe, task, seed=0)
-        except (CheckTimeout, ImplementationError, AssertionError):
-            raise
-        except Exception as exc:
-            crash("train.learns", f"training on the {task.name} task raised", exc)
+    try:
+        _, curve = train_implementation(impl, task, seed=0)
+    except (CheckTimeout, ImplementationError, AssertionError):
+        raise
+    except Exception as exc:
+        crash("train.learns", f"training on the {task.name} task raised", exc)
     request.node.user_properties.append(("aiayn_data", {"learning_curve": curve.to_json()}))
     if curve.passed:
         request.node.user_properties.append((

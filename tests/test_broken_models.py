@@ -1,10 +1,11 @@
 """The checks can fail, for the right reason: each broken model is caught by exactly the clauses it breaks.
 
 One run of the whole conformance suite over every model of ``tests/broken_models.py`` (one bug each),
-the independently written conforming model of ``tests/independent_model.py`` and the reference. Each
-broken model declares the clauses its bug breaks; the per-(model, clause) outcomes read from
-``--results-json`` must show every declared clause observed failing and no other clause failing, and the
-two conforming models must pass everything they are checked on.
+the independently written conforming model of ``tests/independent_model.py`` and the reference; the
+``train`` area over every recipe of ``tests/broken_recipes.py`` (the reference model, one recipe bug each).
+Each broken model or recipe declares the clauses its bug breaks; the per-(subject, clause) outcomes read
+from ``--results-json`` must show every declared clause observed failing and no other clause failing, and
+the two conforming models must pass everything they are checked on.
 """
 
 from __future__ import annotations
@@ -24,17 +25,20 @@ from spec import CLAUSES
 
 ROOT = Path(__file__).resolve().parents[1]
 BROKEN_PLUGIN = ROOT / "tests" / "broken_models.py"
+RECIPES_PLUGIN = ROOT / "tests" / "broken_recipes.py"
 INDEPENDENT_PLUGIN = ROOT / "tests" / "independent_model.py"
 
 
-def _load_broken():
-    spec = importlib.util.spec_from_file_location("_broken_models_listing", BROKEN_PLUGIN)
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(f"_listing_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.BROKEN
+    return module
 
 
-BROKEN = _load_broken()
+_MODELS = _load(BROKEN_PLUGIN)
+BROKEN, LEARNS_MODELS = _MODELS.BROKEN, _MODELS.LEARNS_MODELS
+BROKEN_RECIPES = _load(RECIPES_PLUGIN).BROKEN_RECIPES
 CONFORMING = ["reference", "independent"]
 HAVE_ORT = importlib.util.find_spec("onnxruntime") is not None
 
@@ -59,7 +63,8 @@ def run_suite(impls, tmp: Path, *extra: str, env=None, suite: str | None = "conf
     # The smoke profile: 3 examples, no shrinking. Each check's fixed witness shows its bug deterministically.
     cmd = [sys.executable, "-m", "pytest", *([suite] if suite else []), "-q", "-p", "no:cacheprovider",
            "--hypothesis-profile=smoke",
-           f"--plugin={BROKEN_PLUGIN}", f"--plugin={INDEPENDENT_PLUGIN}", f"--impl={','.join(impls)}",
+           f"--plugin={BROKEN_PLUGIN}", f"--plugin={RECIPES_PLUGIN}", f"--plugin={INDEPENDENT_PLUGIN}",
+           f"--impl={','.join(impls)}",
            f"--results-json={out}", *extra]
     if importlib.util.find_spec("xdist") is not None and threads.available_cpus() > 1:
         cmd += ["-n", str(min(4, threads.available_cpus()))]
@@ -80,18 +85,27 @@ def run_suite(impls, tmp: Path, *extra: str, env=None, suite: str | None = "conf
 # models for which they can tell something, the rest of the suite on every model.
 ONNX_TEST = "conformance/test_export.py"
 ONNX_MODELS = ["reference", "broken-dropout-in-eval"]
+# train.learns trains two tiny models per implementation (seconds): it runs on the conforming models and on
+# LEARNS_MODELS (the bugs it must catch and some it must not accuse); the train area runs on the broken
+# recipes, whose model is the reference's.
+TRAIN_TESTS = "conformance/test_train.py"
+LEARNS = "learns"
 
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
     impls = CONFORMING + [f"broken-{n}" for n in BROKEN]
-    res, data = run_suite(impls, tmp_path_factory.mktemp("broken"), f"--ignore={ONNX_TEST}")
+    res, data = run_suite(impls, tmp_path_factory.mktemp("broken"), f"--ignore={ONNX_TEST}", "-k", f"not {LEARNS}")
     tests = data["tests"]
+    runs = [(CONFORMING + [f"broken-{n}" for n in LEARNS_MODELS], "learns", (TRAIN_TESTS, "-k", LEARNS)),
+            ([f"broken-recipe-{n}" for n in BROKEN_RECIPES], "recipes", (TRAIN_TESTS,))]
     if HAVE_ORT:
-        res_onnx, data_onnx = run_suite(ONNX_MODELS, tmp_path_factory.mktemp("onnx"), ONNX_TEST, suite=None)
-        tests += data_onnx["tests"]
-        res.returncode = res.returncode or res_onnx.returncode
-        res.stdout += res_onnx.stdout
+        runs.append((ONNX_MODELS, "onnx", (ONNX_TEST,)))
+    for impls_, name, args in runs:
+        res_more, data_more = run_suite(impls_, tmp_path_factory.mktemp(name), *args, suite=None)
+        tests += data_more["tests"]
+        res.returncode = res.returncode or res_more.returncode
+        res.stdout += res_more.stdout
     table: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for rec in tests:
         if rec["subject"]:
@@ -123,6 +137,22 @@ def test_broken_model_is_caught_by_exactly_its_clauses(outcomes, name):
     declared = set(clauses) - (set() if HAVE_ORT else {"export.onnx"})  # no ONNX run without onnxruntime
     problems = _problems(per_clause, declared)
     assert not problems, f"broken-{name} ({bug}):\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_RECIPES))
+def test_broken_recipe_is_caught_by_exactly_its_clauses(outcomes, name):
+    _, table = outcomes
+    _, bug, clauses = BROKEN_RECIPES[name]
+    assert set(clauses) <= {c for c in CLAUSES if c.startswith("train.")}, f"broken-recipe-{name}: {set(clauses)}"
+    per_clause = table.get(f"broken-recipe-{name}")
+    assert per_clause, f"broken-recipe-{name}: no results (was it registered?)"
+    problems = _problems(per_clause, set(clauses))
+    assert not problems, f"broken-recipe-{name} ({bug}):\n  " + "\n  ".join(problems)
+
+
+def test_only_the_models_train_learns_runs_on_declare_it():
+    declaring = {n for n, (_, _, _, clauses) in BROKEN.items() if "train.learns" in clauses}
+    assert declaring <= set(LEARNS_MODELS), f"declare train.learns but are not in LEARNS_MODELS: {declaring}"
 
 
 @pytest.mark.parametrize("name", CONFORMING)
