@@ -96,8 +96,7 @@ def diagnose_schedule(rates: Iterable[float], d_model: int, warmup: int) -> tupl
                 "a factor or base learning rate multiplies Eq. (3) (the paper has none)")
     peak = int(torch.argmax(r)) + 1
     if 1 < peak < n:
-        other = eq3(k, d_model, peak)
-        scale = (r / other)
+        scale = r / eq3(k, d_model, peak)
         if bool(((scale - scale.mean()).abs() <= 1e-3 * scale.mean().abs()).all()):
             c = scale.mean().item()
             scaled = "" if math.isclose(c, 1.0, rel_tol=1e-3) else f", scaled by {c:.4g}"
