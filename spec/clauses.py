@@ -153,10 +153,10 @@ _RECORDS: tuple[Clause, ...] = (
            "§5.4)."),
     Clause("train.label-smoothing", "5.4", "must",
            "The criterion trains each real target position towards 1 - eps_ls on the true class, eps_ls = 0.1, "
-           "with eps_ls spread evenly over the other classes, and padding targets towards nothing. The paper "
-           "does not say how the mass is spread, so each common convention passes and is reported: eps/V "
-           "(the target included, Szegedy et al.), eps/(V-1) (tensor2tensor, the reference), eps/(V-2) "
-           "(nothing on the padding class, the Annotated Transformer)."),
+           "with eps_ls spread evenly over the classes, and padding targets towards nothing. The paper does "
+           "not say how the mass is spread, so each common convention passes and is reported: eps/V on every "
+           "class, the target included (Szegedy et al.), eps/(V-1) on every other class (tensor2tensor, the "
+           "reference), eps/(V-2) on every other class but padding (the Annotated Transformer)."),
     Clause("train.loss-padding", "5.4", "should",
            "Padding targets contribute nothing: appending padding to a batch changes neither the loss nor "
            "the gradient of any score (should: the paper is silent on padding; tensor2tensor weights padding "
