@@ -79,18 +79,6 @@ def _recipe_line(impl, config) -> str:
                       vocab=config.tgt_vocab, pad_id=PAD).describe()
 
 
-def _threads() -> None:
-    """One torch thread (the model is tiny: more threads only wait for each other), unless the user chose
-    a count with AIAYN_TORCH_THREADS or OMP_NUM_THREADS (``conformance.threads``)."""
-    import torch
-
-    from conformance import threads
-
-    n, why = threads.wanted_threads(None)  # None: OMP_NUM_THREADS chose, or nobody did
-    if n is not None or why == "torch's default":
-        torch.set_num_threads(n or 1)
-
-
 def run(args: argparse.Namespace) -> int:
     from conformance.learning import BOS, EOS, PAD, TASKS, greedy_decode, task_batch, train_implementation
     from implementations import UnknownImplementationError, get_registry
@@ -111,7 +99,6 @@ def run(args: argparse.Namespace) -> int:
             _say("the plot needs matplotlib, the report extra: pip install 'aiayn-conformance[report]' "
                  "(or pass --no-plot)")
             return 2
-    _threads()
     task = TASKS[args.task]
     config = task.config
     print(f"aiayn train: {impl.name}, task {task.name} ({task.summary}, {task.min_len}-{task.max_len} of "

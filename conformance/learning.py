@@ -14,6 +14,7 @@ nothing it can use here, and fails.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import warnings
@@ -205,7 +206,20 @@ def train_implementation(impl: Any, task: Task, *, seed: int = 0, own: bool = Tr
     model = build_model(impl, task.config, clause_id, seed=seed, train=True)
     recipe = recipe_for(model, impl.output, task.train_config, clause_id, d_model=task.config.d_model,
                         vocab=task.vocab, pad_id=PAD, own=own)
-    with seeded(seed), warnings.catch_warnings():
+    with seeded(seed), one_thread(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # schedulers warning about their own stepping order
         curve = learn(model, recipe, task, seed=seed, steps=steps, on_step=on_step)
     return model, curve
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Train on one torch thread, then restore the count. The model is tiny: more threads only wait for each
+    other (on a busy 2-CPU machine, torch's default of one per core made a training run 10 to 40 times slower),
+    and one thread makes the run's arithmetic the same whatever the machine's thread settings."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
