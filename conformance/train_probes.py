@@ -32,7 +32,7 @@ def eq3(k: Tensor, d_model: int, warmup: int) -> Tensor:
     return d_model ** -0.5 * torch.minimum(k.pow(-0.5), k * warmup ** -1.5)
 
 
-KEY_STEPS = (1, 2, 3, 1000, 3999, 4000, 4001, 8000, 100_000)
+KEY_STEPS = (1, 2, 3, 1000, 3999, 4000, 4001, 8000, 20_000, 100_000)
 
 
 def schedule_table(rates: Tensor, expected: Tensor) -> str:
