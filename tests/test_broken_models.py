@@ -43,7 +43,8 @@ CONFORMING = ["reference", "independent"]
 HAVE_ORT = importlib.util.find_spec("onnxruntime") is not None
 
 
-# Here (2 CPUs) the main run takes about 3 minutes; the limit only bounds a run gone wrong.
+# Here (2 CPUs) the main run takes about 3 minutes, the train-area runs (train.learns on LEARNS_MODELS, the broken
+# recipes) a few more (12 minutes in all measured on a busy machine); the limit only bounds a run gone wrong.
 TIMEOUT = 1800
 
 
