@@ -14,9 +14,11 @@ folded into one status per (subject, clause):
 ``skip``             no check could run (the reason says why: no GPU, no ``encode`` ...);
 ``error``            the implementation crashed, returned NaN or the wrong shape, or timed out.
 
-A subject is *conforming* when no ``must`` or ``should`` clause is ``fail``, ``deviation``
-or ``error``. Exit status: 0 when every subject is conforming or fails only its declared
-deviations, 1 when any clause is ``fail``, ``error`` or ``unexpected-pass``, 2 for usage errors.
+A subject is *conforming* when no ``must`` clause is ``fail``, ``deviation`` or ``error``:
+it computes the paper's function. ``should`` clauses (inputs the paper never defines,
+portability, conventions) are counted in the verdict but do not decide it. Exit status,
+whatever the severity: 0 when every failure is a declared deviation, 1 when any clause is
+``fail``, ``error`` or ``unexpected-pass``, 2 for usage errors.
 """
 
 from __future__ import annotations
@@ -33,130 +35,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from implementations import PluginError, UnknownNameError, get_registry
 from spec import CLAUSES
+from spec.clauses import parse_clause_ids
 
-STATUSES: tuple[str, ...] = ("pass", "fail", "deviation", "unexpected-pass", "skip", "error")
-BROKEN = ("fail", "deviation", "error")  # statuses that make a subject nonconforming
-BAD = ("fail", "error", "unexpected-pass")  # statuses that make the audit exit 1
-SCHEMA = 1
+from . import report
+from .results import AuditResult, ClauseResult, SubjectResult, fold
 
-
-# -- the data ------------------------------------------------------------------------------------------------
-@dataclass
-class ClauseResult:
-    status: str
-    message: str = ""
-    detail: str = ""
-    tests: int = 0
-
-    def to_json(self, clause_id: str) -> dict:
-        c = CLAUSES[clause_id]
-        return {"status": self.status, "severity": c.severity, "section": c.citation, "message": self.message,
-                "detail": self.detail, "tests": self.tests}
-
-
-@dataclass
-class SubjectResult:
-    name: str  # "reference", or "attention:sdpa-math" for a component
-    kind: str  # "implementation" | "component"
-    source: str = ""
-    summary: str = ""
-    deviations: dict[str, str] = field(default_factory=dict)
-    clauses: dict[str, ClauseResult] = field(default_factory=dict)
-    seconds: float = 0.0
-    figures: dict[str, str] = field(default_factory=dict)  # title -> base64 PNG (HTML report)
-    figure_errors: list[str] = field(default_factory=list)
-    learning_curves: list[dict] = field(default_factory=list)  # train.learns runs (conformance.learning)
-
-    def broken(self, severity: str) -> list[str]:
-        return [c for c, r in self.clauses.items() if r.status in BROKEN and CLAUSES[c].severity == severity]
-
-    @property
-    def conforming(self) -> bool:
-        return not self.broken("must") and not self.broken("should")
-
-    @property
-    def verdict(self) -> str:
-        if not self.clauses:
-            return "not audited"
-        if self.conforming:
-            return "conforming"
-        return f"nonconforming ({len(self.broken('must'))} must, {len(self.broken('should'))} should)"
-
-    @property
-    def bad(self) -> list[str]:
-        return [c for c, r in self.clauses.items() if r.status in BAD]
-
-    def to_json(self) -> dict:
-        return {"kind": self.kind, "verdict": self.verdict, "conforming": self.conforming,
-                "source": self.source, "summary": self.summary, "seconds": round(self.seconds, 2),
-                "broken": {"must": len(self.broken("must")), "should": len(self.broken("should"))},
-                "clauses": {c: r.to_json(c) for c, r in self.clauses.items()},
-                **({"learning_curves": self.learning_curves} if self.learning_curves else {})}
-
-
-@dataclass
-class AuditResult:
-    subjects: list[SubjectResult]
-    seconds: float = 0.0
-    command: str = ""
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if any(s.bad for s in self.subjects) else 0
-
-    def to_json(self) -> dict:
-        import spec
-
-        impls = {s.name: s.to_json() for s in self.subjects if s.kind == "implementation"}
-        comps = {s.name: s.to_json() for s in self.subjects if s.kind == "component"}
-        return {"schema": SCHEMA, "spec": spec.SPEC_VERSION, "paper": spec.PAPER, "command": self.command,
-                "seconds": round(self.seconds, 2), "exit_code": self.exit_code,
-                "implementations": impls, "components": comps}
-
-
-# -- folding test records into clause statuses ---------------------------------------------------------------
-def fold(records: list[dict], deviations: dict[str, str]) -> dict[str, ClauseResult]:
-    """One status per clause from the suite's per-test records (see ``conformance/results.py``)."""
-    by_clause: dict[str, list[dict]] = {}
-    for rec in records:
-        if rec.get("clause") in CLAUSES:
-            by_clause.setdefault(rec["clause"], []).append(rec)
-    out: dict[str, ClauseResult] = {}
-    for clause in CLAUSES:  # catalogue order
-        recs = by_clause.get(clause)
-        if not recs:
-            continue
-        outcomes = [r["outcome"] for r in recs]
-
-        def first(*kinds: str, recs: list[dict] = recs) -> dict:
-            return next(r for r in recs if r["outcome"] in kinds)
-
-        if "error" in outcomes:
-            r = first("error")
-            out[clause] = ClauseResult("error", r["message"], r["detail"], len(recs))
-        elif clause in deviations:
-            if "xfailed" in outcomes or "failed" in outcomes:
-                r = first("xfailed", "failed")
-                out[clause] = ClauseResult("deviation", f"declared: {deviations[clause]}",
-                                           f"observed: {r['detail']}", len(recs))
-            elif "passed" in outcomes or "xpassed" in outcomes:
-                out[clause] = ClauseResult("unexpected-pass", f"declared but not observed: {deviations[clause]}",
-                                           "every check of this clause passed; remove the declaration or make "
-                                           "the suite see the deviation", len(recs))
-            else:
-                r = first("skipped")
-                out[clause] = ClauseResult("skip", r["message"], r["detail"], len(recs))
-        elif "failed" in outcomes or "xfailed" in outcomes:
-            r = first("failed", "xfailed")
-            out[clause] = ClauseResult("fail", r["message"], r["detail"], len(recs))
-        elif "passed" in outcomes or "xpassed" in outcomes:
-            note = "; ".join(dict.fromkeys(r["note"] for r in recs if r.get("note")))  # e.g. a convention found
-            out[clause] = ClauseResult("pass", note, "", len(recs))
-        else:
-            r = first("skipped")
-            out[clause] = ClauseResult("skip", r["message"], r["detail"], len(recs))
-    return out
+__all__ = ["AuditResult", "ClauseResult", "Job", "SubjectResult", "add_parser", "audit", "fold", "plan", "run"]
 
 
 # -- running the suite ---------------------------------------------------------------------------------------
@@ -383,30 +269,22 @@ def _usage(msg: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from implementations import UnknownImplementationError, get_registry
-    from implementations.registry import PluginError
-
-    from . import report
-
     if args.jobs < 1:
         return _usage(f"--jobs must be at least 1, got {args.jobs}")
     if args.timeout <= 0:
         return _usage(f"--timeout must be positive, got {args.timeout}")
     clause_ids: list[str] = []
     if args.clause:
-        clause_ids = [c.strip() for c in args.clause.split(",") if c.strip()]
-        unknown = [c for c in clause_ids if c not in CLAUSES]
-        if unknown or not clause_ids:
-            return _usage(f"unknown clause {', '.join(map(repr, unknown)) or repr(args.clause)}; "
-                          f"known: {', '.join(CLAUSES)}")
+        try:
+            clause_ids = parse_clause_ids(args.clause)
+        except ValueError as exc:
+            return _usage(str(exc))
     impl_sel = args.impl if args.impl is not None else ("all" if args.component is None else None)
     comp_sel = args.component if args.component is not None else ("all" if args.impl is None else None)
     try:
         registry = get_registry(args.plugin)
         jobs = plan(registry, impl_sel, comp_sel)
-    except UnknownImplementationError as exc:
-        return _usage(str(exc))
-    except PluginError as exc:
+    except (PluginError, UnknownNameError) as exc:  # an unknown name, or a --plugin that cannot be loaded
         return _usage(str(exc))
     for err in registry.errors:
         print(f"aiayn audit: plugin error: {err}", file=sys.stderr)

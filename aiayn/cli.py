@@ -11,13 +11,17 @@ import argparse
 import json
 import sys
 
+from implementations import PluginError, get_registry
+
 from . import commands
 
 
 def _list(args: argparse.Namespace) -> int:
-    from implementations import get_registry
-
-    registry = get_registry(args.plugin or ())
+    try:
+        registry = get_registry(args.plugin or ())
+    except PluginError as exc:  # an explicit --plugin that cannot be loaded is a usage error
+        print(f"aiayn list: {exc}", file=sys.stderr)
+        return 2
     impls = list(registry.implementations.values())
     comps = list(registry.components.values())
     if args.json:

@@ -27,6 +27,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from spec.contract import has_capability
+
 TIMEOUT_S = 180
 
 
@@ -52,9 +54,10 @@ def figures_for(name: str, *, plugins: list[str], workdir: Path) -> tuple[dict[s
 
 # -- measurements (in the subprocess) ------------------------------------------------------------------------
 def _model(impl, config):
-    from conformance.harness import build_model
+    from conformance.harness import build_model, checking
 
-    return build_model(impl, config, "model.shape")
+    with checking("model.shape"):  # a failure to build reads as the suite's "could not be checked"
+        return build_model(impl, config)
 
 
 def positional_table(impl, config, length: int = 24):
@@ -62,7 +65,7 @@ def positional_table(impl, config, length: int = 24):
     from reference.model import sinusoid_table
 
     model = _model(impl, config)
-    if not hasattr(model, "positional_encoding"):
+    if not has_capability(model, "positional_encoding"):
         raise LookupError("the adapter has no positional_encoding(length) probe")
     import torch
 
@@ -76,21 +79,21 @@ def target_influence(impl, config, length: int = 10):
     """[i, j] = largest change of output position i's log-probabilities when target token j changes."""
     import torch
 
-    from conformance.harness import as_log_probs, run_forward
+    from conformance.harness import as_log_probs, checking, run_forward
     from conformance.inputs import random_tokens
 
     model = _model(impl, config)
     src = random_tokens(config, [7, 7], 7, vocab=config.src_vocab, seed=1)
     tgt = random_tokens(config, [length, length], length, vocab=config.tgt_vocab, seed=2)
-    base = as_log_probs(run_forward(model, src, tgt, "mask.causal", vocab=config.tgt_vocab, pad_id=config.pad_id),
-                        impl.output)
-    influence = torch.zeros(length, length, dtype=torch.float64)
-    for j in range(length):
-        changed = tgt.clone()
-        changed[:, j] = changed[:, j] % (config.tgt_vocab - 1) + 1  # another real token
-        out = as_log_probs(run_forward(model, src, changed, "mask.causal", vocab=config.tgt_vocab,
-                                       pad_id=config.pad_id), impl.output)
-        influence[:, j] = (out - base).abs().amax(dim=(0, 2))
+    with checking("mask.causal"):
+        base = as_log_probs(run_forward(model, src, tgt, vocab=config.tgt_vocab, pad_id=config.pad_id), impl.output)
+        influence = torch.zeros(length, length, dtype=torch.float64)
+        for j in range(length):
+            changed = tgt.clone()
+            changed[:, j] = changed[:, j] % (config.tgt_vocab - 1) + 1  # another real token
+            out = as_log_probs(run_forward(model, src, changed, vocab=config.tgt_vocab, pad_id=config.pad_id),
+                               impl.output)
+            influence[:, j] = (out - base).abs().amax(dim=(0, 2))
     return influence
 
 
@@ -101,7 +104,7 @@ def encoder_statistics(impl, config):
     from conformance.inputs import random_tokens
 
     model = _model(impl, config)
-    if not hasattr(model, "encode"):
+    if not has_capability(model, "encode"):
         raise LookupError("the adapter has no encode(src) probe")
     src = random_tokens(config, [16] * 4, 16, vocab=config.src_vocab, seed=3)
     with torch.no_grad():

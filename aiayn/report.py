@@ -1,4 +1,4 @@
-"""Renderers of an audit: the terminal matrix, Markdown, JSON (schema 1) and a self-contained HTML page."""
+"""Renderers of an audit: the terminal matrix, Markdown, JSON (schema 2) and a self-contained HTML page."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 
 from spec import AREAS, CLAUSES
 
-from .audit import AuditResult, SubjectResult
+from .results import AuditResult, SubjectResult
 
 # One character per clause in the matrix, and its color (ANSI SGR).
 SYMBOL = {"pass": ".", "fail": "F", "deviation": "D", "unexpected-pass": "U", "skip": "s", "error": "E"}

@@ -75,20 +75,21 @@ def _recipe_line(impl, config) -> str:
 
     with seeded(0):
         probe = impl.build(config)
-    return recipe_for(probe, impl.output, TrainConfig(), "train.learns", d_model=config.d_model,
-                      vocab=config.tgt_vocab, pad_id=PAD).describe()
+    return recipe_for(probe, impl.output, TrainConfig(), d_model=config.d_model, vocab=config.tgt_vocab,
+                      pad_id=PAD).describe()
 
 
 def run(args: argparse.Namespace) -> int:
+    from conformance.harness import checking
     from conformance.learning import BOS, EOS, PAD, TASKS, greedy_decode, task_batch, train_implementation
-    from implementations import UnknownImplementationError, get_registry
+    from implementations import PluginError, UnknownNameError, get_registry
 
     if args.steps is not None and args.steps < 1:
         _say(f"--steps must be at least 1, got {args.steps}")
         return 2
     try:
         impl = get_registry(args.plugin).get(args.impl)
-    except UnknownImplementationError as exc:
+    except (ValueError, PluginError, UnknownNameError) as exc:  # an unknown name, a bad composition or --plugin
         _say(str(exc))
         return 2
     plot = None if args.no_plot else Path(args.plot or f"aiayn-train-{impl.name.replace('/', '_')}-{args.task}.png")
@@ -111,8 +112,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"recipe: {_recipe_line(impl, config)}")
         else:
             print("recipe: the reference's recipe (the paper's §5.3-5.4), as asked")
-        model, curve = train_implementation(impl, task, seed=args.seed, own=args.recipe == "auto", steps=args.steps,
-                                            on_step=ProgressBar())
+        with checking("train.learns"):  # a crash is reported as the check would report it
+            model, curve = train_implementation(impl, task, seed=args.seed, own=args.recipe == "auto",
+                                                steps=args.steps, on_step=ProgressBar())
     except KeyboardInterrupt:
         raise
     except Exception as exc:

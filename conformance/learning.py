@@ -198,14 +198,15 @@ def learn(model: nn.Module, recipe: Recipe, task: Task, *, seed: int = 0, steps:
 
 
 def train_implementation(impl: Any, task: Task, *, seed: int = 0, own: bool = True, steps: int | None = None,
-                         on_step: Callable[[int, int, LearningCurve], None] | None = None,
-                         clause_id: str = "train.learns") -> tuple[nn.Module, LearningCurve]:
+                         on_step: Callable[[int, int, LearningCurve], None] | None = None
+                         ) -> tuple[nn.Module, LearningCurve]:
     """Build ``impl`` at the task's size (seeded) and train it with its recipe (the reference's pieces where it
     exposes none, or everywhere with ``own=False``): the ``train.learns`` check, ``aiayn train`` and the
-    stability test all run this. A build that fails raises ImplementationError; the rest propagates."""
-    model = build_model(impl, task.config, clause_id, seed=seed, train=True)
-    recipe = recipe_for(model, impl.output, task.train_config, clause_id, d_model=task.config.d_model,
-                        vocab=task.vocab, pad_id=PAD, own=own)
+    stability test all run this, under the clause under test (``harness.checking("train.learns")`` outside a
+    test). A build that fails raises ImplementationError; the rest propagates."""
+    model = build_model(impl, task.config, seed=seed, train=True)
+    recipe = recipe_for(model, impl.output, task.train_config, d_model=task.config.d_model, vocab=task.vocab,
+                        pad_id=PAD, own=own)
     with seeded(seed), one_thread(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # schedulers warning about their own stepping order
         curve = learn(model, recipe, task, seed=seed, steps=steps, on_step=on_step)

@@ -4,7 +4,8 @@
 (``make_optimizer``, ``make_scheduler`` or ``learning_rate``, ``make_criterion``, ``make_batch``;
 see ``spec.contract``) and fills the others with the reference's (``reference/training.py``), saying
 which is which. ``schedule_trace`` reads the learning rate of updates 1..n from either schedule style.
-A capability that raises becomes an ``ImplementationError`` naming it, as a crashing forward does.
+A capability that raises becomes an ``ImplementationError`` naming it (``could_not_check``), as a crashing
+forward does; the clause is the one under test (``harness.current_clause()``).
 """
 
 from __future__ import annotations
@@ -14,18 +15,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 import torch
 from torch import Tensor, nn
 
+from implementations import ComponentUnavailable
 from reference.training import LabelSmoothedCrossEntropy, LRateScheduler, adam, teacher_forcing
 from spec.contract import has_capability
 from spec.training import TrainConfig
 
-from .harness import CheckTimeout
-from .harness import _crash as crash
+from .harness import CheckTimeout, could_not_check
 
-__all__ = ["Recipe", "recipe_for", "call", "StepFunctionScheduler", "schedule_trace", "probs_to_log_probs",
-           "PIECES", "missing_schedule", "has_schedule"]
+__all__ = ["Recipe", "recipe_for", "call", "StepFunctionScheduler", "schedule_trace", "scheduler_trace",
+           "probs_to_log_probs", "PIECES", "missing_schedule", "has_schedule"]
 
 # piece -> the capabilities that provide it
 PIECES: dict[str, tuple[str, ...]] = {
@@ -36,14 +38,16 @@ PIECES: dict[str, tuple[str, ...]] = {
 }
 
 
-def call(clause_id: str, what: str, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)``; an exception becomes an ImplementationError under ``clause_id`` naming ``what``."""
+def call(what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``; an exception means the clause under test could not be checked (naming ``what``)."""
     try:
         return fn(*args)
+    except ComponentUnavailable as exc:  # a composed component that cannot run here
+        pytest.skip(f"the implementation's {what} is unavailable here: {exc}")
     except CheckTimeout:
         raise
     except Exception as exc:
-        crash(clause_id, f"the implementation's {what} raised", exc)
+        could_not_check(f"the implementation's {what} raised", exc)
 
 
 def has_schedule(model: object) -> bool:
@@ -105,7 +109,7 @@ class Recipe:
         return f"the implementation's {', '.join(own)}; the reference's {', '.join(ref)}"
 
 
-def recipe_for(model: nn.Module, output_kind: str, train_config: TrainConfig, clause_id: str, *,
+def recipe_for(model: nn.Module, output_kind: str, train_config: TrainConfig, *,
                d_model: int, vocab: int, pad_id: int, own: bool = True) -> Recipe:
     """The implementation's recipe pieces, the reference's where it exposes none (or everywhere with
     ``own=False``).
@@ -114,35 +118,34 @@ def recipe_for(model: nn.Module, output_kind: str, train_config: TrainConfig, cl
     takes their log first.
     """
     own_pieces = {piece: own and any(has_capability(model, m) for m in methods) for piece, methods in PIECES.items()}
-    return _recipe(model, output_kind, train_config, clause_id, own_pieces, d_model=d_model, vocab=vocab,
-                   pad_id=pad_id)
+    return _recipe(model, output_kind, train_config, own_pieces, d_model=d_model, vocab=vocab, pad_id=pad_id)
 
 
-def _recipe(model: nn.Module, output_kind: str, train_config: TrainConfig, clause_id: str, own: dict[str, bool], *,
+def _recipe(model: nn.Module, output_kind: str, train_config: TrainConfig, own: dict[str, bool], *,
             d_model: int, vocab: int, pad_id: int) -> Recipe:
     m: Any = model
 
     def make_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
         if own["optimizer"]:
-            return call(clause_id, "make_optimizer(params, train_config)", m.make_optimizer, params, train_config)
+            return call("make_optimizer(params, train_config)", m.make_optimizer, params, train_config)
         return adam(params, train_config)
 
     def make_scheduler(optimizer: torch.optim.Optimizer) -> Any:
         if not own["schedule"]:
             return LRateScheduler(optimizer, d_model, train_config.warmup_steps)
         if has_capability(model, "make_scheduler"):
-            return call(clause_id, "make_scheduler(optimizer, train_config)", m.make_scheduler, optimizer,
+            return call("make_scheduler(optimizer, train_config)", m.make_scheduler, optimizer,
                         train_config)
         if has_capability(model, "learning_rate"):
             return StepFunctionScheduler(optimizer, lambda k: call(
-                clause_id, f"learning_rate({k}, train_config)", m.learning_rate, k, train_config))
+                f"learning_rate({k}, train_config)", m.learning_rate, k, train_config))
         return LRateScheduler(optimizer, d_model, train_config.warmup_steps)
 
     if own["criterion"]:
-        criterion = call(clause_id, "make_criterion(train_config)", m.make_criterion, train_config)
+        criterion = call("make_criterion(train_config)", m.make_criterion, train_config)
         if not callable(criterion):
-            crash(clause_id, f"the implementation's make_criterion(train_config) returned "
-                             f"{type(criterion).__name__}, not a callable criterion(scores, labels)")
+            could_not_check(f"the implementation's make_criterion(train_config) returned "
+                            f"{type(criterion).__name__}, not a callable criterion(scores, labels)")
     else:
         reference = LabelSmoothedCrossEntropy(vocab, train_config.label_smoothing, pad_id)
         criterion = (reference if output_kind != "probs"
@@ -150,27 +153,34 @@ def _recipe(model: nn.Module, output_kind: str, train_config: TrainConfig, claus
 
     def make_batch(target: Tensor, bos_id: int) -> tuple[Tensor, Tensor]:
         if own["batch"]:
-            return call(clause_id, "make_batch(target, bos_id)", m.make_batch, target, bos_id)
+            return call("make_batch(target, bos_id)", m.make_batch, target, bos_id)
         return teacher_forcing(target, bos_id)
 
     return Recipe(make_optimizer, make_scheduler, criterion, make_batch, own)
 
 
-def schedule_trace(model: nn.Module, train_config: TrainConfig, steps: int, clause_id: str) -> list[float]:
-    """The learning rate of updates 1..steps under the implementation's schedule (its optimizer, or the
-    reference's Adam when it exposes none). Raises what the schedule raises (the check names it)."""
+def schedule_trace(model: nn.Module, train_config: TrainConfig, steps: int) -> list[float]:
+    """The learning rate of updates 1..steps under the implementation's schedule: ``make_scheduler`` (over its
+    optimizer, or the reference's Adam when it exposes none) where it has one, else ``learning_rate``, as
+    ``recipe_for`` trains with. Raises what the schedule raises (the check names it)."""
     m: Any = model
-    if has_capability(model, "learning_rate"):
+    if not has_capability(model, "make_scheduler"):  # learning_rate(step_num, train_config) then
         return [float(m.learning_rate(k, train_config)) for k in range(1, steps + 1)]
     param = nn.Parameter(torch.zeros(1))
     if has_capability(model, "make_optimizer"):
-        optimizer = call(clause_id, "make_optimizer(params, train_config)", m.make_optimizer, [param], train_config)
+        optimizer = call("make_optimizer(params, train_config)", m.make_optimizer, [param], train_config)
     else:
         optimizer = adam([param], train_config)
+    return scheduler_trace(lambda: m.make_scheduler(optimizer, train_config), optimizer, steps)
+
+
+def scheduler_trace(make: Callable[[], Any], optimizer: torch.optim.Optimizer, steps: int) -> list[float]:
+    """The rate of the optimizer's first group before each of ``steps`` updates, the scheduler ``make()`` returns
+    stepped once after each (no update is made: the rate is read, not used). Raises what the scheduler raises."""
     rates = []
     with warnings.catch_warnings():  # "lr_scheduler.step() before optimizer.step()": no update is made here
         warnings.simplefilter("ignore")
-        scheduler = m.make_scheduler(optimizer, train_config)
+        scheduler = make()
         group = optimizer.param_groups[0]
         for _ in range(steps):
             rates.append(float(group["lr"]))

@@ -1,81 +1,86 @@
-"""Built-in plugin ``annotated-notebook``: a notebook following the Annotated Transformer (seed 002).
+"""Built-in plugin ``annotated-notebook``: a study notebook written after the Annotated Transformer.
 
-Reproduced from ``/work/shared/seeds/002_7a81b28cd4c1b308.txt`` ("the document", a Jupyter notebook that
-follows github.com/harvardnlp/annotated-transformer; "Lnnn" are its line numbers), in our own words, keeping
-its class, function and attribute names:
+Upstream: https://github.com/harvardnlp/annotated-transformer, ``the_annotated_transformer.py`` at commit
+0a91a254735c (a jupytext export of the notebook; its classes and functions are named below, since its line
+numbers move with every export). The notebook this plugin reproduces follows that file's structure and the
+paper's text, renames several parts, leaves cells as ``...``, never shows the embeddings, the positional
+encoding, the feed-forward network or the model assembly, and departs from the file in ways that change what
+it computes; each departure is named below. The plugin reproduces the notebook, in our own words, keeping its
+class, function and attribute names:
 
-- ``LayerNorm`` (L122-L136): per-feature ``gamma`` (ones) and ``beta`` (zeros); ``x.std(dim=-1)`` is torch's
-  default, the unbiased (n - 1) estimate (L134), and eps is added to the standard deviation, outside any square
-  root: ``gamma * (x - mean) / (std + eps) + beta`` (L136). eps is the constructor default 1e-6 (L127):
-  ``Sublayer`` builds ``LayerNorm(size)`` without it (L148), so ``config.norm_eps`` is never used.
-- ``Sublayer`` (L144-L154): the live line is PRE-norm, ``x + dropout(sublayer(norm(x)))`` (L154); the paper's
-  post-norm ``layernorm(x + dropout(sublayer(x)))`` is only a comment (L152).
-- ``Encoder`` / ``Decoder`` (L80-L90, L182-L192): ``clone``-d layers applied in sequence, and nothing else:
-  no LayerNorm at the top of either stack, so with pre-norm sub-layers the un-normalized residual stream reaches
-  the cross-attention and the generator.
-- ``EncoderLayer`` (L160-L175): self-attention sub-layer, then feed-forward sub-layer, each in its own
-  ``Sublayer`` (``clone(Sublayer(size, dropout), 2)``, L169). ``DecoderLayer`` (L197-L223): masked
-  self-attention, encoder-decoder attention, feed-forward, three ``Sublayer`` s (L217).
-- ``forward_mask`` (L228-L246): ``triu(ones((1, size, size)), diagonal=1) == 0``, True on and below the
-  diagonal (True = may attend, the polarity of ``mask == 0`` at L300), built with ``torch.ones`` and no device
-  argument, i.e. on the CPU, at every call.
-- ``attention`` (L296-L306): ``Q K^T / sqrt(d_k)`` with d_k the per-head size (L297-L298); scores where
-  ``mask == 0`` are filled with ``1e-9`` (L300), a tiny POSITIVE number, not -1e9: a masked score becomes about
-  0 instead of a large negative number, so masked keys keep a softmax weight comparable to the admissible ones
-  (future target tokens and padded keys are attended); softmax over the keys (L301), then dropout on the
-  attention weights (L302-L303).
-- ``MultiHeadAttention`` (L330-L381): four ``nn.Linear(d_model, d_model)`` cloned (L348), with nn.Linear's
-  default biases (the paper's projections have none); heads split by ``view(B, -1, h, d_k).transpose(1, 2)``
-  (L363) and merged by ``transpose(1, 2).contiguous().view(B, -1, h * d_k)`` (L371-L375), then the last linear
-  (L381). Attention dropout at the module's ``dropout`` (L340, L350).
-- ``Generator`` (L55-L68): ``nn.Linear(model_dims, vocab_size)`` with a bias (L64), then ``nn.LogSoftmax(-1)``
-  (L65): the model returns log-probabilities.
-- ``EncoderDecoder`` (L32-L53): holds ``encoder``, ``decoder``, ``generator``, ``src_embeddings`` and
-  ``tgt_embeddings``; its forward returns the decoder output, the generator is applied after it (as in the
-  Annotated Transformer).
+- ``LayerNorm`` (upstream ``LayerNorm``, with ``a_2``/``b_2`` named ``gamma``/``beta``): per-feature
+  ``gamma`` (ones) and ``beta`` (zeros); ``x.std(dim=-1)`` is torch's default, the unbiased (n - 1) estimate,
+  and eps is added to the standard deviation, outside any square root:
+  ``gamma * (x - mean) / (std + eps) + beta``, as upstream. eps is the constructor default 1e-6: ``Sublayer``
+  builds ``LayerNorm(size)`` without it, so ``config.norm_eps`` is never used.
+- ``Sublayer`` (upstream ``SublayerConnection``): the live line is PRE-norm,
+  ``x + dropout(sublayer(norm(x)))``, as upstream; the paper's post-norm
+  ``layernorm(x + dropout(sublayer(x)))`` is only a comment.
+- ``Encoder`` / ``Decoder``: ``clone``-d layers applied in sequence, and nothing else. Here the notebook
+  departs from the file, whose ``Encoder`` and ``Decoder`` end with a ``LayerNorm``: without it, with
+  pre-norm sub-layers, the un-normalized residual stream reaches the cross-attention and the generator.
+- ``EncoderLayer``: self-attention sub-layer, then feed-forward sub-layer, each in its own ``Sublayer``
+  (``clone(Sublayer(size, dropout), 2)``). ``DecoderLayer``: masked self-attention, encoder-decoder attention,
+  feed-forward, three ``Sublayer`` s.
+- ``forward_mask`` (upstream ``subsequent_mask``): ``triu(ones((1, size, size)), diagonal=1) == 0``, True on
+  and below the diagonal (True = may attend, the polarity ``attention`` reads with ``mask == 0``), built with
+  ``torch.ones`` and no device argument, i.e. on the CPU, at every call.
+- ``attention``: ``Q K^T / sqrt(d_k)`` with d_k the per-head size; scores where ``mask == 0`` are filled with
+  ``1e-9``, a tiny POSITIVE number, where the file has -1e9: a masked score becomes about 0 instead of a large
+  negative number, so masked keys keep a softmax weight comparable to the admissible ones (future target
+  tokens and padded keys are attended); softmax over the keys, then dropout on the attention weights.
+- ``MultiHeadAttention`` (upstream ``MultiHeadedAttention``): four ``nn.Linear(d_model, d_model)`` cloned,
+  with nn.Linear's default biases (the paper's projections have none); heads split by
+  ``view(B, -1, h, d_k).transpose(1, 2)`` and merged by ``transpose(1, 2).contiguous().view(B, -1, h * d_k)``,
+  then the last linear. Attention dropout at the module's ``dropout``.
+- ``Generator``: ``nn.Linear(model_dims, vocab_size)`` with a bias, then ``nn.LogSoftmax(-1)``: the model
+  returns log-probabilities, as upstream.
+- ``EncoderDecoder``: holds ``encoder``, ``decoder``, ``generator``, ``src_embeddings`` and
+  ``tgt_embeddings``; its forward returns the decoder output, the generator is applied after it (as upstream).
 
-Repairs (the smallest change that lets the cell run):
+Repairs of the notebook (the smallest change that lets each cell run; the file has none of these defects):
 
-- L77: ``numbers`` is never imported (L2-L6); it is imported here.
-- L88, L190: ``encoder_stack`` / ``decoder_stack`` are read as globals; read as ``self.encoder_stack`` /
-  ``self.decoder_stack``.
-- L136: ``eps`` is an undefined global; read as ``self.eps`` (the 1e-6 of L127-L129).
-- L154: ``self.norm`` does not exist; the module's norm is ``self.layernorm`` (L148).
-- L175: ``self.sublyers`` typo; read as ``self.sublayers``.
-- L68: ``self.layer`` does not exist; the linear is ``self.linear`` (L64).
-- L306 / L368: ``attention`` returns one tensor but ``MultiHeadAttention`` unpacks two (``x, self.attn = ...``),
-  which iterates over the batch axis (it raises unless B == 2, and then mixes samples); here ``x`` takes the
-  single result and ``self.attn`` stays None (L349).
-- L355: ``mask.unsqueeze(1)`` discards its result, so the [B, 1, S] / [B, T, T] masks meet the
-  [B, h, Lq, Lk] scores without a head axis: broadcasting aligns the batch axis of the mask with the HEAD axis
-  of the scores, which raises for every batch size other than 1 and h, and for B == h silently gives head j of
-  every sample the mask of sample j. Repaired as the comment intends (``mask = mask.unsqueeze(1)``); without it
-  the adapter could not run the suite's batches (B = 3 with h = 4).
+- ``clone`` asserts ``isinstance(n, numbers.Integral)`` but ``numbers`` is never imported; it is imported here.
+- ``Encoder.forward`` / ``Decoder.forward`` read ``encoder_stack`` / ``decoder_stack`` as globals; read as
+  ``self.encoder_stack`` / ``self.decoder_stack``.
+- ``LayerNorm.forward`` reads ``eps`` as an undefined global; read as ``self.eps`` (1e-6).
+- ``Sublayer.forward`` calls ``self.norm``, which does not exist; the module's norm is ``self.layernorm``.
+- ``EncoderLayer.forward`` reads ``self.sublyers``; read as ``self.sublayers``.
+- ``Generator.forward`` calls ``self.layer``, which does not exist; the linear is ``self.linear``.
+- ``attention`` returns one tensor but ``MultiHeadAttention`` unpacks two (``x, self.attn = ...``), which
+  iterates over the batch axis (it raises unless B == 2, and then mixes samples); here ``x`` takes the single
+  result and ``self.attn`` stays None.
+- ``MultiHeadAttention.forward`` calls ``mask.unsqueeze(1)`` and discards the result (the file assigns it), so
+  the [B, 1, S] / [B, T, T] masks meet the [B, h, Lq, Lk] scores without a head axis: broadcasting aligns the
+  batch axis of the mask with the HEAD axis of the scores, which raises for every batch size other than 1 and
+  h, and for B == h silently gives head j of every sample the mask of sample j. Repaired as the comment
+  intends (``mask = mask.unsqueeze(1)``); without it the adapter could not run the suite's batches (B = 3
+  with h = 4).
 
-Completions (cells left as ``...`` or never shown; they follow the paper, §3):
+Completions (cells left as ``...`` or never shown; they follow the paper, §3, and the file where it agrees):
 
-- L46-L53 (``forward``/``encode``/``decode`` are ``...``): ``forward(src, tgt, src_mask, tgt_mask)`` =
+- ``EncoderDecoder.forward``/``encode``/``decode`` are ``...``: ``forward(src, tgt, src_mask, tgt_mask)`` =
   ``decode(encode(src, src_mask), src_mask, tgt, tgt_mask)``; ``encode`` runs the encoder on
-  ``src_embeddings(src)``; ``decode`` runs the decoder on ``tgt_embeddings(tgt)`` and the memory.
-- L87-L90, L189-L192, L172-L175, L219-L223 (the layers' ``forward(x)`` have no masks and call the attentions
-  with ``...``): ``Encoder.forward(x, mask)``, ``Decoder.forward(x, memory, src_mask, tgt_mask)``; the encoder
-  self-attention is ``attention(x, x, x, mask)``, the decoder's ``masked_attention(x, x, x, tgt_mask)`` then
+  ``src_embeddings(src)``; ``decode`` runs the decoder on ``tgt_embeddings(tgt)`` and the memory (as upstream).
+- The layers' and stacks' ``forward(x)`` take no masks and call the attentions with ``...``:
+  ``Encoder.forward(x, mask)``, ``Decoder.forward(x, memory, src_mask, tgt_mask)``; the encoder self-attention
+  is ``attention(x, x, x, mask)``, the decoder's ``masked_attention(x, x, x, tgt_mask)`` then
   ``attention(x, memory, memory, src_mask)`` (queries from the previous sub-layer, keys and values from the
-  final encoder output, §3.2.3); the sub-layers receive callables (L174 and L220-L222 pass the *result* of a
-  call).
-- Not in the document: the feed-forward network (§3.3, ``w_2(relu(w_1(x)))`` with biases, no inner dropout);
-  the embeddings (§3.4, ``nn.Embedding`` times sqrt(d_model)); the positional encoding (§3.5, the sinusoid
-  table computed in float64 and kept as a float32 buffer [1, max_len, d_model], added to the scaled embeddings,
-  then dropout, §5.4); the model assembly (N = ``n_layers`` deep copies, attention dropout at
-  ``config.dropout``, ``nn.init.xavier_uniform_`` on every matrix as the Annotated Transformer's ``make_model``;
-  with ``share_embeddings`` the source embedding, target embedding and ``generator.linear.weight`` are one
-  matrix, §3.4; the generator keeps the document's bias).
-- Masks, as the Annotated Transformer builds them (not shown in the document): ``src_mask`` =
+  final encoder output, §3.2.3); the sub-layers receive callables (the notebook passes the *result* of a call).
+- Not in the notebook: the feed-forward network (§3.3, ``w_2(relu(w_1(x)))`` with biases and no inner dropout,
+  where the file's ``PositionwiseFeedForward`` drops between the two linears); the embeddings (§3.4,
+  ``nn.Embedding`` times sqrt(d_model)); the positional encoding (§3.5, the sinusoid table computed in float64
+  and kept as a float32 buffer [1, max_len, d_model], added to the scaled embeddings, then dropout, §5.4); the
+  model assembly (N = ``n_layers`` deep copies, attention dropout at ``config.dropout``,
+  ``nn.init.xavier_uniform_`` on every matrix as the file's ``make_model``; with ``share_embeddings`` the
+  source embedding, target embedding and ``generator.linear.weight`` are one matrix, §3.4; the generator keeps
+  its bias).
+- Masks, as the file's ``Batch`` builds them (the notebook shows none): ``src_mask`` =
   ``(src != pad).unsqueeze(-2)`` [B, 1, S]; ``tgt_mask`` = ``(tgt != pad).unsqueeze(-2) & forward_mask(T)``
-  [B, T, T]. ``forward_mask`` still builds its mask on the CPU (L244-L246); the completion moves it to the
-  input's device (the Annotated Transformer's ``type_as``), so the model runs on accelerators.
+  [B, T, T]. ``forward_mask`` still builds its mask on the CPU; the completion moves it to the input's device
+  (the file's ``type_as``), so the model runs on accelerators.
 
-Canonical schema mapping (``load_reference_state``): ``src_embed``/``tgt_embed`` -> the ``lut`` of each
+Canonical schema (``load_reference_state``): ``src_embed``/``tgt_embed`` -> the ``lut`` of each
 ``Embeddings``; attention ``q, k, v, o`` -> ``linears[0..3].weight`` (their biases 0); ``normK`` -> the
 ``layernorm`` (gamma, beta) of the K-th ``Sublayer`` of its layer, which with pre-norm normalizes that
 sub-layer's INPUT; ``ffn.w1/w2`` -> ``feed_forward.w_1/w_2``; ``generator`` -> ``generator.linear.weight``
@@ -88,29 +93,28 @@ import copy
 import math
 import numbers
 from collections.abc import Mapping
-from functools import partial
 
 import torch
 from torch import Tensor, nn
 
 from spec.config import ModelConfig
-from spec.schema import copy_canonical
+from spec.schema import CanonicalKey, Target, load_canonical
 
+from .declarations import Implementation
 from .hookspecs import hookimpl
-from .registry import Implementation
 
 __all__ = ["EncoderDecoder", "AnnotatedNotebookTransformer", "build", "DEVIATIONS"]
 
 
 def clone(module_to_clone: nn.Module, num_of_clones: int) -> nn.ModuleList:
-    """N independent deep copies (doc L76-L78; ``numbers`` imported, repair of L77)."""
+    """N independent deep copies (``numbers`` imported here: the notebook never imports it)."""
     assert isinstance(num_of_clones, numbers.Integral)
     return nn.ModuleList(copy.deepcopy(module_to_clone) for _ in range(num_of_clones))
 
 
-# -- LayerNorm and Sublayer (doc L122-L154) -------------------------------------------------------------------------
+# -- LayerNorm and Sublayer ------------------------------------------------------------------------------------------
 class LayerNorm(nn.Module):
-    """gamma * (x - mean) / (std + eps) + beta with the UNBIASED std and eps outside the square root (doc L136)."""
+    """gamma * (x - mean) / (std + eps) + beta with the UNBIASED std and eps outside the square root."""
 
     def __init__(self, features: int, eps: float = 1e-6):
         super().__init__()
@@ -119,39 +123,39 @@ class LayerNorm(nn.Module):
         self.beta = nn.Parameter(torch.zeros(features))
 
     def forward(self, x: Tensor) -> Tensor:
-        std = x.std(dim=-1, keepdim=True)  # unbiased, n - 1 (doc L134)
+        std = x.std(dim=-1, keepdim=True)  # unbiased, n - 1
         mean = x.mean(dim=-1, keepdim=True)
-        return self.gamma * (x - mean) / (std + self.eps) + self.beta  # self.eps: repair of doc L136
+        return self.gamma * (x - mean) / (std + self.eps) + self.beta  # self.eps: a global eps there
 
 
 class Sublayer(nn.Module):
-    """Pre-norm residual: x + dropout(sublayer(layernorm(x))) (doc L154; the post-norm form is a comment, L152)."""
+    """Pre-norm residual: x + dropout(sublayer(layernorm(x))) (the post-norm form is a comment in the notebook)."""
 
     def __init__(self, size: int, dropout: float):
         super().__init__()
-        self.layernorm = LayerNorm(size)  # eps left at 1e-6 (doc L148)
+        self.layernorm = LayerNorm(size)  # eps left at 1e-6
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, sublayer_protagonist) -> Tensor:
-        return x + self.dropout(sublayer_protagonist(self.layernorm(x)))  # self.layernorm: repair of doc L154
+        return x + self.dropout(sublayer_protagonist(self.layernorm(x)))  # self.layernorm: the notebook calls self.norm
 
 
-# -- attention (doc L296-L381) ----------------------------------------------------------------------------------------
+# -- attention -------------------------------------------------------------------------------------------------------
 def attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
               dropout: nn.Module | None = None) -> Tensor:
-    """softmax(Q K^T / sqrt(d_k)) V with masked scores set to +1e-9 (doc L300), dropout on the weights."""
+    """softmax(Q K^T / sqrt(d_k)) V with masked scores set to +1e-9, dropout on the weights."""
     d_k = query.shape[-1]
     scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (B, h, Lq, Lk)
     if mask is not None:
-        scores = scores.masked_fill(mask == 0, 1e-9)  # 1e-9, not -1e9: masked keys keep their weight (doc L300)
-    weights = scores.softmax(dim=-1)  # over the keys (doc L301)
+        scores = scores.masked_fill(mask == 0, 1e-9)  # 1e-9, not -1e9: masked keys keep their weight
+    weights = scores.softmax(dim=-1)  # over the keys
     if dropout is not None:
-        weights = dropout(weights)  # doc L302-L303
-    return weights @ value  # (B, h, Lq, d_k); one tensor (doc L306)
+        weights = dropout(weights)
+    return weights @ value  # (B, h, Lq, d_k); one tensor
 
 
 class MultiHeadAttention(nn.Module):
-    """h heads over four cloned nn.Linear(d_model, d_model), biases included (doc L348)."""
+    """h heads over four cloned nn.Linear(d_model, d_model), biases included."""
 
     def __init__(self, h: int, d_model: int, dropout: float = 0.1):
         super().__init__()
@@ -164,19 +168,19 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None) -> Tensor:
         if mask is not None:
-            mask = mask.unsqueeze(1)  # head axis; the document discards this result (repair of doc L355)
+            mask = mask.unsqueeze(1)  # head axis; the notebook discards this result
         num_batches = query.shape[0]
         query, key, value = (
-            lin(x).view(num_batches, -1, self.h, self.d_k).transpose(1, 2)  # (B, h, L, d_k), doc L362-L365
+            lin(x).view(num_batches, -1, self.h, self.d_k).transpose(1, 2)  # (B, h, L, d_k)
             for lin, x in zip(self.linears, (query, key, value))
         )
-        x = attention(query, key, value, mask, self.dropout)  # one result, self.attn stays None (repair of L368)
-        x = x.transpose(1, 2).contiguous().view(num_batches, -1, self.h * self.d_k)  # doc L371-L375
+        x = attention(query, key, value, mask, self.dropout)  # one result, self.attn stays None (repaired)
+        x = x.transpose(1, 2).contiguous().view(num_batches, -1, self.h * self.d_k)
         return self.linears[-1](x)  # (B, Lq, d_model)
 
 
 class PositionwiseFeedForward(nn.Module):
-    """§3.3, Eq. (2): w_2(relu(w_1(x))) (not in the document; completed from the paper)."""
+    """§3.3, Eq. (2): w_2(relu(w_1(x))) (not in the notebook; completed from the paper)."""
 
     def __init__(self, d_model: int, d_ff: int):
         super().__init__()
@@ -187,9 +191,9 @@ class PositionwiseFeedForward(nn.Module):
         return self.w_2(torch.relu(self.w_1(x)))
 
 
-# -- layers and stacks (doc L80-L223) ---------------------------------------------------------------------------------
+# -- layers and stacks -----------------------------------------------------------------------------------------------
 class EncoderLayer(nn.Module):
-    """Self-attention sub-layer, then the feed-forward sub-layer (doc L160-L175; forward completed with a mask)."""
+    """Self-attention sub-layer, then the feed-forward sub-layer (forward completed with a mask)."""
 
     def __init__(self, size: int, multihead_self_attention: nn.Module, feed_forward: nn.Module, dropout: float):
         super().__init__()
@@ -199,25 +203,25 @@ class EncoderLayer(nn.Module):
         self.size = size
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
-        x = self.sublayers[0](x, lambda x: self.attention(x, x, x, mask))  # completion of doc L174
-        return self.sublayers[1](x, self.feed_forward)  # self.sublayers: repair of doc L175
+        x = self.sublayers[0](x, lambda x: self.attention(x, x, x, mask))  # completed: the notebook passes a result
+        return self.sublayers[1](x, self.feed_forward)  # self.sublayers: the notebook reads self.sublyers
 
 
 class Encoder(nn.Module):
-    """N layers in sequence and nothing after them: no final norm (doc L80-L90)."""
+    """N layers in sequence and nothing after them: no final norm."""
 
     def __init__(self, encoder_layer: nn.Module, N: int):
         super().__init__()
         self.encoder_stack = clone(encoder_layer, N)
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
-        for encoder in self.encoder_stack:  # self.: repair of doc L88
+        for encoder in self.encoder_stack:  # self.: the notebook reads a global
             x = encoder(x, mask)
         return x
 
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention, encoder-decoder attention, feed-forward (doc L197-L223; forward completed)."""
+    """Masked self-attention, encoder-decoder attention, feed-forward (forward completed)."""
 
     def __init__(self, size: int, masked_multi_head_attention: nn.Module, multi_head_attention: nn.Module,
                  feed_forward: nn.Module, dropout: float):
@@ -228,33 +232,33 @@ class DecoderLayer(nn.Module):
         self.sublayers = clone(Sublayer(size, dropout), 3)
 
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor, tgt_mask: Tensor) -> Tensor:
-        x = self.sublayers[0](x, lambda x: self.masked_attention(x, x, x, tgt_mask))  # doc L220
-        x = self.sublayers[1](x, lambda x: self.attention(x, memory, memory, src_mask))  # doc L221
-        return self.sublayers[2](x, self.feed_forward)  # doc L222
+        x = self.sublayers[0](x, lambda x: self.masked_attention(x, x, x, tgt_mask))
+        x = self.sublayers[1](x, lambda x: self.attention(x, memory, memory, src_mask))
+        return self.sublayers[2](x, self.feed_forward)
 
 
 class Decoder(nn.Module):
-    """N layers in sequence and nothing after them: no final norm (doc L182-L192)."""
+    """N layers in sequence and nothing after them: no final norm (the file ends the stack with a LayerNorm)."""
 
     def __init__(self, decoder_layer: nn.Module, N: int):
         super().__init__()
         self.decoder_stack = clone(decoder_layer, N)
 
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor, tgt_mask: Tensor) -> Tensor:
-        for decoder in self.decoder_stack:  # self.: repair of doc L190
+        for decoder in self.decoder_stack:  # self.: the notebook reads a global
             x = decoder(x, memory, src_mask, tgt_mask)
         return x
 
 
 def forward_mask(size: int) -> Tensor:
-    """(1, size, size) bool, True on and below the diagonal; built on the CPU (no device, doc L244-L246)."""
+    """(1, size, size) bool, True on and below the diagonal; built on the CPU (no device)."""
     above = torch.triu(torch.ones((1, size, size)), diagonal=1).type(torch.uint8)
     return above == 0
 
 
-# -- embeddings, positions, generator (completions, and doc L55-L68) ---------------------------------------------------
+# -- embeddings, positions (completions), generator -------------------------------------------------------------------
 class Embeddings(nn.Module):
-    """§3.4: lut(x) * sqrt(d_model) (not in the document)."""
+    """§3.4: lut(x) * sqrt(d_model) (not in the notebook)."""
 
     def __init__(self, d_model: int, vocab: int):
         super().__init__()
@@ -266,7 +270,9 @@ class Embeddings(nn.Module):
 
 
 class PositionalEncoding(nn.Module):
-    """§3.5 sinusoids (float64, cast) in a buffer [1, max_len, d_model], added, then dropout (not in the document)."""
+    """§3.5 sinusoids (float64, cast) in a buffer [1, max_len, d_model], added, then dropout (not in the notebook)."""
+
+    pe: Tensor  # (1, max_len, d_model), a non-persistent buffer
 
     def __init__(self, d_model: int, dropout: float, max_len: int):
         super().__init__()
@@ -288,7 +294,7 @@ def sinusoids(length: int, d_model: int, device: torch.device | str | None = Non
 
 
 class Generator(nn.Module):
-    """nn.Linear WITH a bias (doc L64), then LogSoftmax (doc L65): log-probabilities."""
+    """nn.Linear WITH a bias, then LogSoftmax: log-probabilities."""
 
     def __init__(self, model_dims: int, vocab_size: int):
         super().__init__()
@@ -296,11 +302,11 @@ class Generator(nn.Module):
         self.softmax = nn.LogSoftmax(dim=-1)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.softmax(self.linear(x))  # self.linear: repair of doc L68
+        return self.softmax(self.linear(x))  # self.linear: the notebook calls self.layer
 
 
 class EncoderDecoder(nn.Module):
-    """The document's container (doc L32-L53); forward/encode/decode completed (they are ``...``)."""
+    """The notebook's container; forward/encode/decode completed (they are ``...``)."""
 
     def __init__(self, encoder: nn.Module, decoder: nn.Module, src_embeddings: nn.Module, tgt_embeddings: nn.Module,
                  generator: nn.Module):
@@ -322,7 +328,7 @@ class EncoderDecoder(nn.Module):
 
 
 def make_model(cfg: ModelConfig) -> EncoderDecoder:
-    """The assembly the document never shows (completion, Annotated Transformer style)."""
+    """The assembly the notebook never shows (completion, as the file's ``make_model``)."""
     c = copy.deepcopy
     attn = MultiHeadAttention(cfg.n_heads, cfg.d_model, dropout=cfg.dropout)
     ff = PositionwiseFeedForward(cfg.d_model, cfg.d_ff)
@@ -338,9 +344,9 @@ def make_model(cfg: ModelConfig) -> EncoderDecoder:
         if p.dim() > 1:
             nn.init.xavier_uniform_(p)
     if cfg.share_embeddings:  # §3.4: one matrix, three uses (the generator's bias stays)
-        shared = model.src_embeddings[0].lut.weight
-        model.tgt_embeddings[0].lut.weight = shared
-        model.generator.linear.weight = shared
+        shared = model.get_parameter("src_embeddings.0.lut.weight")
+        model.get_submodule("tgt_embeddings.0.lut").weight = shared
+        model.get_submodule("generator.linear").weight = shared
     return model
 
 
@@ -371,48 +377,35 @@ class AnnotatedNotebookTransformer(nn.Module):
 
     def positional_encoding(self, length: int) -> Tensor:
         """The table added to the scaled embeddings: (length, d_model)."""
-        pe = self.model.src_embeddings[1].pe[0]  # (max_len, d_model)
+        pe = self.model.get_buffer("src_embeddings.1.pe")[0]  # (max_len, d_model)
         if length <= pe.size(0):
             return pe[:length]
         return sinusoids(length, self.config.d_model, device=pe.device)
 
-    @torch.no_grad()
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
         """Load a canonical-schema state dict; the attention and generator biases (absent in the paper) get 0."""
-        put = partial(copy_canonical, state)  # put(param, *canonical names)
-
-        def put_attention(mha: MultiHeadAttention, prefix: str) -> None:
-            for lin, ours in zip(mha.linears, ("q", "k", "v", "o")):
-                put(lin.weight, f"{prefix}.{ours}.weight")
-                lin.bias.zero_()
-
-        def put_norm(sub: Sublayer, prefix: str) -> None:
-            put(sub.layernorm.gamma, f"{prefix}.weight")
-            put(sub.layernorm.beta, f"{prefix}.bias")
-
-        def put_ffn(ff: PositionwiseFeedForward, prefix: str) -> None:
-            for lin, ours in ((ff.w_1, "w1"), (ff.w_2, "w2")):
-                put(lin.weight, f"{prefix}.{ours}.weight")
-                put(lin.bias, f"{prefix}.{ours}.bias")
-
-        m = self.model
-        put(m.src_embeddings[0].lut.weight, "src_embed.weight")
-        put(m.tgt_embeddings[0].lut.weight, "tgt_embed.weight")
-        put(m.generator.linear.weight, "generator.weight")
-        m.generator.linear.bias.zero_()
-        for i, layer in enumerate(m.encoder.encoder_stack):
-            p = f"encoder.{i}"
-            put_attention(layer.attention, f"{p}.self_attn")
-            put_ffn(layer.feed_forward, f"{p}.ffn")
-            for k in range(2):
-                put_norm(layer.sublayers[k], f"{p}.norm{k + 1}")
-        for i, layer in enumerate(m.decoder.decoder_stack):
-            p = f"decoder.{i}"
-            put_attention(layer.masked_attention, f"{p}.self_attn")
-            put_attention(layer.attention, f"{p}.cross_attn")
-            put_ffn(layer.feed_forward, f"{p}.ffn")
-            for k in range(3):
-                put_norm(layer.sublayers[k], f"{p}.norm{k + 1}")
+        get = self.get_parameter
+        mapping: dict[CanonicalKey, Target] = {"src_embed.weight": get("model.src_embeddings.0.lut.weight"),
+                                               "tgt_embed.weight": get("model.tgt_embeddings.0.lut.weight"),
+                                               "generator.weight": get("model.generator.linear.weight")}
+        zero = [get("model.generator.linear.bias")]
+        stacks = (("encoder", "model.encoder.encoder_stack", {"self_attn": "attention"}, 2),
+                  ("decoder", "model.decoder.decoder_stack", {"self_attn": "masked_attention",
+                                                              "cross_attn": "attention"}, 3))
+        for stack, layers, attentions, n_norms in stacks:
+            for i in range(self.config.n_layers):
+                ours, theirs = f"{stack}.{i}", f"{layers}.{i}"
+                for att, mha in attentions.items():  # linears 0..3 are q, k, v, o
+                    mapping.update({f"{ours}.{att}.{x}.weight": get(f"{theirs}.{mha}.linears.{j}.weight")
+                                    for j, x in enumerate("qkvo")})
+                    zero += [get(f"{theirs}.{mha}.linears.{j}.bias") for j in range(4)]
+                for k in (1, 2):
+                    mapping[f"{ours}.ffn.w{k}.weight"] = get(f"{theirs}.feed_forward.w_{k}.weight")
+                    mapping[f"{ours}.ffn.w{k}.bias"] = get(f"{theirs}.feed_forward.w_{k}.bias")
+                for k in range(n_norms):
+                    mapping[f"{ours}.norm{k + 1}.weight"] = get(f"{theirs}.sublayers.{k}.layernorm.gamma")
+                    mapping[f"{ours}.norm{k + 1}.bias"] = get(f"{theirs}.sublayers.{k}.layernorm.beta")
+        load_canonical(state, mapping, zero=zero)
 
 
 def build(config: ModelConfig) -> AnnotatedNotebookTransformer:
@@ -426,38 +419,47 @@ DEVIATIONS: dict[str, str] = {
         "10% of the held-out copies and 3% of the reversals come out right"
     ),
     "norm.post-norm": (
-        "Sublayer returns x + dropout(sublayer(norm(x))) (doc L154): pre-norm; the paper's "
-        "layernorm(x + dropout(sublayer(x))) is only a comment (doc L152)"
+        "Sublayer returns x + dropout(sublayer(norm(x))) (as the file's SublayerConnection): pre-norm; the paper's "
+        "layernorm(x + dropout(sublayer(x))) is only a comment in the notebook"
     ),
     "norm.layer-norm": (
-        "LayerNorm divides by x.std() + eps (doc L134, L136): the unbiased (n - 1) standard deviation with eps "
-        "outside the square root, instead of sqrt(biased var + eps); eps is also fixed at 1e-6 (doc L127, L148)"
+        "LayerNorm divides by x.std() + eps (as the file's LayerNorm): the unbiased (n - 1) standard deviation with "
+        "eps outside the square root, instead of sqrt(biased var + eps); eps is also fixed at 1e-6 (Sublayer "
+        "builds LayerNorm(size) without it)"
     ),
     "mask.causal": (
-        "attention fills masked scores with +1e-9 (doc L300), not -inf or -1e9: a future key's score becomes about "
-        "0 and keeps a softmax weight, so position i sees target tokens after i"
+        "attention fills masked scores with +1e-9 (the file has -1e9), not -inf or -1e9: a future key's score "
+        "becomes about 0 and keeps a softmax weight, so position i sees target tokens after i"
     ),
     "mask.source-padding": (
-        "the +1e-9 fill (doc L300) leaves padded source keys a score of about 0, so they keep their softmax weight "
-        "in encoder self-attention and in cross-attention: padding content and length move the outputs"
+        "the +1e-9 fill leaves padded source keys a score of about 0, so they keep their softmax weight in encoder "
+        "self-attention and in cross-attention: padding content and length move the outputs"
     ),
     "mask.target-padding": (
-        "the +1e-9 fill (doc L300) also opens the decoder self-attention to the appended padded target keys"
+        "the +1e-9 fill also opens the decoder self-attention to the appended padded target keys"
     ),
     "model.reference-equivalence": (
         "with the canonical weights loaded (biases 0) it computes a different function: pre-norm sub-layers without "
-        "final norms (doc L154, L80-L90, L182-L192), the unbiased std + eps LayerNorm (doc L136) and the +1e-9 "
-        "mask fill (doc L300)"
+        "final norms (the notebook drops the file's final LayerNorm of each stack), the unbiased std + eps "
+        "LayerNorm and the +1e-9 mask fill"
     ),
     "config.parameters": (
-        "the four cloned nn.Linear(d_model, d_model) of every attention keep their default biases (doc L348, "
-        "4 x d_model per attention) and the generator's nn.Linear has a [tgt_vocab] bias (doc L64)"
+        "the four cloned nn.Linear(d_model, d_model) of every attention keep their default biases (4 x d_model per "
+        "attention) and the generator's nn.Linear has a [tgt_vocab] bias"
     ),
     "embedding.shared-weights": (
-        "the generator is nn.Linear(model_dims, vocab_size) with a bias (doc L64): with share_embeddings the "
-        "matrix is tied but the pre-softmax projection still carries a [tgt_vocab] bias"
+        "the generator is nn.Linear(model_dims, vocab_size) with a bias: with share_embeddings the matrix is tied "
+        "but the pre-softmax projection still carries a [tgt_vocab] bias"
     ),
 }
+
+
+NOTES = (
+    "A study notebook following the Annotated Transformer (EncoderDecoder, Generator, Sublayer, forward_mask), "
+    "with typos and cells left as `...`. Pre-norm sold as the paper (the post-norm line is a comment), with no "
+    "final norm; masks filled with +1e-9 instead of a large negative number, so future and padded keys are "
+    "attended; the Annotated Transformer's `std + eps` layer norm; a generator bias; log-probabilities out."
+)
 
 
 @hookimpl
@@ -467,7 +469,9 @@ def register_implementations(register):
         build=build,
         summary="A notebook after the Annotated Transformer: pre-norm Sublayer without final norms, LayerNorm with "
                 "unbiased std + eps, masked scores filled with +1e-9, biased projections and generator, log-softmax",
-        source="a notebook following https://github.com/harvardnlp/annotated-transformer",
+        source="a notebook following https://github.com/harvardnlp/annotated-transformer/blob/"
+               "0a91a254735c07532e23733dce8a693e504f3a08/the_annotated_transformer.py",
         output="log_probs",
         deviations=DEVIATIONS,
+        notes=NOTES,
     ))

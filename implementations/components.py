@@ -1,74 +1,49 @@
-"""Built-in components, the call contract of each kind, and composition into the reference.
-
-A component is a part a Transformer is made of, registered through the
-``register_components(register)`` hook with a ``Component(kind, name, factory)``.
-What ``factory`` must return depends on the kind:
-
-``attention``
-    ``factory() -> fn`` with ``fn(q, k, v, mask) -> out``: q [B, h, Lq, d_k],
-    k [B, h, Lk, d_k], v [B, h, Lk, d_v]; ``mask`` is None or a boolean tensor
-    broadcastable to [B, h, Lq, Lk] where **True means "may attend"**; returns
-    [B, h, Lq, d_v] = softmax(q k^T / sqrt(d_k)) v over the allowed keys
-    (§3.2.1, Eq. 1). A query with no allowed key returns zeros. A kernel that
-    cannot run here (e.g. a CUDA-only backend on a CPU machine) raises
-    ``ComponentUnavailable``; its checks then skip with that reason.
-``positional_encoding``
-    ``factory() -> fn`` with ``fn(length, d_model) -> [length, d_model]``, the
-    table added to the scaled embeddings (§3.5).
-``layer_norm``
-    ``factory(d_model, eps) -> nn.Module`` mapping [..., d_model] to the same
-    shape, with per-feature parameters ``weight`` and ``bias`` of shape
-    [d_model] (so canonical states load into it).
-``feed_forward``
-    ``factory(d_model, d_ff) -> nn.Module`` mapping [..., d_model] to the same
-    shape, with ``nn.Linear``-like sub-modules ``w1`` (d_model -> d_ff) and
-    ``w2`` (d_ff -> d_model), each with ``weight`` and ``bias``.
-
-Components are audited alone with ``pytest conformance/ --component=NAME``
-(``NAME``, ``kind:NAME`` or ``all``) and, composed into the reference, as a
-whole model: ``--impl 'reference+attention=NAME'`` (several parts chain:
-``reference+attention=a+layer_norm=b``). A composed implementation inherits
-the deviations its components declare.
-"""
+"""Built-in plugin: the components shipped with aiayn-conformance (kinds and their call contract:
+``implementations/hookspecs.py``, ``register_components``; how they are audited and composed:
+docs/components.md)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from reference.decoding import beam_search, gnmt_length_penalty
 from reference.model import (
     LayerNorm,
     PositionwiseFeedForward,
-    Transformer,
     scaled_dot_product_attention,
     sinusoid_table,
 )
+from reference.training import adam, label_smoothed_cross_entropy, lrate_scheduler
 
+from .declarations import Component, ComponentUnavailable
 from .hookspecs import hookimpl
-from .registry import COMPONENT_KINDS, Component, Implementation
 
-__all__ = ["ComponentUnavailable", "compose", "parse_composition", "sdpa_attention", "t2t_timing_signal"]
+__all__ = ["ComponentUnavailable", "GELUFeedForward", "annotated_rate_schedule", "hf_inverse_sqrt_schedule",
+           "length_power_penalty", "no_length_penalty", "sdpa_attention", "t2t_timing_signal", "torch_adam_defaults",
+           "torch_cross_entropy", "torch_cross_entropy_smoothed", "torch_cross_entropy_smoothed_no_ignore"]
 
 REFERENCE_SOURCE = "aiayn-conformance reference/model.py"
-
-
-class ComponentUnavailable(RuntimeError):
-    """The component cannot run on this machine (its checks skip with this message)."""
+DECODING_SOURCE = "aiayn-conformance reference/decoding.py"
+TRAINING_SOURCE = "aiayn-conformance reference/training.py"
 
 
 # -- attention ---------------------------------------------------------------
-def sdpa_attention(backend: str | None = None):
+AttentionFn = Callable[..., torch.Tensor]
+
+
+def sdpa_attention(backend: str | None = None) -> AttentionFn:
     """torch.nn.functional.scaled_dot_product_attention, optionally pinned to one backend."""
 
-    def attention(q, k, v, mask=None):
+    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         if backend is None:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
         chosen = getattr(SDPBackend, backend)
         try:
             with sdpa_kernel([chosen]):
@@ -106,6 +81,78 @@ def _torch_layer_norm(d_model: int, eps: float) -> nn.Module:
     return nn.LayerNorm(d_model, eps=eps)
 
 
+# -- length penalties (lp(|Y|, alpha), the divisor of a hypothesis's summed log-probabilities) ---------------
+def length_power_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor:
+    """|Y|^alpha: the length normalization of fairseq (``--lenpen``), Hugging Face ``generate``
+    (``length_penalty``) and CTranslate2 (``length_penalty``), not GNMT's ((5 + |Y|) / 6)^alpha."""
+    return length.to(torch.float32) ** alpha
+
+
+def no_length_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor:
+    """1 for every length: hypotheses ranked by their summed log-probabilities (alpha ignored)."""
+    return torch.ones_like(length, dtype=torch.float32)
+
+
+# -- training (§5): optimizers, learning-rate schedules, criteria ---------------------------------------------
+def torch_adam_defaults(params: Iterable[nn.Parameter], train_config: Any) -> torch.optim.Optimizer:
+    """``torch.optim.Adam(params)``: its defaults betas (0.9, 0.999), eps 1e-8, no weight decay (the train_config
+    is not read, as code that writes ``Adam(model.parameters())`` does not read the paper's)."""
+    return torch.optim.Adam(params)
+
+
+def _absolute_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """A LambdaLR multiplies each group's initial rate by its lambda: set both to ``lr``."""
+    for group in optimizer.param_groups:
+        group["lr"] = group["initial_lr"] = lr
+
+
+def hf_inverse_sqrt_schedule(optimizer: torch.optim.Optimizer, d_model: int, train_config: Any) -> Any:
+    """Hugging Face transformers' ``get_inverse_sqrt_schedule(optimizer, num_warmup_steps=warmup_steps)`` with the
+    optimizer's rate set to Eq. (3)'s peak d_model^-0.5 * warmup^-0.5: a LambdaLR whose factor is
+    current_step / warmup during the warmup and sqrt(warmup / current_step) after it, current_step counting the
+    scheduler's steps from 0. Raises ComponentUnavailable without transformers."""
+    try:
+        from transformers import get_inverse_sqrt_schedule
+    except ImportError as exc:
+        raise ComponentUnavailable(f"Hugging Face transformers is not installed here ({exc})") from exc
+    _absolute_rate(optimizer, d_model ** -0.5 * train_config.warmup_steps ** -0.5)
+    return get_inverse_sqrt_schedule(optimizer, num_warmup_steps=train_config.warmup_steps)
+
+
+def annotated_rate_schedule(optimizer: torch.optim.Optimizer, d_model: int, train_config: Any) -> Any:
+    """The Annotated Transformer's ``rate(step, model_size, factor, warmup)`` in a LambdaLR over an optimizer at
+    rate 1 (factor 1): Eq. (3) of the scheduler's step counter, which starts at 0 and is clamped to 1 there."""
+    warmup = train_config.warmup_steps
+
+    def rate(step: int) -> float:
+        step = max(step, 1)  # the counter is 0 at the first update
+        return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+    _absolute_rate(optimizer, 1.0)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
+
+
+def torch_cross_entropy_smoothed(vocab: int, pad_id: int, train_config: Any) -> nn.Module:
+    """``nn.CrossEntropyLoss(ignore_index=pad_id, label_smoothing=eps_ls)``: at each real target 1 - eps + eps/V on
+    the target and eps/V on every class (the padding class included); padding targets dropped from the sum and
+    from the mean's count."""
+    return nn.CrossEntropyLoss(ignore_index=pad_id, label_smoothing=train_config.label_smoothing)
+
+
+def torch_cross_entropy_smoothed_no_ignore(vocab: int, pad_id: int, train_config: Any) -> nn.Module:
+    """``nn.CrossEntropyLoss(label_smoothing=eps_ls)`` without ``ignore_index``: padding targets are trained towards
+    the padding class and counted in the mean."""
+    return nn.CrossEntropyLoss(label_smoothing=train_config.label_smoothing)
+
+
+def torch_cross_entropy(vocab: int, pad_id: int, train_config: Any) -> nn.Module:
+    """``nn.CrossEntropyLoss(ignore_index=pad_id)``: one-hot targets, no label smoothing."""
+    return nn.CrossEntropyLoss(ignore_index=pad_id)
+
+
+ANNOTATED = "The Annotated Transformer (Harvard NLP, 2022 edition): rate() in a LambdaLR"
+
+
 @hookimpl
 def register_components(register):
     register(Component("attention", "reference", lambda: scaled_dot_product_attention,
@@ -135,50 +182,70 @@ def register_components(register):
     register(Component("feed_forward", "gelu", GELUFeedForward,
                        summary="GELU instead of ReLU between the two linear maps", source="BERT-style FFN",
                        deviations={"ffn.formula": "GELU instead of the ReLU max(0, .) of Eq. (2)"}))
-
-
-# -- composition -----------------------------------------------------------------
-_BUILD_ARG = {"attention": "attention", "positional_encoding": "positional_encoding",
-              "layer_norm": "layer_norm", "feed_forward": "feed_forward"}
-_CALL_FACTORY = {"attention", "positional_encoding"}  # factory() -> function; the others are module factories
-
-
-def parse_composition(name: str) -> tuple[str, list[tuple[str, str]]]:
-    """``reference+attention=a+layer_norm=b`` -> ("reference", [("attention", "a"), ("layer_norm", "b")])."""
-    base, *parts = name.split("+")
-    pairs = []
-    for part in parts:
-        kind, sep, comp = part.partition("=")
-        if not sep or not comp:
-            raise ValueError(f"composition part {part!r} in {name!r} is not KIND=NAME")
-        if kind not in COMPONENT_KINDS:
-            raise ValueError(f"composition part {part!r}: kind {kind!r} is not one of {', '.join(COMPONENT_KINDS)}")
-        pairs.append((kind, comp))
-    if base != "reference":
-        raise ValueError(f"compositions start from 'reference' (got {base!r}), e.g. reference+attention=NAME")
-    if not pairs:
-        raise ValueError(f"composition {name!r} names no component (e.g. reference+attention=NAME)")
-    if len({k for k, _ in pairs}) != len(pairs):
-        raise ValueError(f"composition {name!r} names a kind twice")
-    return base, pairs
-
-
-def compose(name: str, components: list[Component]) -> Implementation:
-    """The reference with these components swapped in, as an Implementation named ``name``."""
-    parts: dict[str, Any] = {}
-    deviations: dict[str, str] = {}
-    for comp in components:
-        parts[_BUILD_ARG[comp.kind]] = comp
-        for clause_id, why in comp.deviations.items():
-            deviations.setdefault(clause_id, f"{comp.kind} component {comp.name!r}: {why}")
-
-    def build(config):
-        kwargs = {arg: (c.factory() if c.kind in _CALL_FACTORY else c.factory) for arg, c in parts.items()}
-        return Transformer(config, **kwargs)
-
-    described = ", ".join(f"{c.kind}={c.name}" for c in components)
-    return Implementation(
-        name=name, build=build, summary=f"the reference with {described}",
-        source="; ".join(f"{c.name}: {c.source or c.plugin}" for c in components),
-        output="logits", deviations=deviations, plugin="implementations.components",
-    )
+    register(Component("length_penalty", "reference", lambda: gnmt_length_penalty,
+                       summary="GNMT's ((5 + |Y|) / 6)^alpha (§6.1), |Y| counting the end symbol",
+                       source=DECODING_SOURCE))
+    register(Component("length_penalty", "length-power", lambda: length_power_penalty,
+                       summary="|Y|^alpha, the length normalization of fairseq, Hugging Face and CTranslate2",
+                       source="fairseq SequenceGenerator (normalize_scores, len_penalty); transformers generate "
+                              "(length_penalty); CTranslate2 translate_batch (length_penalty)",
+                       deviations={"decode.beam": "hypotheses divided by |Y|^alpha instead of GNMT's "
+                                                  "((5 + |Y|) / 6)^alpha: long outputs gain more"}))
+    register(Component("length_penalty", "none", lambda: no_length_penalty,
+                       summary="no length penalty: summed log-probabilities ranked as they are (alpha ignored)",
+                       source="fairseq --unnormalized; transformers generate(length_penalty=0)",
+                       deviations={"decode.beam": "alpha ignored: short outputs win where §6.1's penalty "
+                                                  "prefers a longer one"}))
+    register(Component("search", "reference", lambda: beam_search,
+                       summary="tensor2tensor's beam search (§6.1): 2K candidates, K alive, K finished kept aside, "
+                               "early stop when no alive hypothesis can win",
+                       source=DECODING_SOURCE))
+    register(Component("optimizer", "reference", adam,
+                       summary="Adam with beta1 0.9, beta2 0.98, eps 1e-9 and no weight decay (§5.3)",
+                       source=TRAINING_SOURCE))
+    register(Component("optimizer", "torch-adam-defaults", torch_adam_defaults,
+                       summary="torch.optim.Adam(params) with its defaults: betas (0.9, 0.999), eps 1e-8",
+                       source="torch.optim.Adam",
+                       deviations={"train.optimizer": "torch's default beta2 0.999 and eps 1e-8 instead of §5.3's "
+                                                      "0.98 and 1e-9"}))
+    register(Component("lr_schedule", "reference", lrate_scheduler,
+                       summary="Eq. (3) with warmup_steps 4000, step_num counting updates from 1 (§5.3)",
+                       source=TRAINING_SOURCE))
+    register(Component("lr_schedule", "hf-inverse-sqrt", hf_inverse_sqrt_schedule,
+                       summary="Hugging Face transformers' get_inverse_sqrt_schedule, peaking at Eq. (3)'s peak rate",
+                       source="transformers.get_inverse_sqrt_schedule (transformers/optimization.py)",
+                       deviations={"train.lr-schedule": "Eq. (3) of the scheduler's counter, which is 0 at the first "
+                                                        "update: update 1 runs at rate 0 and update k at Eq. (3)'s "
+                                                        "step k - 1"},
+                       notes="Built over the optimizer's rate set to d_model^-0.5 * warmup^-0.5, the schedule is "
+                             "Eq. (3)'s shape exactly (a linear warmup to that peak, then warmup^0.5 / sqrt(step)), "
+                             "one update late. Needs transformers; without it its checks skip."))
+    register(Component("lr_schedule", "annotated-rate", annotated_rate_schedule,
+                       summary="the Annotated Transformer's rate() in a LambdaLR: step 0 clamped to 1",
+                       source=ANNOTATED,
+                       deviations={"train.lr-schedule": "the LambdaLR counter starts at 0 and rate() clamps it to 1: "
+                                                        "updates 1 and 2 both run at Eq. (3)'s step 1, update k at "
+                                                        "step k - 1"}))
+    register(Component("criterion", "reference", label_smoothed_cross_entropy,
+                       summary="label smoothing 0.1 spread as eps/(V-1) over the other classes (tensor2tensor), "
+                               "padding targets weighted 0, mean over the real targets (§5.4)",
+                       source=TRAINING_SOURCE))
+    register(Component("criterion", "torch-cross-entropy-ls", torch_cross_entropy_smoothed,
+                       summary="nn.CrossEntropyLoss(ignore_index=pad_id, label_smoothing=0.1)",
+                       source="torch.nn.CrossEntropyLoss",
+                       notes="Passes: it spreads eps as eps/V over every class, the target and the padding class "
+                             "included (Szegedy et al.'s form; the target gets 1 - eps + eps/V), which "
+                             "train.label-smoothing accepts and reports. The padding class gets eps/V at every real "
+                             "target, as tensor2tensor's eps/(V-1) gives it too. ignore_index removes padding "
+                             "targets from the smoothing term as well as from the NLL term, and from the mean's "
+                             "count."))
+    register(Component("criterion", "torch-cross-entropy-ls-no-ignore", torch_cross_entropy_smoothed_no_ignore,
+                       summary="nn.CrossEntropyLoss(label_smoothing=0.1) without ignore_index",
+                       source="torch.nn.CrossEntropyLoss",
+                       deviations={"train.label-smoothing": "padding targets are trained towards the padding "
+                                                            "class (no ignore_index)",
+                                   "train.loss-padding": "padding targets count in the loss and in its mean"}))
+    register(Component("criterion", "torch-cross-entropy", torch_cross_entropy,
+                       summary="nn.CrossEntropyLoss(ignore_index=pad_id): no label smoothing",
+                       source="torch.nn.CrossEntropyLoss",
+                       deviations={"train.label-smoothing": "one-hot targets: no label smoothing"}))

@@ -13,9 +13,16 @@ A plugin is a module (or any object) with functions decorated by
   names or paths to ``.py`` files);
 * passed as ``--plugin MODULE_OR_PATH`` to ``pytest conformance/`` or ``aiayn``.
 
-A plugin that fails to import or to register is reported in one line naming
-it; the other plugins still load. Set ``AIAYN_STRICT_PLUGINS=1`` to raise
-instead (useful while developing a plugin).
+A discovered plugin (built-in, entry point, ``AIAYN_PLUGINS``) that fails to
+import, raises in its hook or registers something invalid is reported in one
+line naming it, and the other plugins still load; set ``AIAYN_STRICT_PLUGINS=1``
+to make that an error (useful while developing a plugin). A plugin passed with
+``--plugin`` is an instruction: any such failure stops the run with a one-line
+usage error naming it (``aiayn`` exits 2, pytest 4).
+
+Each registration is validated by the host when ``register`` is called (the
+name, the output kind, every deviation's clause id and reason) and recorded
+with the name of the plugin that made it.
 """
 
 from __future__ import annotations
@@ -42,29 +49,80 @@ def register_implementations(register):
                 name="my-transformer",            # used as --impl my-transformer
                 build=build,                      # ModelConfig -> adapter (torch.nn.Module)
                 summary="My Transformer, post-norm, fused attention",
-                source="https://github.com/me/my-transformer",
+                source="https://github.com/me/my-transformer (model.py at <commit>)",
                 output="logits",                  # or "log_probs" / "probs"
-                deviations={"norm.post-norm": "pre-norm residuals (model.py line 42)"},
+                deviations={"norm.post-norm": "pre-norm residuals: x + sublayer(norm(x)) (model.py:42)"},
+                notes="optional prose for the audit docs: what is reproduced, what is not a deviation",
             ))
 
     ``build(config)`` receives a ``spec.ModelConfig`` and returns an adapter
     meeting ``spec.contract``: ``forward(src, tgt)`` with token ids [B, S] and
     [B, T] (right-padded with ``config.pad_id``) returning [B, T, tgt_vocab];
     optionally ``encode``, ``positional_encoding`` and ``load_reference_state``
-    (each unlocks more checks).
+    (each unlocks more checks; ``spec.contract.has_capability`` says which an
+    adapter has, and ``spec.schema.load_canonical`` writes ``load_reference_state``).
 
     ``deviations`` maps clause ids (``spec.CLAUSES``) to the reason the
-    implementation departs from them. The suite expects exactly those clauses
-    to fail (strict xfail): a declared deviation that is not observed fails
-    the run, so declarations cannot go stale silently. An unknown clause id
-    or a duplicate name is rejected with a one-line error naming the plugin.
+    implementation departs from them. The suite expects those clauses to fail:
+    a declared deviation that no check observes fails the run, so declarations
+    cannot go stale silently. An invalid registration (unknown clause id, empty
+    reason, bad name or output, a name already registered) is rejected with a
+    one-line error naming the plugin; the plugin's other registrations stand.
     """
 
 
 @hookspec
 def register_components(register):
-    """Register reusable parts (attention kernels, positional encodings, norms, feed-forwards).
+    """Register reusable parts (attention kernels, positional encodings, norms, feed-forwards, and the
+    decoding parts of §6.1: length penalties and beam searches).
 
-    Call ``register`` once per component, with a ``Component``. See
-    ``implementations.components`` for the call contract of each kind.
+    Call ``register`` once per component, with a ``Component(kind, name, factory, summary=...,
+    source=..., deviations=...)``. What ``factory`` must return depends on ``kind``:
+
+    ``attention``
+        ``factory() -> fn`` with ``fn(q, k, v, mask) -> out``: q [B, h, Lq, d_k],
+        k [B, h, Lk, d_k], v [B, h, Lk, d_v]; ``mask`` is None or a boolean tensor
+        broadcastable to [B, h, Lq, Lk] where **True means "may attend"**; returns
+        [B, h, Lq, d_v] = softmax(q k^T / sqrt(d_k)) v over the allowed keys
+        (§3.2.1, Eq. 1). A query with no allowed key returns zeros. A kernel that
+        cannot run here (a CUDA-only backend on a CPU machine) raises
+        ``implementations.ComponentUnavailable``; its checks then skip with that reason.
+    ``positional_encoding``
+        ``factory() -> fn`` with ``fn(length, d_model) -> [length, d_model]``, the
+        table added to the scaled embeddings (§3.5).
+    ``layer_norm``
+        ``factory(d_model, eps) -> nn.Module`` mapping [..., d_model] to the same
+        shape, with per-feature parameters ``weight`` and ``bias`` of shape
+        [d_model] (so canonical states load into it).
+    ``feed_forward``
+        ``factory(d_model, d_ff) -> nn.Module`` mapping [..., d_model] to the same
+        shape, with ``nn.Linear``-like sub-modules ``w1`` (d_model -> d_ff) and
+        ``w2`` (d_ff -> d_model), each with ``weight`` and ``bias``.
+    ``length_penalty``
+        ``factory() -> fn`` with ``fn(length, alpha) -> lp``: ``length`` is a
+        LongTensor of output lengths |Y| (any shape; |Y| counts y_1 .. y_m, the
+        end symbol included, the start symbol not) and ``alpha`` a float >= 0;
+        ``lp`` is a floating tensor of the same shape, the divisor of a
+        hypothesis's summed log-probabilities (§6.1: GNMT's ((5 + |Y|) / 6)^alpha).
+    ``search``
+        ``factory() -> fn``, a beam search with ``reference.decoding.beam_search``'s
+        signature: ``fn(decoder, src, *, bos_id, eos_id, pad_id, beam_size, alpha,
+        max_len, length_penalty)``. It drives any step decoder (``begin_decoding``,
+        ``decode_step``, ``reorder_state``; ``spec.contract``) over ``src`` [B, S],
+        ranks hypotheses with ``length_penalty`` (a ``length_penalty`` component's
+        ``fn``) and returns a ``reference.decoding.Hypotheses`` or just its tokens:
+        a LongTensor [B, L], each row y_1 .. y_m without the start symbol, ending
+        with ``eos_id`` when produced, right-padded with ``pad_id``. ``max_len`` is
+        an int, a LongTensor [B], or None for the search's own default, which §6.1
+        sets to each source's real (non-pad) length + 50.
+
+    Components are audited alone with ``pytest conformance/ --component=NAME``
+    (``NAME``, ``KIND:NAME`` or ``all``) and, composed into the reference, as a
+    whole model: ``--impl 'reference+attention=NAME'`` (several parts chain:
+    ``reference+attention=a+layer_norm=b``). A composed implementation inherits
+    the deviations its components declare. A ``search`` or ``length_penalty``
+    component replaces the reference's beam search or GNMT penalty in the
+    composed model's ``generate`` for beam sizes above 1 (greedy decoding stays
+    the reference's): ``--impl 'reference+search=NAME'`` audits a beam search
+    driving the reference's key/value cache.
     """

@@ -1,54 +1,56 @@
-"""Built-in plugin ``jadore801120``: jadore801120/attention-is-all-you-need-pytorch as a review shows it (seed 003).
+"""Built-in plugin ``jadore801120``: jadore801120/attention-is-all-you-need-pytorch, as a code review quotes it.
 
-Reproduced from ``/work/shared/seeds/003_4943c82433c58ce5.txt`` ("the document", a code review of the
-repository's ``Modules.py``, ``SubLayers.py``, ``Layers.py`` and ``Models.py``; "Lnnn" are its line numbers), in
-our own words, keeping its class and attribute names:
+Upstream: https://github.com/jadore801120/attention-is-all-you-need-pytorch, package ``transformer/``. The
+review this plugin reproduces quotes four of its files, class by class, in the version on the repository's
+master branch (the one with ``scale_emb``): ``Modules.py``, ``SubLayers.py``, ``Layers.py`` and ``Models.py``.
+``SubLayers.py:N`` and ``Layers.py:N`` below are lines at commits fec78a687210 and 1005ce78ccd6, identical to
+what the review quotes; the classes of ``Modules.py`` and ``Models.py`` are named instead (their quoted
+version could not be pinned to a commit). Reproduced in our own words, keeping the class and attribute names:
 
-- ``ScaledDotProductAttention`` (L7-L25): the queries are divided by ``temperature`` = sqrt(d_k) (L53) before
-  the product with the keys (L17); scores where ``mask == 0`` are filled with the finite constant -1e9 (L20),
-  so a query with no admissible key (a fully padded source) attends uniformly to the padded keys; softmax over
-  the keys, then dropout on the attention weights (L22). The dropout rate is the constructor's default 0.1
-  (L10): ``MultiHeadAttention`` builds it without passing ``dropout`` (L53), so the weights are dropped at 0.1
-  in training whatever the configured rate, even 0.
-- ``MultiHeadAttention`` (L38-L88): bias-free ``w_qs``, ``w_ks``, ``w_vs``, ``fc`` (L48-L51); heads split by
-  ``view`` + ``transpose(1, 2)`` (L68-L73), the mask unsqueezed on the head axis (L76), merged back by
-  ``transpose`` + ``view`` (L82). The residual and the layer norm live inside the module, post-norm:
-  ``layer_norm(dropout(fc(heads)) + q)`` with ``q`` the query input (L64, L83-L86); its LayerNorm is
-  ``nn.LayerNorm(d_model, eps=1e-6)`` (L56), eps fixed, not the configured one.
-- ``PositionwiseFeedForward`` (L131-L151): ``w_2(relu(w_1(x)))`` with biases, dropout after ``w_2`` only, then
-  ``layer_norm(x + residual)`` (post-norm, L143-L149), ``nn.LayerNorm(d_in, eps=1e-6)`` (L138).
-- ``EncoderLayer`` / ``DecoderLayer`` (L166-L213): self-attention then FFN; the decoder's cross-attention takes
-  its queries from the self-attention sub-layer's output and keys/values from ``enc_output`` (L210-L211) with
-  the source mask (L341).
-- ``PositionalEncoding`` (L237-L259): the §3.5 table computed with numpy in float64 (L249-L254:
-  ``pos / 10000^(2 (j // 2) / d)``, sin on even, cos on odd columns), converted to float32 with a leading batch
-  axis [1, n_position, d] (L256) and registered as a (persistent) buffer ``pos_table`` (L243);
-  ``forward(x) = x + pos_table[:, :L]`` (L259). It holds ``n_position`` rows only (default 200, L239).
-- ``Encoder`` / ``Decoder`` (L265-L347): ``nn.Embedding(vocab, d_word_vec, padding_idx=pad_idx)`` (L274, L318);
-  the embeddings are multiplied by sqrt(d_model) only when ``scale_emb`` is set (L290-L291, L334-L335), and
-  ``scale_emb`` defaults to False (L270, L314): a user gets unscaled embeddings; then
-  ``layer_norm(dropout(E[x] + PE))`` (L292-L293, L336-L337): an extra LayerNorm (eps 1e-6, L280, L324) on the
-  input of each stack; then the layers. Neither stack has a norm at its top. Both return one-element tuples
-  (L301, L347).
+- ``ScaledDotProductAttention`` (Modules.py): the queries are divided by ``temperature`` = sqrt(d_k)
+  (SubLayers.py:24) before the product with the keys; scores where ``mask == 0`` are filled with the finite
+  constant -1e9, so a query with no admissible key (a fully padded source) attends uniformly to the padded
+  keys; softmax over the keys, then dropout on the attention weights. The dropout rate is the constructor's
+  default ``attn_dropout=0.1``: ``MultiHeadAttention`` builds it without passing ``dropout``
+  (SubLayers.py:24), so the weights are dropped at 0.1 in training whatever the configured rate, even 0.
+- ``MultiHeadAttention`` (SubLayers.py:9-59): bias-free ``w_qs``, ``w_ks``, ``w_vs``, ``fc`` (:19-22); heads
+  split by ``view`` + ``transpose(1, 2)`` (:39-44), the mask unsqueezed on the head axis (:46-47), merged back
+  by ``transpose`` + ``view`` (:53). The residual and the layer norm live inside the module, post-norm:
+  ``layer_norm(dropout(fc(heads)) + q)`` with ``q`` the query input (:35, :54-57); its LayerNorm is
+  ``nn.LayerNorm(d_model, eps=1e-6)`` (:27), eps fixed, not the configured one.
+- ``PositionwiseFeedForward`` (SubLayers.py:62-82): ``w_2(relu(w_1(x)))`` with biases, dropout after ``w_2``
+  only, then ``layer_norm(x + residual)`` (post-norm, :74-80), ``nn.LayerNorm(d_in, eps=1e-6)`` (:69).
+- ``EncoderLayer`` / ``DecoderLayer`` (Layers.py:10-42): self-attention then FFN; the decoder's
+  cross-attention takes its queries from the self-attention sub-layer's output and keys/values from
+  ``enc_output`` (:39-40) with the source mask (``Decoder.forward`` passes ``dec_enc_attn_mask=src_mask``).
+- ``PositionalEncoding`` (Models.py): the §3.5 table computed with numpy in float64
+  (``pos / 10000^(2 (j // 2) / d)``, sin on even, cos on odd columns), converted to float32 with a leading
+  batch axis [1, n_position, d] and registered as a (persistent) buffer ``pos_table``;
+  ``forward(x) = x + pos_table[:, :L]``. It holds ``n_position`` rows only (default 200).
+- ``Encoder`` / ``Decoder`` (Models.py): ``nn.Embedding(vocab, d_word_vec, padding_idx=pad_idx)``; the
+  embeddings are multiplied by sqrt(d_model) only when ``scale_emb`` is set, and ``scale_emb`` defaults to
+  False in both constructors: a user gets unscaled embeddings; then ``layer_norm(dropout(E[x] + PE))``: an
+  extra ``nn.LayerNorm(d_model, eps=1e-6)`` on the input of each stack; then the layers. Neither stack has a
+  norm at its top. Both return one-element tuples.
 
-Completions (the document shows no ``Transformer`` class and no mask helpers; they follow the paper):
+Completions (the review shows no ``Transformer`` class and no mask helpers; they follow the paper):
 
 - ``Transformer``: builds the encoder and the decoder with ``d_word_vec = d_model``, ``d_inner = d_ff``,
   ``d_k = d_v = d_model / n_heads``, ``n_position = max_len`` and ``pad_idx = pad_id``; ``scale_emb`` is left
-  at the document's default (False, L270, L314). The pre-softmax projection is a bias-free
-  ``nn.Linear(d_model, tgt_vocab)`` returning logits, with no logit scaling (§3.4; the upstream repository's
-  ``x_logit_scale`` and ``scale_emb_or_prj`` are not in the document). With ``share_embeddings`` the source
-  embedding, target embedding and projection are one matrix (§3.4).
-- Masks, in the polarity of L20 (non-zero = may attend), built on the input's device: ``src_mask`` =
-  (src != pad) [B, 1, S] over the keys, for encoder self-attention and cross-attention (L296, L341);
-  ``trg_mask`` = (tgt != pad) [B, 1, T] AND the lower triangle (diagonal included) [1, T, T], giving
-  [B, T, T] (L341). ``MultiHeadAttention`` adds the head axis (L76).
-- Initialization: the document shows none; PyTorch's defaults (``nn.Linear``, ``nn.Embedding`` with its
+  at its default (False). The pre-softmax projection is a bias-free ``nn.Linear(d_model, tgt_vocab)``
+  returning logits, with no logit scaling (§3.4; the upstream ``Transformer``'s ``x_logit_scale`` and
+  ``scale_emb_or_prj`` are not in the review). With ``share_embeddings`` the source embedding, target
+  embedding and projection are one matrix (§3.4).
+- Masks, in the polarity of ``mask == 0`` (non-zero = may attend), built on the input's device: ``src_mask``
+  = (src != pad) [B, 1, S] over the keys, for encoder self-attention and cross-attention; ``trg_mask`` =
+  (tgt != pad) [B, 1, T] AND the lower triangle (diagonal included) [1, T, T], giving [B, T, T], as the
+  upstream ``get_pad_mask`` and ``get_subsequent_mask``. ``MultiHeadAttention`` adds the head axis.
+- Initialization: the review shows none; PyTorch's defaults (``nn.Linear``, ``nn.Embedding`` with its
   padding row zeroed).
 
 Repairs: none; every class shown runs as written (``numpy`` is imported when the table is built).
 
-Canonical schema mapping (``load_reference_state``): ``src_embed`` -> ``encoder.src_word_emb``, ``tgt_embed`` ->
+Canonical schema (``load_reference_state``): ``src_embed`` -> ``encoder.src_word_emb``, ``tgt_embed`` ->
 ``decoder.trg_word_emb``, ``generator`` -> ``trg_word_prj``; attention ``q, k, v, o`` -> ``w_qs, w_ks, w_vs, fc``;
 each layer's ``norm1``/``norm2``(/``norm3``) -> the ``layer_norm`` of its 1st/2nd(/3rd) sub-layer module;
 ``ffn.w1/w2`` -> ``pos_ffn.w_1/w_2``; the extra embedding norms ``encoder.layer_norm`` and ``decoder.layer_norm``
@@ -58,22 +60,21 @@ get gain 1 and bias 0.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spec.config import ModelConfig
-from spec.schema import copy_canonical
+from spec.schema import CanonicalKey, Target, load_canonical
 
+from .declarations import Implementation
 from .hookspecs import hookimpl
-from .registry import Implementation
 
 __all__ = ["Transformer", "build", "DEVIATIONS"]
 
 
-# -- Modules.py (doc L7-L25) ---------------------------------------------------------------------------------------
+# -- Modules.py ------------------------------------------------------------------------------------------------------
 class ScaledDotProductAttention(nn.Module):
     """softmax((q / temperature) k^T) v, masked scores (mask == 0) set to -1e9, dropout on the weights."""
 
@@ -83,16 +84,16 @@ class ScaledDotProductAttention(nn.Module):
         self.dropout = nn.Dropout(attn_dropout)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        scores = (q / self.temperature) @ k.transpose(2, 3)  # (B, h, Lq, Lk): q scaled first (doc L17)
+        scores = (q / self.temperature) @ k.transpose(2, 3)  # (B, h, Lq, Lk): q scaled first
         if mask is not None:
-            scores = scores.masked_fill(mask == 0, -1e9)  # finite fill (doc L20)
-        weights = self.dropout(F.softmax(scores, dim=-1))  # over the keys, then attention dropout (doc L22)
+            scores = scores.masked_fill(mask == 0, -1e9)  # finite fill
+        weights = self.dropout(F.softmax(scores, dim=-1))  # over the keys, then attention dropout
         return weights @ v, weights  # (B, h, Lq, d_v), (B, h, Lq, Lk)
 
 
-# -- SubLayers.py (doc L38-L151) -----------------------------------------------------------------------------------
+# -- SubLayers.py ----------------------------------------------------------------------------------------------------
 class MultiHeadAttention(nn.Module):
-    """Bias-free projections, h heads, and the sub-layer's own dropout + residual + post-norm (doc L83-L86)."""
+    """Bias-free projections, h heads, and the sub-layer's own dropout + residual + post-norm."""
 
     def __init__(self, n_head: int, d_model: int, d_k: int, d_v: int, dropout: float = 0.1):
         super().__init__()
@@ -101,41 +102,41 @@ class MultiHeadAttention(nn.Module):
         self.w_ks = nn.Linear(d_model, n_head * d_k, bias=False)
         self.w_vs = nn.Linear(d_model, n_head * d_v, bias=False)
         self.fc = nn.Linear(n_head * d_v, d_model, bias=False)
-        self.attention = ScaledDotProductAttention(temperature=d_k ** 0.5)  # attn_dropout left at 0.1 (doc L53)
+        self.attention = ScaledDotProductAttention(temperature=d_k ** 0.5)  # attn_dropout left at 0.1 (SubLayers.py:24)
         self.dropout = nn.Dropout(dropout)
-        self.layer_norm = nn.LayerNorm(d_model, eps=1e-6)  # eps fixed (doc L56)
+        self.layer_norm = nn.LayerNorm(d_model, eps=1e-6)  # eps fixed
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         B, Lq, Lk, Lv = q.size(0), q.size(1), k.size(1), v.size(1)
-        residual = q  # the query input (doc L64)
+        residual = q  # the query input
         q = self.w_qs(q).view(B, Lq, self.n_head, self.d_k).transpose(1, 2)  # (B, h, Lq, d_k)
         k = self.w_ks(k).view(B, Lk, self.n_head, self.d_k).transpose(1, 2)  # (B, h, Lk, d_k)
         v = self.w_vs(v).view(B, Lv, self.n_head, self.d_v).transpose(1, 2)  # (B, h, Lv, d_v)
         if mask is not None:
-            mask = mask.unsqueeze(1)  # head axis (doc L76)
+            mask = mask.unsqueeze(1)  # head axis
         heads, attn = self.attention(q, k, v, mask=mask)  # (B, h, Lq, d_v)
-        out = heads.transpose(1, 2).contiguous().view(B, Lq, -1)  # (B, Lq, h * d_v), doc L82
-        out = self.dropout(self.fc(out)) + residual  # doc L83-L84
-        return self.layer_norm(out), attn  # post-norm (doc L86)
+        out = heads.transpose(1, 2).contiguous().view(B, Lq, -1)  # (B, Lq, h * d_v)
+        out = self.dropout(self.fc(out)) + residual
+        return self.layer_norm(out), attn  # post-norm
 
 
 class PositionwiseFeedForward(nn.Module):
-    """layer_norm(dropout(w_2(relu(w_1(x)))) + x) (doc L141-L151)."""
+    """layer_norm(dropout(w_2(relu(w_1(x)))) + x)."""
 
     def __init__(self, d_in: int, d_hid: int, dropout: float = 0.1):
         super().__init__()
         self.w_1 = nn.Linear(d_in, d_hid)
         self.w_2 = nn.Linear(d_hid, d_in)
-        self.layer_norm = nn.LayerNorm(d_in, eps=1e-6)  # eps fixed (doc L138)
+        self.layer_norm = nn.LayerNorm(d_in, eps=1e-6)  # eps fixed
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         residual = x
-        x = self.dropout(self.w_2(F.relu(self.w_1(x))))  # no dropout between the linears (doc L145-L146)
-        return self.layer_norm(x + residual)  # doc L147-L149
+        x = self.dropout(self.w_2(F.relu(self.w_1(x))))  # no dropout between the linears
+        return self.layer_norm(x + residual)
 
 
-# -- Layers.py (doc L166-L213) -------------------------------------------------------------------------------------
+# -- Layers.py -------------------------------------------------------------------------------------------------------
 class EncoderLayer(nn.Module):
     """Self-attention sub-layer, then the FFN sub-layer (each carries its own residual and norm)."""
 
@@ -150,7 +151,7 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention, encoder-decoder attention (queries from the previous sub-layer, doc L210), FFN."""
+    """Masked self-attention, encoder-decoder attention (queries from the previous sub-layer), FFN."""
 
     def __init__(self, d_model: int, d_inner: int, n_head: int, d_k: int, d_v: int, dropout: float = 0.1):
         super().__init__()
@@ -165,9 +166,11 @@ class DecoderLayer(nn.Module):
         return self.pos_ffn(dec_output), dec_slf_attn, dec_enc_attn
 
 
-# -- Models.py (doc L237-L347) -------------------------------------------------------------------------------------
+# -- Models.py -------------------------------------------------------------------------------------------------------
 class PositionalEncoding(nn.Module):
-    """The sinusoid table, built with numpy in float64, stored as a float32 buffer [1, n_position, d] (doc L243)."""
+    """The sinusoid table, built with numpy in float64, stored as a float32 buffer [1, n_position, d]."""
+
+    pos_table: Tensor  # (1, n_position, d_hid), a buffer
 
     def __init__(self, d_hid: int, n_position: int = 200):
         super().__init__()
@@ -175,21 +178,21 @@ class PositionalEncoding(nn.Module):
 
     @staticmethod
     def _get_sinusoid_encoding_table(n_position: int, d_hid: int) -> Tensor:
-        import numpy as np  # the document's table is a numpy computation (doc L247-L254)
+        import numpy as np  # the table is a numpy computation upstream
 
         hid = np.arange(d_hid)
-        inv = np.power(10000, 2 * (hid // 2) / d_hid)  # (d_hid,), doc L250: 2 * (hid_j // 2) / d_hid
+        inv = np.power(10000, 2 * (hid // 2) / d_hid)  # (d_hid,): 2 * (hid_j // 2) / d_hid
         table = np.arange(n_position, dtype=np.float64)[:, None] / inv[None, :]  # (n_position, d_hid), float64
-        table[:, 0::2] = np.sin(table[:, 0::2])  # dim 2i (doc L253)
-        table[:, 1::2] = np.cos(table[:, 1::2])  # dim 2i+1 (doc L254)
-        return torch.tensor(table, dtype=torch.float32).unsqueeze(0)  # (1, n_position, d_hid), doc L256
+        table[:, 0::2] = np.sin(table[:, 0::2])  # dim 2i
+        table[:, 1::2] = np.cos(table[:, 1::2])  # dim 2i+1
+        return torch.tensor(table, dtype=torch.float32).unsqueeze(0)  # (1, n_position, d_hid)
 
     def forward(self, x: Tensor) -> Tensor:
-        return x + self.pos_table[:, :x.size(1)].clone().detach()  # doc L259
+        return x + self.pos_table[:, :x.size(1)].clone().detach()
 
 
 class Encoder(nn.Module):
-    """Embedding (scaled only with scale_emb), + PE, dropout, an extra LayerNorm, then the layers (doc L284-L301)."""
+    """Embedding (scaled only with scale_emb), + PE, dropout, an extra LayerNorm, then the layers."""
 
     def __init__(self, n_src_vocab: int, d_word_vec: int, n_layers: int, n_head: int, d_k: int, d_v: int,
                  d_model: int, d_inner: int, pad_idx: int, dropout: float = 0.1, n_position: int = 200,
@@ -200,22 +203,22 @@ class Encoder(nn.Module):
         self.dropout = nn.Dropout(p=dropout)
         self.layer_stack = nn.ModuleList(
             EncoderLayer(d_model, d_inner, n_head, d_k, d_v, dropout=dropout) for _ in range(n_layers))
-        self.layer_norm = nn.LayerNorm(d_model, eps=1e-6)  # doc L280
+        self.layer_norm = nn.LayerNorm(d_model, eps=1e-6)
         self.scale_emb = scale_emb
         self.d_model = d_model
 
     def forward(self, src_seq: Tensor, src_mask: Tensor) -> tuple[Tensor]:
         enc_output = self.src_word_emb(src_seq)  # (B, S, d_model)
-        if self.scale_emb:  # False by default (doc L270, L290)
+        if self.scale_emb:  # False by default
             enc_output = enc_output * self.d_model ** 0.5
-        enc_output = self.layer_norm(self.dropout(self.position_enc(enc_output)))  # doc L292-L293
+        enc_output = self.layer_norm(self.dropout(self.position_enc(enc_output)))
         for enc_layer in self.layer_stack:
             enc_output, _ = enc_layer(enc_output, slf_attn_mask=src_mask)
-        return (enc_output,)  # doc L301
+        return (enc_output,)
 
 
 class Decoder(nn.Module):
-    """As the encoder, with decoder layers reading ``enc_output`` (doc L328-L347)."""
+    """As the encoder, with decoder layers reading ``enc_output``."""
 
     def __init__(self, n_trg_vocab: int, d_word_vec: int, n_layers: int, n_head: int, d_k: int, d_v: int,
                  d_model: int, d_inner: int, pad_idx: int, n_position: int = 200, dropout: float = 0.1,
@@ -226,23 +229,23 @@ class Decoder(nn.Module):
         self.dropout = nn.Dropout(p=dropout)
         self.layer_stack = nn.ModuleList(
             DecoderLayer(d_model, d_inner, n_head, d_k, d_v, dropout=dropout) for _ in range(n_layers))
-        self.layer_norm = nn.LayerNorm(d_model, eps=1e-6)  # doc L324
+        self.layer_norm = nn.LayerNorm(d_model, eps=1e-6)
         self.scale_emb = scale_emb
         self.d_model = d_model
 
     def forward(self, trg_seq: Tensor, trg_mask: Tensor, enc_output: Tensor, src_mask: Tensor) -> tuple[Tensor]:
         dec_output = self.trg_word_emb(trg_seq)  # (B, T, d_model)
-        if self.scale_emb:  # False by default (doc L314, L334)
+        if self.scale_emb:  # False by default
             dec_output = dec_output * self.d_model ** 0.5
-        dec_output = self.layer_norm(self.dropout(self.position_enc(dec_output)))  # doc L336-L337
+        dec_output = self.layer_norm(self.dropout(self.position_enc(dec_output)))
         for dec_layer in self.layer_stack:
             dec_output, _, _ = dec_layer(dec_output, enc_output, slf_attn_mask=trg_mask, dec_enc_attn_mask=src_mask)
-        return (dec_output,)  # doc L347
+        return (dec_output,)
 
 
-# -- the whole model (completed: the document omits it) -------------------------------------------------------------
+# -- the whole model (completed: the review omits it) ---------------------------------------------------------------
 def get_pad_mask(seq: Tensor, pad_idx: int) -> Tensor:
-    """(B, 1, L): True at real (non-pad) keys; the polarity of doc L20 (non-zero = may attend)."""
+    """(B, 1, L): True at real (non-pad) keys; the polarity of ``mask == 0`` (non-zero = may attend)."""
     return (seq != pad_idx).unsqueeze(-2)
 
 
@@ -260,7 +263,7 @@ class Transformer(nn.Module):
         self.config = cfg = config
         self.src_pad_idx = self.trg_pad_idx = cfg.pad_id
         d_k = d_v = cfg.d_model // cfg.n_heads
-        # scale_emb is not passed: the document's default, False (doc L270, L314).
+        # scale_emb is not passed: its default, False.
         self.encoder = Encoder(
             n_src_vocab=cfg.src_vocab, d_word_vec=cfg.d_model, n_layers=cfg.n_layers, n_head=cfg.n_heads,
             d_k=d_k, d_v=d_v, d_model=cfg.d_model, d_inner=cfg.d_ff, pad_idx=cfg.pad_id, dropout=cfg.dropout,
@@ -298,41 +301,29 @@ class Transformer(nn.Module):
             raise ValueError(f"the table was built for n_position={table.size(0)} positions; {length} requested")
         return table[:length]
 
-    @torch.no_grad()
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
-        """Load a canonical-schema state dict; the extra embedding norms get gain 1 and bias 0."""
-        put = partial(copy_canonical, state)  # put(param, *canonical names)
-
-        def put_attention(mha: MultiHeadAttention, prefix: str, norm: str) -> None:
-            for ours, theirs in (("q", mha.w_qs), ("k", mha.w_ks), ("v", mha.w_vs), ("o", mha.fc)):
-                put(theirs.weight, f"{prefix}.{ours}.weight")
-            put_norm(mha.layer_norm, norm)
-
-        def put_ffn(ffn: PositionwiseFeedForward, prefix: str, norm: str) -> None:
-            for ours, theirs in (("w1", ffn.w_1), ("w2", ffn.w_2)):
-                put(theirs.weight, f"{prefix}.{ours}.weight")
-                put(theirs.bias, f"{prefix}.{ours}.bias")
-            put_norm(ffn.layer_norm, norm)
-
-        def put_norm(norm: nn.LayerNorm, prefix: str) -> None:
-            put(norm.weight, f"{prefix}.weight")
-            put(norm.bias, f"{prefix}.bias")
-
-        put(self.encoder.src_word_emb.weight, "src_embed.weight")
-        put(self.decoder.trg_word_emb.weight, "tgt_embed.weight")
-        put(self.trg_word_prj.weight, "generator.weight")
-        for i, layer in enumerate(self.encoder.layer_stack):
-            p = f"encoder.{i}"
-            put_attention(layer.slf_attn, f"{p}.self_attn", f"{p}.norm1")
-            put_ffn(layer.pos_ffn, f"{p}.ffn", f"{p}.norm2")
-        for i, layer in enumerate(self.decoder.layer_stack):
-            p = f"decoder.{i}"
-            put_attention(layer.slf_attn, f"{p}.self_attn", f"{p}.norm1")
-            put_attention(layer.enc_attn, f"{p}.cross_attn", f"{p}.norm2")
-            put_ffn(layer.pos_ffn, f"{p}.ffn", f"{p}.norm3")
-        for norm in (self.encoder.layer_norm, self.decoder.layer_norm):  # the extra norms, as neutral as they get
-            norm.weight.fill_(1.0)
-            norm.bias.zero_()
+        """Load a canonical-schema state dict; each sub-layer's norm lives in its attention or FFN module, and
+        the extra embedding norms get gain 1 and bias 0."""
+        get = self.get_parameter
+        mapping: dict[CanonicalKey, Target] = {"src_embed.weight": get("encoder.src_word_emb.weight"),
+                                               "tgt_embed.weight": get("decoder.trg_word_emb.weight"),
+                                               "generator.weight": get("trg_word_prj.weight")}
+        stacks = (("encoder", {"self_attn": ("slf_attn", "norm1")}, "norm2"),
+                  ("decoder", {"self_attn": ("slf_attn", "norm1"), "cross_attn": ("enc_attn", "norm2")}, "norm3"))
+        for stack, attentions, ffn_norm in stacks:
+            for i in range(self.config.n_layers):
+                ours, theirs = f"{stack}.{i}", f"{stack}.layer_stack.{i}"
+                for att, (mha, norm) in attentions.items():
+                    mapping.update({f"{ours}.{att}.{x}.weight": get(f"{theirs}.{mha}.{own}.weight")
+                                    for x, own in zip("qkvo", ("w_qs", "w_ks", "w_vs", "fc"))})
+                    mapping.update({f"{ours}.{norm}.{p}": get(f"{theirs}.{mha}.layer_norm.{p}")
+                                    for p in ("weight", "bias")})
+                for p in ("weight", "bias"):
+                    mapping[f"{ours}.ffn.w1.{p}"] = get(f"{theirs}.pos_ffn.w_1.{p}")
+                    mapping[f"{ours}.ffn.w2.{p}"] = get(f"{theirs}.pos_ffn.w_2.{p}")
+                    mapping[f"{ours}.{ffn_norm}.{p}"] = get(f"{theirs}.pos_ffn.layer_norm.{p}")
+        load_canonical(state, mapping, zero=[get("encoder.layer_norm.bias"), get("decoder.layer_norm.bias")],
+                       one=[get("encoder.layer_norm.weight"), get("decoder.layer_norm.weight")])
 
 
 def build(config: ModelConfig) -> Transformer:
@@ -348,29 +339,39 @@ DEVIATIONS: dict[str, str] = {
     ),
     "norm.no-extra-norm": (
         "Encoder and Decoder normalize the sum of embedding and positional encoding before the first layer: "
-        "layer_norm(dropout(E[x] + PE)) (doc L280, L293, L324, L337), a LayerNorm the paper does not have"
+        "layer_norm(dropout(E[x] + PE)) (Models.py, Encoder.forward and Decoder.forward), a LayerNorm the paper "
+        "does not have"
     ),
     "embedding.scale": (
-        "the embeddings are multiplied by sqrt(d_model) only when scale_emb is set (doc L290-L291, L334-L335), and "
-        "scale_emb defaults to False (doc L270, L314): by default E[x] + PE, unscaled"
+        "the embeddings are multiplied by sqrt(d_model) only when scale_emb is set, and scale_emb defaults to "
+        "False in the Encoder and Decoder constructors (Models.py): by default E[x] + PE, unscaled"
     ),
     "model.reference-equivalence": (
-        "with the canonical weights loaded (extra norms at gain 1, bias 0) the unscaled embeddings (doc L270, L314) "
-        "and the LayerNorm after embedding + PE (doc L293, L337) change the encoder and decoder inputs"
+        "with the canonical weights loaded (extra norms at gain 1, bias 0) the unscaled embeddings (scale_emb=False) "
+        "and the LayerNorm after embedding + PE change the encoder and decoder inputs"
     ),
     "config.parameters": (
-        "the two LayerNorms after embedding + PE (doc L280, L324) add 2 x 2 x d_model parameters beyond the schema"
+        "the two LayerNorms after embedding + PE (Encoder.layer_norm, Decoder.layer_norm in Models.py) add "
+        "2 x 2 x d_model parameters beyond the schema"
     ),
     "dropout.residual": (
-        "ScaledDotProductAttention's dropout on the attention weights keeps its default rate 0.1 (doc L10, L22): "
-        "MultiHeadAttention constructs it without passing the configured dropout (doc L53), so P_drop = 0 still "
-        "drops attention weights in training"
+        "ScaledDotProductAttention's dropout on the attention weights keeps its default rate 0.1 (Modules.py): "
+        "MultiHeadAttention constructs it without passing the configured dropout (SubLayers.py:24), so P_drop = 0 "
+        "still drops attention weights in training"
     ),
     "model.eval-determinism": (
         "with dropout 0 train mode still differs from eval mode: the attention-weight dropout is fixed at 0.1 "
-        "(doc L10, L22, L53) whatever the configuration"
+        "(the attn_dropout default, never passed at SubLayers.py:24) whatever the configuration"
     ),
 }
+
+
+NOTES = (
+    "As a code review quotes its Modules, SubLayers, Layers and Models. Close to the paper in its layers, but by "
+    "default the embeddings are not scaled by sqrt(d_model) (`scale_emb=False`), a LayerNorm the paper lacks sits "
+    "after embedding + PE, and the attention-weight dropout ignores the configured rate (fixed 0.1), so "
+    "`dropout=0` still differs between train and eval."
+)
 
 
 @hookimpl
@@ -381,7 +382,9 @@ def register_implementations(register):
         summary="jadore801120/attention-is-all-you-need-pytorch as reviewed: post-norm inside the sub-layers, "
                 "LayerNorm after embedding+PE, unscaled embeddings (scale_emb=False), -1e9 mask fill, "
                 "attention dropout fixed at 0.1",
-        source="https://github.com/jadore801120/attention-is-all-you-need-pytorch",
+        source="https://github.com/jadore801120/attention-is-all-you-need-pytorch (transformer/, master branch, "
+               "as a code review quotes it)",
         output="logits",
         deviations=DEVIATIONS,
+        notes=NOTES,
     ))

@@ -12,6 +12,11 @@ query with no admissible key attends to nothing, Eq. (2) FFN, tied embeddings
 scaled by sqrt(d_model) (§3.4), interleaved sinusoids (§3.5) and §5.4's
 dropout sites.
 
+Decoding: the step-level interface only (``begin_decoding``, ``decode_step``,
+``reorder_state`` from ``reference.decoding.PrefixDecoding``), each step
+recomputing the whole prefix with ``forward``: a layout variant, not a library with
+a decoder of its own, so the adapter offers no search (no ``generate``) and invents no cache.
+
 ``load_reference_state`` puts each canonical ``normK`` on the input of the
 K-th sub-layer of its layer (the same position in the sub-layer order) and
 gives the final stack norms gain 1 and bias 0.
@@ -25,11 +30,13 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
+from reference.decoding import PrefixDecoding
 from reference.model import causal_mask, padding_mask, sinusoid_table
 from spec.config import ModelConfig
+from spec.schema import load_canonical, parameter_schema
 
+from .declarations import Implementation
 from .hookspecs import hookimpl
-from .registry import Implementation
 
 __all__ = ["PreNormTransformer", "build", "DEVIATIONS"]
 
@@ -114,8 +121,10 @@ class DecoderLayer(nn.Module):
         return y + self.dropout(self.ffn(self.norm3(y)))  # (B, T, d_model)
 
 
-class PreNormTransformer(nn.Module):
+class PreNormTransformer(PrefixDecoding, nn.Module):
     """§3 with pre-norm residuals and a final LayerNorm per stack; returns logits (B, T, tgt_vocab)."""
+
+    pe: Tensor  # (max_len, d_model), a non-persistent buffer
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -171,22 +180,12 @@ class PreNormTransformer(nn.Module):
             y = layer(y, memory, src_mask, tgt_mask)
         return self.generator(self.decoder_norm(y))  # (B, T, tgt_vocab)
 
-    @torch.no_grad()
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
-        """Load a canonical-schema state dict: every name but the final norms is this model's own
-        (normK now normalizes the K-th sub-layer's input); the final norms get gain 1 and bias 0."""
-        own = self.state_dict()
-        for name, value in state.items():
-            if name not in own:
-                raise KeyError(f"{name}: not a parameter of the canonical schema's pre-norm layout")
-            if own[name].shape != value.shape:
-                raise ValueError(f"{name}: shape {tuple(value.shape)}, expected {tuple(own[name].shape)}")
-        params = dict(self.named_parameters(remove_duplicate=False))
-        for name, value in state.items():
-            params[name].copy_(value)
-        for norm in (self.encoder_norm, self.decoder_norm):
-            norm.weight.fill_(1.0)
-            norm.bias.zero_()
+        """Load a canonical-schema state dict: every canonical name is this model's own (``normK`` now
+        normalizes the K-th sub-layer's input); the final norms get gain 1 and bias 0."""
+        load_canonical(state, {name: self.get_parameter(name) for name in parameter_schema(self.config)},
+                       zero=[self.encoder_norm.bias, self.decoder_norm.bias],
+                       one=[self.encoder_norm.weight, self.decoder_norm.weight])
 
 
 def build(config: ModelConfig) -> PreNormTransformer:
@@ -207,6 +206,14 @@ DEVIATIONS: dict[str, str] = {
 }
 
 
+NOTES = (
+    "The layout of tensor2tensor's `transformer_base` from v2 on, of the Annotated Transformer and of "
+    "`nn.Transformer(norm_first=True)`: each sub-layer normalizes its input, and each stack ends with a LayerNorm "
+    "that brings the residual stream back to unit scale. Everything else is the paper's.\n\n"
+    "Decoding: as `torch-nn`, the step-level interface by recomputing the prefix, and no `generate`."
+)
+
+
 @hookimpl
 def register_implementations(register):
     register(Implementation(
@@ -216,4 +223,5 @@ def register_implementations(register):
         source="aiayn-conformance implementations/prenorm.py (tensor2tensor transformer_base v2+ layout)",
         output="logits",
         deviations=DEVIATIONS,
+        notes=NOTES,
     ))

@@ -5,8 +5,12 @@ from reference.model import Transformer
 from reference.training import PaperRecipe
 from spec.config import ModelConfig
 
+from .declarations import Implementation
 from .hookspecs import hookimpl
-from .registry import Implementation
+
+NOTES = ("The oracle: every other subject is compared with it (`reference/model.py`, the paper to the letter). "
+         "It declares no deviation and must pass every clause. It decodes with `reference/decoding.py`: a key/value "
+         "cache of plain tensors, greedy search and tensor2tensor's beam search with GNMT's length penalty (§6.1).")
 
 
 class ReferenceTransformer(PaperRecipe, Transformer):
@@ -26,4 +30,5 @@ def register_implementations(register):
                 "with the paper's training recipe",
         source="aiayn-conformance reference/model.py, reference/training.py; Vaswani et al. 2017, arXiv:1706.03762v7",
         output="logits",
+        notes=NOTES,
     ))

@@ -1,69 +1,77 @@
-"""Built-in plugin ``sections-notebook``: a notebook transcribing hkproj/pytorch-transformer (seed document 001).
+"""Built-in plugin ``sections-notebook``: a notebook transcribing hkproj/pytorch-transformer's ``model.py``.
 
-Reproduced from ``/work/shared/seeds/001_4fb16b8f804a365a.txt`` ("the document"; "Lnnn" are its line
-numbers), in our own words, keeping its class and attribute names. The document stops inside the
-multi-head attention's ``forward`` (after L147); everything after that point is ours, from the paper.
+Upstream: https://github.com/hkproj/pytorch-transformer, ``model.py`` at commit 023b8a0be4ad (``model.py:N``
+below is a line of that file at that commit; later versions of the file give the layer norm per-feature
+parameters and drop the projection biases). The notebook this plugin reproduces copies that file section
+by section (embeddings, positional encoding, layer norm, feed-forward, multi-head attention), with typos,
+and stops inside the multi-head attention's ``forward``, after the three head splits. Where the notebook
+departs from the file, the plugin follows the notebook and says so below; everything after the point where
+the notebook stops is ours, from the paper, not from the file (which goes on with pre-norm residuals, final
+norms, a -1e9 mask fill and a log-softmax projection).
 
-What the document shows, reproduced as it computes:
+What the notebook shows, reproduced as it computes, in our own words and with its class and attribute names:
 
-- ``InputEmbeddings`` (L13-L23): ``nn.Embedding(vocab_size, d_model)`` multiplied by sqrt(d_model) (L23).
-- ``PositionalEncoding`` (L31-L62): a (1, seq_len, d_model) table built once (L43-L54), sines on the even
-  and cosines on the odd columns (L50-L51), registered as a (persistent) buffer (L57); ``forward`` adds the
-  first L rows and applies dropout (L61-L62). Its frequencies are
-  ``div_term = exp(arange(0, d_model, 2) * (log(10000) / d_model))`` (L47): the exponent is positive, so
-  column pair 2i holds sin/cos(pos * 10000^(2i/d_model)), not pos / 10000^(2i/d_model) as the formula the
-  notebook itself prints at L64-L66 says. The table covers ``seq_len`` = ``config.max_len`` positions only.
-- ``LayerNormalization`` (L73-L83): ``alpha * (x - mean) / (std + eps) + bias`` over the last axis, with
-  ``x.std`` (the unbiased estimate, L82), eps added to the std outside any square root (L83), and a single
-  scalar ``alpha`` and a single scalar ``bias`` shared by all features (L78-L79). Default eps 1e-6 (L74).
-- ``FeedForwardBlock`` (L94-L105): Linear_1, ReLU, dropout, Linear_2 (a dropout between the two linears,
-  L101, L105).
-- ``MultiHeadAttentionBlock`` (L116-L147): ``w_q``, ``w_k``, ``w_v``, ``w_o`` are ``nn.Linear`` with their
-  default biases (L125-L129); heads split by ``view(B, L, h, d_k).transpose(1, 2)`` (L143-L147). A dropout
-  module is built (L130) but the document never reaches a line that uses it.
+- ``InputEmbeddings`` (model.py:34-45): ``nn.Embedding(vocab_size, d_model)`` multiplied by sqrt(d_model)
+  (:45), §3.4.
+- ``PositionalEncoding`` (model.py:47-71): a (1, seq_len, d_model) table built once (:55-65), sines on the
+  even and cosines on the odd columns (:61, :63), registered as a (persistent) buffer (:67); ``forward`` adds
+  the first L rows and applies dropout (:70-71). The notebook departs from the file in the frequencies: it
+  writes ``div_term = exp(arange(0, d_model, 2) * (log(10000) / d_model))``, without the minus sign the
+  file has (:59). The exponent is positive, so column pair 2i holds sin/cos(pos * 10000^(2i/d_model)), not
+  pos / 10000^(2i/d_model) as §3.5, and the formula the notebook prints below its own cell, say. The table
+  covers ``seq_len`` = ``config.max_len`` positions only.
+- ``LayerNormalization`` (model.py:5-20): ``alpha * (x - mean) / (std + eps) + bias`` over the last axis, with
+  ``x.std`` (the unbiased estimate, :18), eps added to the std outside any square root (:20), and a single
+  scalar ``alpha`` and a single scalar ``bias`` shared by all features (:10-11). Default eps 1e-6 (:7).
+- ``FeedForwardBlock`` (model.py:22-32): linear_1, ReLU, dropout, linear_2 (a dropout between the two
+  linears, :27, :32).
+- ``MultiHeadAttentionBlock`` (model.py:83-123): ``w_q``, ``w_k``, ``w_v``, ``w_o`` are ``nn.Linear`` with
+  their default biases (:93-96); heads split by ``view(B, L, h, d_k).transpose(1, 2)`` (:121-123). A dropout
+  module is built (:97); the notebook never reaches a line that uses it.
 
-Repairs (the smallest change that lets the cell run):
+Repairs of the notebook's typos (the smallest change that lets each cell run; the file has none of them):
 
-- L21: ``nn.embedding`` -> ``nn.Embedding`` (no such attribute).
-- L40: ``self.dropout = dropout`` stores the float, and L62 calls it; stored as ``nn.Dropout(dropout)``.
-- L54: ``pe.unsqueece(0)`` -> ``pe.unsqueeze(0)``.
-- L100, L102 vs L105: the layers are created as ``Linear_1``/``Linear_2`` and called as ``linear_1``/``linear_2``
+- ``nn.embedding`` -> ``nn.Embedding`` (no such attribute).
+- The positional encoding stores the dropout rate itself (``self.dropout = dropout``) and later calls it;
+  stored as ``nn.Dropout(dropout)``, as the file does (:53).
+- ``pe.unsqueece(0)`` -> ``pe.unsqueeze(0)``.
+- The feed-forward layers are created as ``Linear_1``/``Linear_2`` and called as ``linear_1``/``linear_2``
   (AttributeError); one spelling is used for both.
-- L129: ``nn.Linear(d_modelm d_model)`` -> ``nn.Linear(d_model, d_model)`` (syntax error).
-- L131-L132: ``def attention(query)`` has no colon and no body (syntax error); completed below.
-- L143: ``self.h, self,d_k`` -> ``self.h, self.d_k`` (``d_k`` is not defined).
-- L146: ``key = query.view(key.shape[0], key.shape[1], self.h, self.d_k)`` -> ``key.view(...)``. As written it
-  views the already transposed query heads (B, h, Lq, d_k): ``view`` raises "view size is not compatible with
-  input tensor's size and stride" for every self-attention with h > 1 and more than one position, and
-  "shape ... is invalid" for every cross-attention with S != T. It runs only when h = 1 or the sequence has
-  one position, and there it takes W_q q as the keys (``w_k`` unused). No runnable variant keeps that
-  behaviour (any "keys from the queries" form fails in cross-attention whenever S != T), so the only repair
-  that lets the model run is the one the ``key.shape`` arguments point to.
-- L147: ``view.shape[1]`` -> ``value.shape[1]`` (``view`` is not defined).
+- ``nn.Linear(d_modelm d_model)`` -> ``nn.Linear(d_model, d_model)`` (syntax error).
+- ``def attention(query)`` has no colon and no body (syntax error); completed below.
+- ``self.h, self,d_k`` -> ``self.h, self.d_k`` in the query split (``d_k`` is not defined).
+- The key split reads ``key = query.view(key.shape[0], key.shape[1], self.h, self.d_k)``: it views the already
+  transposed query heads (B, h, Lq, d_k), so ``view`` raises "view size is not compatible with input
+  tensor's size and stride" for every self-attention with h > 1 and more than one position, and "shape ... is
+  invalid" for every cross-attention with S != T. It runs only when h = 1 or the sequence has one position,
+  and there it takes W_q q as the keys (``w_k`` unused). No runnable variant keeps that behaviour (any "keys
+  from the queries" form fails in cross-attention whenever S != T), so the only repair that lets the model
+  run is the one the ``key.shape`` arguments point to, ``key.view(...)``, which is what the file has (:122).
+- ``view.shape[1]`` -> ``value.shape[1]`` in the value split (``view`` is not defined).
 
-Completions (not in the document; they follow the paper):
+Completions (not in the notebook; they follow the paper):
 
-- The rest of ``MultiHeadAttentionBlock.forward`` and ``attention`` (after L147): §3.2.1 Eq. (1),
+- The rest of ``MultiHeadAttentionBlock.forward`` and ``attention``: §3.2.1 Eq. (1),
   softmax(Q K^T / sqrt(d_k)) V over the keys, masked scores set to -inf (§3.2.3); a query with no admissible
   key (a fully padded source) attends to nothing (zeros), as in the reference (the paper is silent). No
-  dropout on the attention weights (the paper has none; L130's module stays unused). Heads concatenated per
-  position and projected by ``w_o`` (§3.2.2).
+  dropout on the attention weights (the paper has none; the dropout module stays unused). Heads concatenated
+  per position and projected by ``w_o`` (§3.2.2).
 - ``ResidualConnection``: post-norm ``LayerNormalization(x + Dropout(sublayer(x)))`` (§3.1, §5.4), one
-  document ``LayerNormalization`` per sub-layer, constructed with ``config.norm_eps``.
+  ``LayerNormalization`` per sub-layer, constructed with ``config.norm_eps``.
 - ``EncoderBlock`` (self-attention, FFN) and ``DecoderBlock`` (masked self-attention, encoder-decoder
   attention with queries from the decoder and keys/values from the final encoder output, FFN) (§3.1, §3.2.3).
 - ``Encoder`` / ``Decoder``: N blocks with their own parameters, no final norm (§3.1).
 - ``ProjectionLayer``: a bias-free ``nn.Linear(d_model, tgt_vocab)`` returning logits (§3.4; the softmax
   belongs to the loss). With ``config.share_embeddings`` the source embedding, target embedding and projection
   are one matrix (§3.4).
-- Masks (the document builds none): boolean, True = may attend, built on the input's device: the source
+- Masks (the notebook builds none): boolean, True = may attend, built on the input's device: the source
   key-padding mask (B, 1, 1, S) for encoder self-attention and cross-attention, and causal AND target
   key-padding (B, 1, T, T) for decoder self-attention (§3.2.3).
 - One ``PositionalEncoding`` per stack (seq_len = ``config.max_len``, dropout = ``config.dropout``).
 - Initialization (the paper is silent): the reference's, N(0, d_model^-0.5) embeddings, Xavier-uniform
   matrices, zero biases.
 
-Canonical schema mapping (``load_reference_state``): ``src_embed``/``tgt_embed`` -> ``*.embedding``,
+Canonical schema (``load_reference_state``): ``src_embed``/``tgt_embed`` -> ``*.embedding``,
 ``generator`` -> ``projection.proj``; attention ``q, k, v, o`` -> ``w_q, w_k, w_v, w_o`` (biases 0);
 ``ffn.w1/w2`` -> ``Linear_1/Linear_2``. A norm's per-feature gain and bias cannot be held by the scalar
 ``alpha`` and ``bias``: each gets the mean of its vector (exact when the vector is constant).
@@ -79,47 +87,49 @@ import torch
 from torch import Tensor, nn
 
 from spec.config import ModelConfig
-from spec.schema import copy_canonical
+from spec.schema import CanonicalKey, Target, load_canonical
 
+from .declarations import Implementation
 from .hookspecs import hookimpl
-from .registry import Implementation
 
 __all__ = ["SectionsNotebookTransformer", "build", "DEVIATIONS"]
 
 
-# -- what the document shows (L13-L147), repaired ------------------------------------------------------------
+# -- what the notebook shows, repaired -----------------------------------------------------------------------
 class InputEmbeddings(nn.Module):
-    """L13-L23: token embeddings times sqrt(d_model)."""
+    """Token embeddings times sqrt(d_model) (model.py:34-45)."""
 
     def __init__(self, d_model: int, vocab_size: int):
         super().__init__()
         self.d_model, self.vocab_size = d_model, vocab_size
-        self.embedding = nn.Embedding(vocab_size, d_model)  # L21 repaired: nn.embedding
+        self.embedding = nn.Embedding(vocab_size, d_model)  # repaired: nn.embedding
 
     def forward(self, x: Tensor) -> Tensor:
         return self.embedding(x) * math.sqrt(self.d_model)  # (B, L, d_model)
 
 
 class PositionalEncoding(nn.Module):
-    """L31-L62: a (1, seq_len, d_model) sinusoid buffer with exp(+...) frequencies, added then dropped out."""
+    """A (1, seq_len, d_model) sinusoid buffer with exp(+...) frequencies, added then dropped out."""
+
+    pe: Tensor  # (1, seq_len, d_model), a buffer
 
     def __init__(self, d_model: int, seq_len: int, dropout: float):
         super().__init__()
         self.d_model, self.seq_len = d_model, seq_len
-        self.dropout = nn.Dropout(dropout)  # L40 repaired: the float itself was stored and called (L62)
+        self.dropout = nn.Dropout(dropout)  # repaired: the float itself was stored and called
         pos = torch.arange(seq_len, dtype=torch.float).unsqueeze(1)  # (seq_len, 1)
-        freq = torch.exp(torch.arange(0, d_model, 2).float() * (math.log(10000.0) / d_model))  # L47: exp(+)
+        freq = torch.exp(torch.arange(0, d_model, 2).float() * (math.log(10000.0) / d_model))  # exp(+): no minus
         table = torch.zeros(seq_len, d_model)
         table[:, 0::2] = torch.sin(pos * freq)
         table[:, 1::2] = torch.cos(pos * freq)
-        self.register_buffer("pe", table.unsqueeze(0))  # (1, seq_len, d_model); L54 repaired: unsqueece
+        self.register_buffer("pe", table.unsqueeze(0))  # (1, seq_len, d_model); repaired: unsqueece
 
     def forward(self, x: Tensor) -> Tensor:
         return self.dropout(x + self.pe[:, : x.size(1), :].requires_grad_(False))
 
 
 class LayerNormalization(nn.Module):
-    """L73-L83: alpha * (x - mean) / (unbiased std + eps) + bias, alpha and bias scalars."""
+    """alpha * (x - mean) / (unbiased std + eps) + bias, alpha and bias scalars (model.py:5-20)."""
 
     def __init__(self, eps: float = 10**-6):
         super().__init__()
@@ -133,11 +143,11 @@ class LayerNormalization(nn.Module):
 
 
 class FeedForwardBlock(nn.Module):
-    """L94-L105: Linear_2(Dropout(ReLU(Linear_1(x))))."""
+    """Linear_2(Dropout(ReLU(Linear_1(x)))) (model.py:22-32)."""
 
     def __init__(self, d_model: int, d_ff: int, dropout: float):
         super().__init__()
-        self.Linear_1 = nn.Linear(d_model, d_ff)  # L100/L105 repaired: one spelling
+        self.Linear_1 = nn.Linear(d_model, d_ff)  # repaired: created as Linear_1, called as linear_1
         self.dropout = nn.Dropout(dropout)
         self.Linear_2 = nn.Linear(d_ff, d_model)
 
@@ -146,7 +156,7 @@ class FeedForwardBlock(nn.Module):
 
 
 class MultiHeadAttentionBlock(nn.Module):
-    """L116-L147 (biased projections, view + transpose head split), completed from §3.2 after L147."""
+    """Biased projections and the view + transpose head split (model.py:83-123), completed from §3.2."""
 
     def __init__(self, d_model: int, h: int, dropout: float):
         super().__init__()
@@ -155,8 +165,8 @@ class MultiHeadAttentionBlock(nn.Module):
         self.w_q = nn.Linear(d_model, d_model)
         self.w_k = nn.Linear(d_model, d_model)
         self.w_v = nn.Linear(d_model, d_model)
-        self.w_o = nn.Linear(d_model, d_model)  # L129 repaired: d_modelm
-        self.dropout = nn.Dropout(dropout)  # L130: built, never reached by the document (unused here)
+        self.w_o = nn.Linear(d_model, d_model)  # repaired: d_modelm
+        self.dropout = nn.Dropout(dropout)  # built; the notebook never reaches its use (unused here)
 
     @staticmethod
     def attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None) -> Tensor:
@@ -172,7 +182,7 @@ class MultiHeadAttentionBlock(nn.Module):
         return x.view(x.size(0), x.size(1), self.h, self.d_k).transpose(1, 2)  # (B, h, L, d_k)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        # L143, L146, L147 repaired: self,d_k / query.view for the keys / view.shape (see the module docstring)
+        # repaired: self,d_k / query.view for the keys / view.shape (see the module docstring)
         query, key, value = self._heads(self.w_q(q)), self._heads(self.w_k(k)), self._heads(self.w_v(v))
         heads = self.attention(query, key, value, mask)  # completion from here on
         B, _, Lq, _ = heads.shape
@@ -181,7 +191,7 @@ class MultiHeadAttentionBlock(nn.Module):
 
 # -- completions from the paper -------------------------------------------------------------------------------
 class ResidualConnection(nn.Module):
-    """§3.1, §5.4: LayerNormalization(x + Dropout(sublayer(x))), post-norm, with the document's norm."""
+    """§3.1, §5.4: LayerNormalization(x + Dropout(sublayer(x))), post-norm, with the notebook's norm."""
 
     def __init__(self, dropout: float, eps: float):
         super().__init__()
@@ -229,8 +239,13 @@ class ProjectionLayer(nn.Module):
         return self.proj(x)  # (B, T, vocab)
 
 
+def _fill_mean(param: Tensor, value: Tensor) -> None:
+    """Store a per-feature canonical vector in a scalar parameter: its mean, the nearest a scalar gets."""
+    param.fill_(value.mean().item())
+
+
 class SectionsNotebookTransformer(nn.Module):
-    """The document's blocks assembled as §3 describes; forward returns logits (B, T, tgt_vocab)."""
+    """The notebook's blocks assembled as §3 describes; forward returns logits (B, T, tgt_vocab)."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -264,9 +279,9 @@ class SectionsNotebookTransformer(nn.Module):
 
     # -- the model ----------------------------------------------------------------------------------------------
     def positional_encoding(self, length: int) -> Tensor:
-        """The table the document adds (L61): (length, d_model); it holds max_len rows only."""
+        """The table the notebook adds: (length, d_model); it holds max_len rows only."""
         if length > self.src_pos.pe.size(1):
-            raise ValueError(f"the document's table has {self.src_pos.pe.size(1)} positions (seq_len), asked {length}")
+            raise ValueError(f"the notebook's table has {self.src_pos.pe.size(1)} positions (seq_len), asked {length}")
         return self.src_pos.pe[0, :length]
 
     def _encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
@@ -290,42 +305,30 @@ class SectionsNotebookTransformer(nn.Module):
         return self.projection(y)
 
     # -- adapter contract ------------------------------------------------------------------------------------------
-    @torch.no_grad()
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
-        """Load a canonical-schema state dict; attention biases 0, each norm's gain and bias as their means."""
-        put = partial(copy_canonical, state)  # put(param, *canonical names)
-
-        def put_attention(block: MultiHeadAttentionBlock, prefix: str) -> None:
-            for ours, theirs in (("w_q", "q"), ("w_k", "k"), ("w_v", "v"), ("w_o", "o")):
-                linear = getattr(block, ours)
-                put(linear.weight, f"{prefix}.{theirs}.weight")
-                linear.bias.zero_()
-
-        def put_norm(norm: LayerNormalization, prefix: str) -> None:
-            norm.alpha.fill_(state[f"{prefix}.weight"].mean().item())  # a scalar gain: the best it can hold
-            norm.bias.fill_(state[f"{prefix}.bias"].mean().item())
-
-        def put_ffn(ffn: FeedForwardBlock, prefix: str) -> None:
-            for ours, theirs in (("Linear_1", "w1"), ("Linear_2", "w2")):
-                put(getattr(ffn, ours).weight, f"{prefix}.{theirs}.weight")
-                put(getattr(ffn, ours).bias, f"{prefix}.{theirs}.bias")
-
-        put(self.src_embed.embedding.weight, "src_embed.weight")
-        put(self.tgt_embed.embedding.weight, "tgt_embed.weight")
-        put(self.projection.proj.weight, "generator.weight")
-        for i, block in enumerate(self.encoder):
-            p = f"encoder.{i}"
-            put_attention(block.self_attention_block, f"{p}.self_attn")
-            put_ffn(block.feed_forward_block, f"{p}.ffn")
-            for k, rc in enumerate(block.residual_connections, start=1):
-                put_norm(rc.norm, f"{p}.norm{k}")
-        for i, block in enumerate(self.decoder):
-            p = f"decoder.{i}"
-            put_attention(block.self_attention_block, f"{p}.self_attn")
-            put_attention(block.cross_attention_block, f"{p}.cross_attn")
-            put_ffn(block.feed_forward_block, f"{p}.ffn")
-            for k, rc in enumerate(block.residual_connections, start=1):
-                put_norm(rc.norm, f"{p}.norm{k}")
+        """Load a canonical-schema state dict; attention biases 0, each norm's gain and bias as their means
+        (a scalar gain and bias are the best this layer norm can hold)."""
+        get = self.get_parameter
+        mapping: dict[CanonicalKey, Target] = {"src_embed.weight": get("src_embed.embedding.weight"),
+                                               "tgt_embed.weight": get("tgt_embed.embedding.weight"),
+                                               "generator.weight": get("projection.proj.weight")}
+        zero = []
+        stacks = (("encoder", {"self_attn": "self_attention_block"}, 2),
+                  ("decoder", {"self_attn": "self_attention_block", "cross_attn": "cross_attention_block"}, 3))
+        for stack, attentions, n_norms in stacks:
+            for i in range(self.config.n_layers):
+                p = f"{stack}.{i}"
+                for att, block in attentions.items():
+                    mapping.update({f"{p}.{att}.{x}.weight": get(f"{p}.{block}.w_{x}.weight") for x in "qkvo"})
+                    zero += [get(f"{p}.{block}.w_{x}.bias") for x in "qkvo"]
+                for k in (1, 2):
+                    mapping[f"{p}.ffn.w{k}.weight"] = get(f"{p}.feed_forward_block.Linear_{k}.weight")
+                    mapping[f"{p}.ffn.w{k}.bias"] = get(f"{p}.feed_forward_block.Linear_{k}.bias")
+                for k in range(n_norms):
+                    norm = f"{p}.residual_connections.{k}.norm"
+                    mapping[f"{p}.norm{k + 1}.weight"] = partial(_fill_mean, get(f"{norm}.alpha"))
+                    mapping[f"{p}.norm{k + 1}.bias"] = partial(_fill_mean, get(f"{norm}.bias"))
+        load_canonical(state, mapping, zero=zero)
 
 
 def build(config: ModelConfig) -> SectionsNotebookTransformer:
@@ -334,23 +337,34 @@ def build(config: ModelConfig) -> SectionsNotebookTransformer:
 
 DEVIATIONS: dict[str, str] = {
     "norm.layer-norm": (
-        "LayerNormalization computes alpha * (x - mean) / (x.std() + eps) + bias: the unbiased std (doc L82), eps "
-        "added outside the square root (doc L83), and one scalar alpha and bias for all features (doc L78-L79)"
+        "LayerNormalization computes alpha * (x - mean) / (x.std() + eps) + bias (model.py:16-20): the unbiased "
+        "std, eps added outside the square root, and one scalar alpha and bias for all features (model.py:10-11)"
     ),
     "position.formula": (
-        "div_term = exp(arange(0, d_model, 2) * (log(10000) / d_model)) has a positive exponent (doc L47), so the "
-        "table holds sin/cos(pos * 10000^(2i/d_model)) instead of pos / 10000^(2i/d_model)"
+        "div_term = exp(arange(0, d_model, 2) * (log(10000) / d_model)) has a positive exponent (the notebook "
+        "drops the minus sign of model.py:59), so the table holds sin/cos(pos * 10000^(2i/d_model)) instead of "
+        "pos / 10000^(2i/d_model)"
     ),
     "config.parameters": (
-        "biases on the four attention projections (nn.Linear defaults, doc L125-L129: 4 x d_model per attention) "
-        "and scalar norm gains and biases (doc L78-L79: 2 scalars per norm instead of 2 x d_model)"
+        "biases on the four attention projections (nn.Linear defaults, model.py:93-96: 4 x d_model per "
+        "attention) and scalar norm gains and biases (model.py:10-11: 2 scalars per norm instead of 2 x d_model)"
     ),
     "model.reference-equivalence": (
         "with the canonical weights loaded the function differs: unbiased std with eps outside the sqrt "
-        "(doc L82-L83), exp(+) positional frequencies (doc L47), and per-feature norm gains and biases that the "
-        "scalar alpha and bias (doc L78-L79) cannot hold (each loads its vector's mean)"
+        "(model.py:18-20), exp(+) positional frequencies (the notebook's div_term), and per-feature norm gains and "
+        "biases that the scalar alpha and bias (model.py:10-11) cannot hold (each loads its vector's mean)"
     ),
 }
+
+
+NOTES = (
+    "A notebook transcribing hkproj/pytorch-transformer's `model.py` section by section; it stops inside the "
+    "multi-head attention, and the rest follows the paper. Its typos are repaired (each is listed in the plugin's "
+    "docstring); as written the code never runs with more than one head (`key = query.view(...)`). What it "
+    "computes once repaired: a positional table with a positive exponent (frequencies 10000^(2i/d) instead of "
+    "1/10000^(2i/d), where the upstream file has the minus sign; the suite's table check says so) and a layer "
+    "norm with one scalar gain and bias, the unbiased std and eps outside the square root."
+)
 
 
 @hookimpl
@@ -360,7 +374,9 @@ def register_implementations(register):
         build=build,
         summary="hkproj/pytorch-transformer as a notebook transcribes it (scalar unbiased-std LayerNorm, exp(+) "
                 "sinusoid frequencies), completed from the paper",
-        source="https://github.com/hkproj/pytorch-transformer (model.py), as transcribed in the notebook",
+        source="https://github.com/hkproj/pytorch-transformer/blob/023b8a0be4ad9cc50ee62c0db9880dc76da9c0ad/model.py "
+               "(as a notebook transcribes it, up to the multi-head attention)",
         output="logits",
         deviations=DEVIATIONS,
+        notes=NOTES,
     ))

@@ -20,6 +20,11 @@ present, even post-norm; biases on the Q/K/V and output projections
 (``in_proj_bias``, ``out_proj.bias``), loaded as zeros; dropout on the
 attention weights and between the two FFN linears, both at ``dropout``.
 
+Decoding: the step-level interface only (``begin_decoding``, ``decode_step``,
+``reorder_state`` from ``reference.decoding.PrefixDecoding``), each step
+recomputing the whole prefix with ``forward``: PyTorch documents no decoder,
+so the adapter offers no search of its own (no ``generate``) and invents no cache.
+
 Canonical schema mapping (``load_reference_state``): ``in_proj_weight`` is
 cat(q, k, v) along the output rows, ``out_proj.weight`` is o, ``linear1`` and
 ``linear2`` are the FFN's w1 and w2; the final stack norms get gain 1 and
@@ -30,23 +35,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from functools import partial
 
 import torch
 from torch import Tensor, nn
 
+from reference.decoding import PrefixDecoding
 from reference.model import sinusoid_table
 from spec.config import ModelConfig
-from spec.schema import copy_canonical
+from spec.schema import CanonicalKey, Target, load_canonical
 
+from .declarations import Implementation
 from .hookspecs import hookimpl
-from .registry import Implementation
 
 __all__ = ["TorchNNTransformer", "build", "DEVIATIONS"]
 
 
-class TorchNNTransformer(nn.Module):
+class TorchNNTransformer(PrefixDecoding, nn.Module):
     """Embeddings, positions, ``nn.Transformer`` and a tied generator; returns logits (B, T, tgt_vocab)."""
+
+    pe: Tensor  # (max_len, d_model), a non-persistent buffer
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -109,35 +116,28 @@ class TorchNNTransformer(nn.Module):
         return self.generator(y)  # (B, T, tgt_vocab)
 
     # -- adapter contract ----------------------------------------------------------
-    @torch.no_grad()
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
         """Load a canonical-schema state dict; biases the paper lacks get 0, the final norms gain 1 and bias 0."""
-        put = partial(copy_canonical, state)  # put(param, *canonical names)
-
-        def put_attention(mha: nn.MultiheadAttention, prefix: str) -> None:
-            put(mha.in_proj_weight, *(f"{prefix}.{n}.weight" for n in "qkv"))  # (3*d_model, d_model)
-            put(mha.out_proj.weight, f"{prefix}.o.weight")
-            mha.in_proj_bias.zero_()
-            mha.out_proj.bias.zero_()
-
-        put(self.src_embed.weight, "src_embed.weight")
-        put(self.tgt_embed.weight, "tgt_embed.weight")
-        put(self.generator.weight, "generator.weight")
-        for stack, norms in (("encoder", ("norm1", "norm2")), ("decoder", ("norm1", "norm2", "norm3"))):
-            module = getattr(self.transformer, stack)
-            for i, layer in enumerate(module.layers):
-                p = f"{stack}.{i}"
-                put_attention(layer.self_attn, f"{p}.self_attn")
-                if stack == "decoder":
-                    put_attention(layer.multihead_attn, f"{p}.cross_attn")
-                for ours, theirs in (("w1", "linear1"), ("w2", "linear2")):
-                    put(getattr(layer, theirs).weight, f"{p}.ffn.{ours}.weight")
-                    put(getattr(layer, theirs).bias, f"{p}.ffn.{ours}.bias")
-                for norm in norms:
-                    put(getattr(layer, norm).weight, f"{p}.{norm}.weight")
-                    put(getattr(layer, norm).bias, f"{p}.{norm}.bias")
-            module.norm.weight.fill_(1.0)  # the extra final norm, as close to absent as it can be
-            module.norm.bias.zero_()
+        get = self.get_parameter
+        mapping: dict[CanonicalKey, Target] = {name: get(name) for name in ("src_embed.weight", "tgt_embed.weight",
+                                                                             "generator.weight")}
+        zero, one = [], []
+        stacks = (("encoder", {"self_attn": "self_attn"}, ("norm1", "norm2")),
+                  ("decoder", {"self_attn": "self_attn", "cross_attn": "multihead_attn"}, ("norm1", "norm2", "norm3")))
+        for stack, attentions, norms in stacks:
+            one.append(get(f"transformer.{stack}.norm.weight"))  # the extra final norm, as near to absent as it gets
+            zero.append(get(f"transformer.{stack}.norm.bias"))
+            for i in range(self.config.n_layers):
+                ours, theirs = f"{stack}.{i}", f"transformer.{stack}.layers.{i}"
+                for att, mha in attentions.items():
+                    mapping[tuple(f"{ours}.{att}.{x}.weight" for x in "qkv")] = get(f"{theirs}.{mha}.in_proj_weight")
+                    mapping[f"{ours}.{att}.o.weight"] = get(f"{theirs}.{mha}.out_proj.weight")
+                    zero += [get(f"{theirs}.{mha}.in_proj_bias"), get(f"{theirs}.{mha}.out_proj.bias")]
+                for p in ("weight", "bias"):
+                    mapping[f"{ours}.ffn.w1.{p}"] = get(f"{theirs}.linear1.{p}")
+                    mapping[f"{ours}.ffn.w2.{p}"] = get(f"{theirs}.linear2.{p}")
+                    mapping.update({f"{ours}.{norm}.{p}": get(f"{theirs}.{norm}.{p}") for norm in norms})
+        load_canonical(state, mapping, zero=zero, one=one)
 
 
 def build(config: ModelConfig) -> TorchNNTransformer:
@@ -156,7 +156,7 @@ DEVIATIONS: dict[str, str] = {
     "mask.finite": (
         "in eval mode without autograd, nn.TransformerEncoderLayer's fast path (torch._transformer_encoder_layer_fwd) "
         "returns NaN for a fully padded source sequence, and cross-attention carries the NaN to every target "
-        "position of that sample (B04; training mode and the autograd path give finite values)"
+        "position of that sample (training mode and the autograd path give finite values)"
     ),
     "config.parameters": (
         "beyond the paper's parameters: biases on every attention projection (in_proj_bias, out_proj.bias: "
@@ -165,14 +165,27 @@ DEVIATIONS: dict[str, str] = {
 }
 
 
+NOTES = (
+    "Not deviations: the layer-norm epsilon (set from the config); the Q/K/V/output projection biases, which "
+    "`load_reference_state` sets to 0. The encoder is built with `enable_nested_tensor=False`: with nested tensors "
+    "(the default) eval-mode inference without autograd crashes under CPU autocast (\"expected scalar type Float "
+    "but found BFloat16\", the guard `torch.is_autocast_enabled()` sees only CUDA autocast) and zeroes padded "
+    "encoder positions.\n\n"
+    "Decoding: the step-level interface only (`begin_decoding`, `decode_step`, `reorder_state` from "
+    "`reference.decoding.PrefixDecoding`), each step recomputing the whole prefix with `forward`; PyTorch documents "
+    "no decoder for `nn.Transformer`, so the adapter offers no `generate` and the search clauses (`decode.greedy`, "
+    "`decode.beam`, `decode.max-length`) skip."
+)
+
+
 @hookimpl
 def register_implementations(register):
     register(Implementation(
         name="torch-nn",
         build=build,
         summary="torch.nn.Transformer (post-norm, batch_first) with scaled embeddings, sinusoids and a tied generator",
-        source="https://pytorch.org/docs/stable/generated/torch.nn.Transformer.html (torch "
-               f"{torch.__version__.split('+')[0]})",
+        source="https://pytorch.org/docs/stable/generated/torch.nn.Transformer.html (the installed torch)",
         output="logits",
         deviations=DEVIATIONS,
+        notes=NOTES,
     ))

@@ -40,8 +40,8 @@ from spec.config import ModelConfig
 from spec.training import BASE_TRAINING, TrainConfig
 
 __all__ = [
-    "lrate", "LRateScheduler", "adam", "smoothed_targets", "LabelSmoothedCrossEntropy", "teacher_forcing",
-    "train_step", "Step", "PaperRecipe",
+    "lrate", "LRateScheduler", "lrate_scheduler", "adam", "smoothed_targets", "LabelSmoothedCrossEntropy",
+    "label_smoothed_cross_entropy", "teacher_forcing", "train_step", "Step", "PaperRecipe",
 ]
 
 
@@ -82,6 +82,13 @@ class LRateScheduler(LRScheduler):
         # ``last_epoch`` counts the scheduler's steps, 0 before the first update: update k is step_num k.
         rate = lrate(self.last_epoch + 1, self.d_model, self.warmup_steps)
         return [rate for _ in self.optimizer.param_groups]
+
+
+def lrate_scheduler(optimizer: torch.optim.Optimizer, d_model: int,
+                    config: TrainConfig = BASE_TRAINING) -> LRateScheduler:
+    """§5.3, Eq. (3) with ``config.warmup_steps`` for a model of width ``d_model`` (the ``lr_schedule`` component
+    kind's call: ``factory(optimizer, d_model, train_config)``)."""
+    return LRateScheduler(optimizer, d_model, config.warmup_steps)
 
 
 def adam(params: Iterable[nn.Parameter] | Iterable[dict], config: TrainConfig = BASE_TRAINING) -> torch.optim.Adam:
@@ -138,6 +145,13 @@ class LabelSmoothedCrossEntropy(nn.Module):
         return -terms.sum() / real
 
 
+def label_smoothed_cross_entropy(vocab: int, pad_id: int = 0,
+                                 config: TrainConfig = BASE_TRAINING) -> LabelSmoothedCrossEntropy:
+    """§5.4 with ``config.label_smoothing`` (the ``criterion`` component kind's call:
+    ``factory(vocab, pad_id, train_config)``)."""
+    return LabelSmoothedCrossEntropy(vocab, config.label_smoothing, pad_id)
+
+
 # ---------------------------------------------------------------------------
 # §3.1 The decoder input: the target offset by one position
 # ---------------------------------------------------------------------------
@@ -189,7 +203,8 @@ class PaperRecipe:
     """The paper's recipe as the adapter contract's recipe capabilities (``spec.contract``).
 
     Mix it into an adapter that has a ``config`` (``spec.ModelConfig``):
-    ``class MyAdapter(PaperRecipe, nn.Module)``. The reference and fused built-ins do.
+    ``class MyAdapter(PaperRecipe, nn.Module)``, as the fused built-in does. The reference model
+    (``reference.model.Transformer``) has the same methods, with components swapped in where given.
     """
 
     config: ModelConfig
@@ -200,11 +215,11 @@ class PaperRecipe:
 
     def make_scheduler(self, optimizer: torch.optim.Optimizer, train_config: TrainConfig) -> LRScheduler:
         """§5.3, Eq. (3) with this model's d_model, stepped once per update."""
-        return LRateScheduler(optimizer, self.config.d_model, train_config.warmup_steps)
+        return lrate_scheduler(optimizer, self.config.d_model, train_config)
 
     def make_criterion(self, train_config: TrainConfig) -> nn.Module:
         """§5.4: label-smoothed cross entropy, padding targets weighted 0."""
-        return LabelSmoothedCrossEntropy(self.config.tgt_vocab, train_config.label_smoothing, self.config.pad_id)
+        return label_smoothed_cross_entropy(self.config.tgt_vocab, self.config.pad_id, train_config)
 
     def make_batch(self, target: Tensor, bos_id: int) -> tuple[Tensor, Tensor]:
         """§3.1: BOS + target[:, :-1] as the decoder input, the target as the labels."""

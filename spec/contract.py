@@ -14,7 +14,8 @@ An implementation is registered with a ``build(config) -> adapter`` factory
     padded target positions are unspecified and never compared.
 
 Optional methods, each unlocking more checks (a check whose method is absent
-is skipped with a reason naming the method):
+is skipped with a reason naming the method). ``has_capability(adapter, name)``
+is the one way this project asks whether an adapter offers one:
 
 ``encode(src) -> [B, S, d_model]``
     The output of the final encoder layer (what cross-attention reads).
@@ -25,7 +26,38 @@ is skipped with a reason naming the method):
     the paper lacks (e.g. attention biases) are set to zero. An adapter that
     cannot represent a schema parameter faithfully (e.g. a layer-norm gain
     stored as a scalar) loads what it can and declares
-    ``model.reference-equivalence`` as a deviation.
+    ``model.reference-equivalence`` as a deviation. ``spec.schema.load_canonical``
+    does the copying and its checks from a {canonical name: parameter} mapping.
+
+Decoding (§6.1), optional too; each unlocks the ``decode.*`` checks:
+
+Step-level (all three; ``decode.incremental``):
+``begin_decoding(src) -> state``
+    Encode ``src`` [B, S] and return an opaque decoder state for B rows with
+    an empty prefix (a key/value cache, Hugging Face's ``past_key_values`` with
+    the encoder output, fairseq's ``incremental_state``, or just the prefix).
+``decode_step(state, tokens) -> (scores, state)``
+    Feed ``tokens`` [N] (one per row, the first call gets the start symbol)
+    and return the next-token scores [N, tgt_vocab] (of the declared ``output``
+    kind) and the new state. The scores must equal ``forward(src, prefix)[:,
+    -1]`` on the same prefix. Rows that have finished are fed ``pad_id``; their
+    scores are ignored.
+``reorder_state(state, indices) -> state``
+    Row i of the result continues row ``indices[i]`` (a LongTensor [N'],
+    entries may repeat): how beams are selected, and how B rows become B * K
+    beams.
+
+Whole search (``decode.greedy``, ``decode.beam``, ``decode.max-length``):
+``generate(src, *, bos_id, eos_id, beam_size, alpha, max_len=None) -> tokens``
+    Decode ``src`` [B, S] from the start symbol ``bos_id``: greedy search when
+    ``beam_size`` is 1 (``alpha`` then has no effect), otherwise beam search
+    with the length penalty ((5 + |Y|) / 6)^alpha. Returns a LongTensor [B, L]:
+    the output tokens y_1 .. y_m of each source *without* the start symbol,
+    ending with ``eos_id`` when it was produced, right-padded with ``pad_id``
+    (nothing but padding after the end symbol; ``pad_id`` is never generated).
+    ``max_len`` (an int) caps the output length, end symbol included;
+    ``None`` means the implementation's own default, which §6.1 sets to each
+    source's real (non-pad) length + 50.
 
 Recipe capabilities (optional methods through which an implementation exposes
 its own training recipe, §5; each receives a ``spec.training.TrainConfig`` whose
@@ -47,7 +79,8 @@ except ``train.learns``, which trains with the reference's piece instead:
     The alternative for a schedule that is a function of a step counter (a
     ``LambdaLR`` lambda, a ``rate(step)`` helper): the learning rate of the
     update number ``step_num`` = 1, 2, ... An adapter whose loop counts from 0
-    passes ``step_num - 1`` to its function, as the loop would.
+    passes ``step_num - 1`` to its function, as the loop would. When an adapter
+    has both, ``make_scheduler`` is the one checked and trained with.
 ``make_criterion(train_config) -> criterion``
     A callable ``criterion(scores [N, V], labels [N]) -> scalar loss`` (an
     ``nn.Module`` such as ``nn.CrossEntropyLoss``, or a function): ``scores``
@@ -72,12 +105,15 @@ import torch
 
 from .training import TrainConfig
 
-__all__ = ["Adapter", "OutputKind", "OUTPUT_KINDS", "OPTIONAL_METHODS", "RECIPE_METHODS", "has_capability"]
+__all__ = ["Adapter", "OutputKind", "OUTPUT_KINDS", "OPTIONAL_METHODS", "RECIPE_METHODS", "has_capability",
+           "StepDecoding", "Generating", "STEP_DECODING_METHODS", "has_step_decoding", "RecipeAdapter"]
 
 OutputKind = Literal["logits", "log_probs", "probs"]
 OUTPUT_KINDS: tuple[str, ...] = ("logits", "log_probs", "probs")
+STEP_DECODING_METHODS: tuple[str, ...] = ("begin_decoding", "decode_step", "reorder_state")
 RECIPE_METHODS: tuple[str, ...] = ("make_optimizer", "make_scheduler", "learning_rate", "make_criterion", "make_batch")
-OPTIONAL_METHODS: tuple[str, ...] = ("encode", "positional_encoding", "load_reference_state", *RECIPE_METHODS)
+OPTIONAL_METHODS: tuple[str, ...] = ("encode", "positional_encoding", "load_reference_state",
+                                     *STEP_DECODING_METHODS, "generate", *RECIPE_METHODS)
 
 
 @runtime_checkable
@@ -127,7 +163,38 @@ class RecipeAdapter(Adapter, Protocol):
 
 
 def has_capability(adapter: object, method: str) -> bool:
-    """True when the adapter offers the optional method ``method``."""
+    """True when the adapter offers the optional method ``method`` (one of ``OPTIONAL_METHODS``).
+
+    The one test of a capability used by the suite, the exporter and the ``aiayn`` command; an
+    unknown method name raises ValueError naming the accepted ones."""
     if method not in OPTIONAL_METHODS:
         raise ValueError(f"unknown optional method {method!r}; accepted: {', '.join(OPTIONAL_METHODS)}")
     return callable(getattr(adapter, method, None))
+
+
+@runtime_checkable
+class StepDecoding(Protocol):
+    """The step-level decoding capability (all three methods)."""
+
+    def begin_decoding(self, src: torch.Tensor) -> Any:
+        ...
+
+    def decode_step(self, state: Any, tokens: torch.Tensor) -> tuple[torch.Tensor, Any]:  # ([N, V], state)
+        ...
+
+    def reorder_state(self, state: Any, indices: torch.Tensor) -> Any:
+        ...
+
+
+@runtime_checkable
+class Generating(Protocol):
+    """The whole-search decoding capability."""
+
+    def generate(self, src: torch.Tensor, *, bos_id: int, eos_id: int, beam_size: int, alpha: float,
+                 max_len: int | None = None) -> torch.Tensor:  # [B, L]
+        ...
+
+
+def has_step_decoding(adapter: object) -> bool:
+    """True when the adapter offers all of begin_decoding, decode_step and reorder_state."""
+    return all(has_capability(adapter, m) for m in STEP_DECODING_METHODS)

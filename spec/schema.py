@@ -3,20 +3,23 @@
 Names follow ``torch.nn.Linear`` layout ([out_features, in_features]).
 Attention projections carry no bias (§3.2.2 has none); the feed-forward
 network has both biases (Eq. 2); each layer norm has a per-feature weight
-(gain) and bias; the pre-softmax projection ``generator`` has no bias (§3.4).
+(gain) and bias; the pre-softmax projection ``generator`` has no bias (§3.4
+shares the embedding matrix with it and names no bias; tensor2tensor has
+none).
 For ``q``, ``k`` and ``v``, head j owns output rows ``j*d_k`` to
 ``(j+1)*d_k``; ``o`` takes the heads concatenated in head order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import torch
 
 from .config import ModelConfig
 
-__all__ = ["parameter_schema", "tied_groups", "parameter_count", "copy_canonical", "ATTENTION", "NORMS"]
+__all__ = ["parameter_schema", "tied_groups", "parameter_count", "load_canonical", "copy_canonical", "ATTENTION",
+           "NORMS", "CanonicalKey", "Target"]
 
 ATTENTION = ("q", "k", "v", "o")
 NORMS = {"encoder": ("norm1", "norm2"), "decoder": ("norm1", "norm2", "norm3")}
@@ -86,11 +89,67 @@ def parameter_count(config: ModelConfig) -> int:
     return total
 
 
+CanonicalKey = str | tuple[str, ...]  # a canonical name, or names whose tensors are packed along dim 0
+Target = torch.Tensor | Callable[[torch.Tensor], object]  # a parameter to fill, or a function that stores the value
+
+
+def _gather(state: Mapping[str, torch.Tensor], names: tuple[str, ...]) -> torch.Tensor:
+    missing = [n for n in names if n not in state]
+    if missing:
+        raise ValueError(f"canonical state has no {', '.join(missing)} (spec.parameter_schema lists the names)")
+    return torch.cat([state[n] for n in names], dim=0) if len(names) > 1 else state[names[0]]
+
+
+@torch.no_grad()
+def load_canonical(state: Mapping[str, torch.Tensor], mapping: Mapping[CanonicalKey, Target], *,
+                   zero: Iterable[torch.Tensor] = (), one: Iterable[torch.Tensor] = ()) -> None:
+    """Load the canonical state dict ``state`` into a model: the body of an adapter's ``load_reference_state``.
+
+    ``mapping`` says where each canonical name goes: ``{name: parameter}``; a tuple of names fills a packed
+    parameter with their tensors concatenated along dim 0 (``{(f"{p}.q.weight", f"{p}.k.weight",
+    f"{p}.v.weight"): mha.in_proj_weight}``); a callable instead of a parameter receives the canonical
+    tensor, for a parameter the model stores differently (a scalar gain: ``lambda w: gain.fill_(w.mean())``).
+    ``zero`` lists parameters the paper lacks (attention and generator biases), set to 0; ``one`` lists
+    gains set to 1 (a norm the paper lacks, made as neutral as it can be).
+
+    Every name in ``state`` must be consumed exactly once and every shape must match the parameter it
+    fills; otherwise nothing is written and a one-line ValueError names the tensor.
+    """
+    seen: dict[str, CanonicalKey] = {}
+    writes: list[tuple[Target, torch.Tensor]] = []
+    for key, target in mapping.items():
+        names = (key,) if isinstance(key, str) else tuple(key)
+        for name in names:
+            if name in seen:
+                raise ValueError(f"{name}: mapped twice (by {seen[name]!r} and {key!r})")
+            seen[name] = key
+        value = _gather(state, names)
+        if isinstance(target, torch.Tensor):
+            if value.shape != target.shape:
+                raise ValueError(f"{'+'.join(names)}: shape {tuple(value.shape)}, expected {tuple(target.shape)}")
+        elif not callable(target):
+            raise TypeError(f"{'+'.join(names)}: target must be a tensor or a callable, not {type(target).__name__}")
+        writes.append((target, value))
+    unused = [name for name in state if name not in seen]
+    if unused:
+        raise ValueError(f"canonical {unused[0]} is loaded nowhere ({len(unused)} name(s) unmapped; "
+                         "the mapping must cover spec.parameter_schema)")
+    for target, value in writes:
+        if isinstance(target, torch.Tensor):
+            target.copy_(value)
+        else:
+            target(value)
+    for param in zero:
+        param.zero_()
+    for param in one:
+        param.fill_(1.0)
+
+
 @torch.no_grad()
 def copy_canonical(state: Mapping[str, torch.Tensor], param: torch.Tensor, *names: str) -> None:
     """Copy the canonical tensor ``names[0]`` (or several, concatenated along dim 0) into ``param``.
 
-    The building block of ``load_reference_state``. Several names serve packed projections: with
+    One copy of ``load_canonical``, with the same checks. Several names serve packed projections: with
     ``p = "encoder.0.self_attn"``, ``copy_canonical(state, in_proj_weight, f"{p}.q.weight",
     f"{p}.k.weight", f"{p}.v.weight")`` fills a fused [3*d_model, d_model] matrix in q|k|v order.
     A name missing from ``state`` or a shape that differs from ``param`` raises a one-line
@@ -98,10 +157,7 @@ def copy_canonical(state: Mapping[str, torch.Tensor], param: torch.Tensor, *name
     """
     if not names:
         raise TypeError("copy_canonical() needs at least one canonical parameter name")
-    missing = [n for n in names if n not in state]
-    if missing:
-        raise ValueError(f"canonical state has no {', '.join(missing)} (spec.parameter_schema lists the names)")
-    value = torch.cat([state[n] for n in names], dim=0) if len(names) > 1 else state[names[0]]
+    value = _gather(state, names)
     if value.shape != param.shape:
         raise ValueError(f"{'+'.join(names)}: shape {tuple(value.shape)}, expected {tuple(param.shape)}")
     param.copy_(value)

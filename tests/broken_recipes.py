@@ -1,7 +1,7 @@
 """Deliberately broken training recipes: the reference model with one recipe bug each.
 
 A plugin for the suite's own tests (``--plugin tests/broken_recipes.py``). Every implementation here
-is the reference Transformer with the paper's recipe (``reference.training.PaperRecipe``) in which
+is the reference Transformer with the paper's recipe (its recipe capabilities, ``reference/training.py``) in which
 one piece (schedule, optimizer, criterion or batch) carries a bug of a kind real training code
 carries (bugs.md-style: B10, B48-B52). Each registers as ``broken-recipe-<bug>`` and declares as
 deviations the ``train`` clauses that bug breaks. ``tests/test_broken_models.py`` runs the ``train``
@@ -21,13 +21,13 @@ from torch import Tensor, nn
 
 from implementations import Implementation, hookimpl
 from reference.model import Transformer
-from reference.training import LabelSmoothedCrossEntropy, LRateScheduler, PaperRecipe, lrate, smoothed_targets
+from reference.training import LabelSmoothedCrossEntropy, LRateScheduler, lrate, smoothed_targets
 
 LEARNS = "train.learns"
 
 
-class Recipe(PaperRecipe, Transformer):
-    """The reference model with the paper's recipe; each bug below overrides one method."""
+class Recipe(Transformer):
+    """The reference model with the paper's recipe; each bug below overrides one recipe method."""
 
 
 def _unit_lr(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:

@@ -1,11 +1,13 @@
 """The checks can fail, for the right reason: each broken model is caught by exactly the clauses it breaks.
 
 One run of the whole conformance suite over every model of ``tests/broken_models.py`` (one bug each),
-the independently written conforming model of ``tests/independent_model.py`` and the reference; the
-``train`` area over every recipe of ``tests/broken_recipes.py`` (the reference model, one recipe bug each).
-Each broken model or recipe declares the clauses its bug breaks; the per-(subject, clause) outcomes read
-from ``--results-json`` must show every declared clause observed failing and no other clause failing, and
-the two conforming models must pass everything they are checked on.
+the independently written conforming model of ``tests/independent_model.py`` and the reference. Each
+broken model declares the clauses its bug breaks; the per-(model, clause) outcomes read from
+``--results-json`` must show every declared clause observed failing and no other clause failing, and the
+two conforming models must pass everything they are checked on. The broken decoders of
+``tests/broken_decoders.py`` (the reference's forward with one decoding bug) run the decoding checks only;
+the broken recipes of ``tests/broken_recipes.py`` (the reference model, one recipe bug each) and the
+training components run the ``train`` area only.
 """
 
 from __future__ import annotations
@@ -21,24 +23,28 @@ from pathlib import Path
 import pytest
 
 from conformance import threads
+from implementations import get_registry
 from spec import CLAUSES
 
 ROOT = Path(__file__).resolve().parents[1]
 BROKEN_PLUGIN = ROOT / "tests" / "broken_models.py"
 RECIPES_PLUGIN = ROOT / "tests" / "broken_recipes.py"
 INDEPENDENT_PLUGIN = ROOT / "tests" / "independent_model.py"
+DECODERS_PLUGIN = ROOT / "tests" / "broken_decoders.py"
 
 
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(f"_listing_{path.stem}", path)
+def _load_table(path: Path, table: str):
+    spec = importlib.util.spec_from_file_location(f"_{path.stem}_listing", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module
+    return getattr(module, table)
 
 
-_MODELS = _load(BROKEN_PLUGIN)
-BROKEN, LEARNS_MODELS = _MODELS.BROKEN, _MODELS.LEARNS_MODELS
-BROKEN_RECIPES = _load(RECIPES_PLUGIN).BROKEN_RECIPES
+BROKEN = _load_table(BROKEN_PLUGIN, "BROKEN")
+LEARNS_MODELS = _load_table(BROKEN_PLUGIN, "LEARNS_MODELS")
+BROKEN_RECIPES = _load_table(RECIPES_PLUGIN, "BROKEN_RECIPES")
+BROKEN_DECODERS = _load_table(DECODERS_PLUGIN, "BROKEN_DECODERS")
+BROKEN_SEARCHES = _load_table(DECODERS_PLUGIN, "BROKEN_SEARCHES")
 CONFORMING = ["reference", "independent"]
 HAVE_ORT = importlib.util.find_spec("onnxruntime") is not None
 
@@ -64,7 +70,8 @@ def run_suite(impls, tmp: Path, *extra: str, env=None, suite: str | None = "conf
     # The smoke profile: 3 examples, no shrinking. Each check's fixed witness shows its bug deterministically.
     cmd = [sys.executable, "-m", "pytest", *([suite] if suite else []), "-q", "-p", "no:cacheprovider",
            "--hypothesis-profile=smoke",
-           f"--plugin={BROKEN_PLUGIN}", f"--plugin={RECIPES_PLUGIN}", f"--plugin={INDEPENDENT_PLUGIN}",
+           f"--plugin={BROKEN_PLUGIN}", f"--plugin={INDEPENDENT_PLUGIN}", f"--plugin={DECODERS_PLUGIN}",
+           f"--plugin={RECIPES_PLUGIN}",
            f"--impl={','.join(impls)}",
            f"--results-json={out}", *extra]
     if importlib.util.find_spec("xdist") is not None and threads.available_cpus() > 1:
@@ -91,6 +98,29 @@ ONNX_MODELS = ["reference", "broken-dropout-in-eval"]
 # recipes, whose model is the reference's.
 TRAIN_TESTS = "conformance/test_train.py"
 LEARNS = "learns"
+# The broken decoders compute the reference's forward pass: only the decoding checks can tell them apart. The
+# decoding components (length penalties, beam searches) run there too, alone and composed into the reference.
+DECODE_TEST = "conformance/test_decode.py"
+DECODE_COMPONENTS = "length_penalty:all,search:all"
+# Built-in and broken decoding components that depart from §6.1, with the clauses they declare.
+DEPARTING_COMPONENTS = {"length_penalty:length-power": {"decode.beam"}, "length_penalty:none": {"decode.beam"},
+                        **{f"search:broken-{n}": set(c) for n, (_, _, c) in BROKEN_SEARCHES.items()}}
+CONFORMING_COMPONENTS = ["length_penalty:reference", "search:reference"]
+COMPOSED = {f"reference+{kind}={name}": clauses for (kind, _, name), clauses in
+            ((c.partition(":"), cl) for c, cl in DEPARTING_COMPONENTS.items())}
+COMPOSED_CONFORMING = "reference+search=reference+length_penalty=reference"
+# The training components (optimizers, schedules, criteria) run the train area alone and composed into the
+# reference; the built-ins that depart from §5 declare it (registry), so no table repeats their clauses here.
+TRAIN_KINDS = ("optimizer", "lr_schedule", "criterion")
+TRAIN_COMPONENTS = ",".join(f"{kind}:all" for kind in TRAIN_KINDS)
+_TRAINING = [c for c in get_registry().components.values() if c.kind in TRAIN_KINDS]
+HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
+TRAIN_DEPARTING = {f"{c.kind}:{c.name}": set(c.deviations) for c in _TRAINING if c.deviations
+                   and (HAVE_TRANSFORMERS or c.name != "hf-inverse-sqrt")}  # its checks skip without the library
+TRAIN_CONFORMING = [f"{c.kind}:{c.name}" for c in _TRAINING if not c.deviations]
+TRAIN_COMPOSED = {f"reference+{kind}={name}": clauses for (kind, _, name), clauses in
+                  ((c.partition(":"), cl) for c, cl in TRAIN_DEPARTING.items())}
+TRAIN_COMPOSED_CONFORMING = "reference+optimizer=reference+lr_schedule=reference+criterion=reference"
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +132,11 @@ def outcomes(tmp_path_factory):
             ([f"broken-recipe-{n}" for n in BROKEN_RECIPES], "recipes", (TRAIN_TESTS,))]
     if HAVE_ORT:
         runs.append((ONNX_MODELS, "onnx", (ONNX_TEST,)))
+    decoders = [f"broken-decoder-{n}" for n in BROKEN_DECODERS] + list(COMPOSED) + [COMPOSED_CONFORMING]
+    runs.append((decoders, "decoders", (DECODE_TEST, f"--component={DECODE_COMPONENTS}")))
+    # train.learns on a composition would train with the component (seconds each): the recipe clauses say it all
+    trainers = list(TRAIN_COMPOSED) + [TRAIN_COMPOSED_CONFORMING]
+    runs.append((trainers, "training", (TRAIN_TESTS, f"--component={TRAIN_COMPONENTS}", "-k", f"not {LEARNS}")))
     for impls_, name, args in runs:
         res_more, data_more = run_suite(impls_, tmp_path_factory.mktemp(name), *args, suite=None)
         tests += data_more["tests"]
@@ -154,6 +189,91 @@ def test_broken_recipe_is_caught_by_exactly_its_clauses(outcomes, name):
 def test_only_the_models_train_learns_runs_on_declare_it():
     declaring = {n for n, (_, _, _, clauses) in BROKEN.items() if "train.learns" in clauses}
     assert declaring <= set(LEARNS_MODELS), f"declare train.learns but are not in LEARNS_MODELS: {declaring}"
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_DECODERS))
+def test_broken_decoder_is_caught_by_exactly_its_clauses(outcomes, name):
+    _, table = outcomes
+    build, output, bug, clauses = BROKEN_DECODERS[name]
+    assert set(clauses) <= {c for c in CLAUSES if c.startswith("decode.")}, \
+        f"broken-decoder-{name} declares clauses outside the decode area: {sorted(clauses)}"
+    per_clause = table.get(f"broken-decoder-{name}")
+    assert per_clause, f"broken-decoder-{name}: no results (was it registered?)"
+    problems = _problems(per_clause, set(clauses))
+    assert not problems, f"broken-decoder-{name} ({bug}):\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("name", sorted(DEPARTING_COMPONENTS) + sorted(COMPOSED))
+def test_decoding_component_is_caught_by_exactly_its_clauses(outcomes, name):
+    """Alone (``--component``) and composed into the reference (``reference+KIND=NAME``, inheriting its
+    declarations), a departing length penalty or search fails exactly the clauses it declares."""
+    _, table = outcomes
+    declared = DEPARTING_COMPONENTS.get(name) or COMPOSED[name]
+    per_clause = table.get(name)
+    assert per_clause, f"{name}: no results (was it registered?)"
+    problems = _problems(per_clause, declared)
+    assert not problems, f"{name}:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("name", CONFORMING_COMPONENTS + [COMPOSED_CONFORMING])
+def test_the_reference_decoding_components_pass_alone_and_composed(outcomes, name):
+    _, table = outcomes
+    per_clause = table.get(name)
+    assert per_clause, f"{name}: no results"
+    outcomes_seen = {r["outcome"] for recs in per_clause.values() for r in recs}
+    assert outcomes_seen == {"passed"}, f"{name}: {sorted(outcomes_seen)} in {dict(per_clause)}"
+
+
+def test_every_decoding_component_check_fails_for_some_departing_component(outcomes):
+    """Each length-penalty and search check is proven able to fail: a departing component fails it."""
+    _, table = outcomes
+    runs: dict[str, set[str]] = defaultdict(set)
+    for name in list(DEPARTING_COMPONENTS) + CONFORMING_COMPONENTS:
+        for recs in table.get(name, {}).values():
+            for r in recs:
+                runs[r["nodeid"].split("[")[0]].add(r["outcome"])
+    assert len(runs) == 5, sorted(runs)  # two length-penalty checks, three search checks
+    unproven = sorted(check for check, seen in runs.items() if "xfailed" not in seen)
+    assert not unproven, f"component checks no departing component fails: {unproven}"
+
+
+@pytest.mark.parametrize("name", sorted(TRAIN_DEPARTING) + sorted(TRAIN_COMPOSED))
+def test_training_component_is_caught_by_exactly_its_clauses(outcomes, name):
+    """Alone (``--component``) and composed into the reference (``reference+KIND=NAME``), a departing optimizer,
+    schedule or criterion fails exactly the clauses it declares."""
+    _, table = outcomes
+    declared = TRAIN_DEPARTING.get(name) or TRAIN_COMPOSED[name]
+    per_clause = table.get(name)
+    assert per_clause, f"{name}: no results (was it registered?)"
+    problems = _problems(per_clause, declared)
+    assert not problems, f"{name}:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("name", TRAIN_CONFORMING + [TRAIN_COMPOSED_CONFORMING])
+def test_the_conforming_training_components_pass_alone_and_composed(outcomes, name):
+    _, table = outcomes
+    per_clause = table.get(name)
+    assert per_clause, f"{name}: no results"
+    outcomes_seen = {r["outcome"] for recs in per_clause.values() for r in recs}
+    assert outcomes_seen == {"passed"}, f"{name}: {sorted(outcomes_seen)} in {dict(per_clause)}"
+
+
+def test_every_training_component_check_fails_for_some_departing_component(outcomes):
+    """Each optimizer, schedule and criterion check is proven able to fail: a departing component fails it."""
+    _, table = outcomes
+    runs: dict[str, set[str]] = defaultdict(set)
+    for name in list(TRAIN_DEPARTING) + TRAIN_CONFORMING:
+        for recs in table.get(name, {}).values():
+            for r in recs:
+                runs[r["nodeid"].split("[")[0]].add(r["outcome"])
+    assert len(runs) == 4, sorted(runs)  # optimizer, schedule, and two criterion checks
+    unproven = sorted(check for check, seen in runs.items() if "xfailed" not in seen)
+    assert not unproven, f"component checks no departing component fails: {unproven}"
+
+
+def test_every_decode_clause_is_proven_by_a_broken_decoder():
+    proven = {c for *_, clauses in BROKEN_DECODERS.values() for c in clauses}
+    assert proven == {c for c in CLAUSES if c.startswith("decode.")}
 
 
 @pytest.mark.parametrize("name", CONFORMING)

@@ -44,8 +44,10 @@ def test_positional_table_is_a_non_persistent_buffer():
     assert all(p is not model.pe for p in model.parameters())
 
 
-def test_parameter_counts_match_paper_md():
-    # paper.md §5: 44,101,632 in the 12 layers; 63.05M at V = 37000; big 214.2M.
+def test_parameter_counts_match_the_paper():
+    # Table 3 reports 65M (base) and 213M (big) parameters. Counted from §3 with V = 37000 shared tokens (§5.1):
+    # 44,101,632 in the 12 layers (6 x 3,150,336 encoder + 6 x 4,199,936 decoder), 63,045,632 with the
+    # shared embedding matrix.
     layers = parameter_count(BASE) - BASE.src_vocab * BASE.d_model
     assert layers == 44_101_632
     assert parameter_count(BASE) == 63_045_632
@@ -55,7 +57,8 @@ def test_parameter_counts_match_paper_md():
     assert sum(p.numel() for p in model.parameters()) == parameter_count(TINY)
 
 
-def test_pe_values_from_paper_md():
+def test_pe_values_of_section_3_5():
+    # §3.5 at d_model = 512: PE(0) alternates sin 0 = 0 and cos 0 = 1; PE(1, 2i) = sin(1 / 10000^(2i/512)).
     pe = sinusoid_table(2, 512, dtype=torch.float64)
     assert pe[0, :6].tolist() == [0, 1, 0, 1, 0, 1]
     expected = [0.841471, 0.540302, 0.821856, 0.569695, 0.801962, 0.597375]
@@ -69,7 +72,8 @@ def test_pe_odd_width():
 
 
 def test_layer_norm_of_a_known_vector():
-    # paper.md §5: x = [1, 0, 0, 0] -> [1.7321, -0.5774, -0.5774, -0.5774] (biased variance).
+    # Layer norm (Ba et al. 2016, used in §3.1) with the biased variance: mean 1/4, variance 3/16, so
+    # x = [1, 0, 0, 0] -> [sqrt(3), -1/sqrt(3), -1/sqrt(3), -1/sqrt(3)] = [1.7321, -0.5774, -0.5774, -0.5774].
     ln = LayerNorm(4, eps=0.0)
     out = ln(torch.tensor([[1.0, 0.0, 0.0, 0.0]]))
     assert out[0].tolist() == pytest.approx([math.sqrt(3), -1 / math.sqrt(3), -1 / math.sqrt(3), -1 / math.sqrt(3)])

@@ -17,15 +17,21 @@ from reference.model import Transformer
 
 
 class DividesByZero(Transformer):
+    make_scheduler = None  # the schedule is this function of the step
+
     def learning_rate(self, step_num, train_config):
         step = step_num - 1  # the loop's counter, 0 at the first update, used as Eq. (3)'s step_num
         return self.config.d_model ** -0.5 * min(step ** -0.5, step * train_config.warmup_steps ** -1.5)
 
 
+class NoRecipe(Transformer):  # the reference model with its recipe capabilities hidden
+    make_optimizer = make_scheduler = make_criterion = make_batch = None
+
+
 @hookimpl
 def register_implementations(register):
     register(Implementation(name="divides-by-zero", build=DividesByZero))
-    register(Implementation(name="no-recipe", build=Transformer))
+    register(Implementation(name="no-recipe", build=NoRecipe))
 '''
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.harness import checking
 from conformance.learning import TASKS, train_implementation
 from implementations import get_registry
 
@@ -23,7 +24,8 @@ def registry():
 def test_the_reference_learns_both_tasks_with_every_seed(registry, seed):
     impl = registry.get("reference")
     for task in TASKS.values():
-        _, curve = train_implementation(impl, task, seed=seed)
+        with checking("train.learns"):
+            _, curve = train_implementation(impl, task, seed=seed)
         print(f"seed {seed} {task.name}: {curve.accuracy:.1%} (threshold {task.threshold:.0%}), {curve.seconds:.1f} s")
         assert curve.passed, (f"seed {seed}, {task.name}: the reference reproduces {curve.accuracy:.1%} of the "
                               f"held-out sequences, below the check's {task.threshold:.0%}: train.learns is flaky")
@@ -43,6 +45,7 @@ def test_a_model_without_its_causal_mask_never_learns(seed):
     build = module.BROKEN["no-causal-mask"][0]
     impl = Implementation(name="no-causal-mask", build=build, output="logits")
     for task in TASKS.values():
-        _, curve = train_implementation(impl, task, seed=seed)
+        with checking("train.learns"):
+            _, curve = train_implementation(impl, task, seed=seed)
         assert not curve.passed, f"seed {seed}, {task.name}: a decoder that reads the future passed ({curve.accuracy})"
         assert curve.teacher_forced[-1] > 0.9  # it did learn to read the future

@@ -1,0 +1,136 @@
+"""The data of an audit: one status per (subject, clause), folded from the suite's per-test records.
+
+Shared by ``aiayn.audit`` (which runs the suite) and ``aiayn.report`` (which renders the result).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import spec
+from spec import CLAUSES
+
+__all__ = ["AuditResult", "BAD", "BROKEN", "ClauseResult", "SCHEMA", "STATUSES", "SubjectResult", "fold"]
+
+STATUSES: tuple[str, ...] = ("pass", "fail", "deviation", "unexpected-pass", "skip", "error")
+BROKEN = ("fail", "deviation", "error")  # statuses that make a subject nonconforming
+BAD = ("fail", "error", "unexpected-pass")  # statuses that make the audit exit 1
+SCHEMA = 2  # 2: `conforming` and the verdict's first word are decided by must clauses only
+
+
+# -- the data ------------------------------------------------------------------------------------------------
+@dataclass
+class ClauseResult:
+    status: str
+    message: str = ""
+    detail: str = ""
+    tests: int = 0
+
+    def to_json(self, clause_id: str) -> dict:
+        c = CLAUSES[clause_id]
+        return {"status": self.status, "severity": c.severity, "section": c.citation, "message": self.message,
+                "detail": self.detail, "tests": self.tests}
+
+
+@dataclass
+class SubjectResult:
+    name: str  # "reference", or "attention:sdpa-math" for a component
+    kind: str  # "implementation" | "component"
+    source: str = ""
+    summary: str = ""
+    deviations: dict[str, str] = field(default_factory=dict)
+    clauses: dict[str, ClauseResult] = field(default_factory=dict)
+    seconds: float = 0.0
+    figures: dict[str, str] = field(default_factory=dict)  # title -> base64 PNG (HTML report)
+    figure_errors: list[str] = field(default_factory=list)
+    learning_curves: list[dict] = field(default_factory=list)  # train.learns runs (conformance.learning)
+
+    def broken(self, severity: str) -> list[str]:
+        return [c for c, r in self.clauses.items() if r.status in BROKEN and CLAUSES[c].severity == severity]
+
+    @property
+    def conforming(self) -> bool:
+        """No ``must`` clause broken; ``should`` clauses do not decide (spec/clauses.py, Severities)."""
+        return not self.broken("must")
+
+    @property
+    def verdict(self) -> str:
+        if not self.clauses:
+            return "not audited"
+        must, should = len(self.broken("must")), len(self.broken("should"))
+        if not must and not should:
+            return "conforming"
+        return f"{'conforming' if self.conforming else 'nonconforming'} ({must} must, {should} should)"
+
+    @property
+    def bad(self) -> list[str]:
+        return [c for c, r in self.clauses.items() if r.status in BAD]
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "verdict": self.verdict, "conforming": self.conforming,
+                "source": self.source, "summary": self.summary, "seconds": round(self.seconds, 2),
+                "broken": {"must": len(self.broken("must")), "should": len(self.broken("should"))},
+                "clauses": {c: r.to_json(c) for c, r in self.clauses.items()},
+                **({"learning_curves": self.learning_curves} if self.learning_curves else {})}
+
+
+@dataclass
+class AuditResult:
+    subjects: list[SubjectResult]
+    seconds: float = 0.0
+    command: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if any(s.bad for s in self.subjects) else 0
+
+    def to_json(self) -> dict:
+        impls = {s.name: s.to_json() for s in self.subjects if s.kind == "implementation"}
+        comps = {s.name: s.to_json() for s in self.subjects if s.kind == "component"}
+        return {"schema": SCHEMA, "spec": spec.SPEC_VERSION, "paper": spec.PAPER, "command": self.command,
+                "seconds": round(self.seconds, 2), "exit_code": self.exit_code,
+                "implementations": impls, "components": comps}
+
+
+# -- folding test records into clause statuses ---------------------------------------------------------------
+def fold(records: list[dict], deviations: dict[str, str]) -> dict[str, ClauseResult]:
+    """One status per clause from the suite's per-test records (see ``conformance/results.py``)."""
+    by_clause: dict[str, list[dict]] = {}
+    for rec in records:
+        if rec.get("clause") in CLAUSES:
+            by_clause.setdefault(rec["clause"], []).append(rec)
+    out: dict[str, ClauseResult] = {}
+    for clause in CLAUSES:  # catalogue order
+        recs = by_clause.get(clause)
+        if not recs:
+            continue
+        outcomes = [r["outcome"] for r in recs]
+
+        def first(*kinds: str, recs: list[dict] = recs) -> dict:
+            return next(r for r in recs if r["outcome"] in kinds)
+
+        if "error" in outcomes:
+            r = first("error")
+            out[clause] = ClauseResult("error", r["message"], r["detail"], len(recs))
+        elif clause in deviations:
+            if "xfailed" in outcomes or "failed" in outcomes:
+                r = first("xfailed", "failed")
+                out[clause] = ClauseResult("deviation", f"declared: {deviations[clause]}",
+                                           f"observed: {r['detail']}", len(recs))
+            elif "passed" in outcomes or "xpassed" in outcomes:
+                out[clause] = ClauseResult("unexpected-pass", f"declared but not observed: {deviations[clause]}",
+                                           "every check of this clause passed; remove the declaration or make "
+                                           "the suite see the deviation", len(recs))
+            else:
+                r = first("skipped")
+                out[clause] = ClauseResult("skip", r["message"], r["detail"], len(recs))
+        elif "failed" in outcomes or "xfailed" in outcomes:
+            r = first("failed", "xfailed")
+            out[clause] = ClauseResult("fail", r["message"], r["detail"], len(recs))
+        elif "passed" in outcomes or "xpassed" in outcomes:
+            note = "; ".join(dict.fromkeys(r["note"] for r in recs if r.get("note")))  # e.g. a convention found
+            out[clause] = ClauseResult("pass", note, "", len(recs))
+        else:
+            r = first("skipped")
+            out[clause] = ClauseResult("skip", r["message"], r["detail"], len(recs))
+    return out

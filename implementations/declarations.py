@@ -1,0 +1,107 @@
+"""What a plugin registers: an ``Implementation`` (a whole model) or a ``Component`` (one part of it).
+
+Both are plain frozen records; ``validated`` is the one place that checks them and
+returns the read-only copy the registry keeps (see ``implementations/hookspecs.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+from spec.clauses import CLAUSES
+from spec.contract import OUTPUT_KINDS
+
+__all__ = ["COMPONENT_KINDS", "Component", "ComponentUnavailable", "Implementation", "validated"]
+
+COMPONENT_KINDS: tuple[str, ...] = ("attention", "positional_encoding", "layer_norm", "feed_forward",
+                                     "length_penalty", "search", "optimizer", "lr_schedule", "criterion")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=\-]*$")
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """One auditable implementation of the whole model.
+
+    name        used with ``--impl``; letters, digits and ``-_.+=``
+    build       ``ModelConfig -> adapter`` (a ``torch.nn.Module``, see ``spec.contract``)
+    summary     one line for ``aiayn list``
+    source      where the code comes from (repository, file and commit; or a citation)
+    output      ``"logits"``, ``"log_probs"`` or ``"probs"``
+    deviations  clause id -> why this implementation departs from it
+    notes       optional prose for docs/audits.md (what is reproduced, what is not a deviation and why)
+    plugin      the plugin that registered it (filled in by the registry)
+    """
+
+    name: str
+    build: Callable[[Any], Any]
+    summary: str = ""
+    source: str = ""
+    output: str = "logits"
+    deviations: Mapping[str, str] = field(default_factory=dict)
+    notes: str = ""
+    plugin: str = ""
+
+
+@dataclass(frozen=True)
+class Component:
+    """One reusable part: ``kind`` is one of ``COMPONENT_KINDS``; what ``factory`` is called with and
+    returns depends on the kind (``implementations/hookspecs.py``, ``register_components``)."""
+
+    kind: str
+    name: str
+    factory: Callable[..., Any]
+    summary: str = ""
+    source: str = ""
+    deviations: Mapping[str, str] = field(default_factory=dict)
+    notes: str = ""
+    plugin: str = ""
+
+
+class ComponentUnavailable(RuntimeError):
+    """Raised by a component that cannot run on this machine (its checks skip with this message)."""
+
+
+Declared = TypeVar("Declared", bound="Implementation | Component")
+
+
+def _check_name(owner: str, name: object) -> None:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"{owner} name {name!r} is invalid; use letters, digits and -_.+= (no commas or spaces)")
+
+
+def validated(item: Declared, plugin: str = "") -> Declared:
+    """``item`` checked, as a copy with read-only ``deviations`` (and ``plugin`` filled in when empty).
+
+    Raises a one-line ValueError naming what is wrong and what is accepted."""
+    if isinstance(item, Implementation):
+        owner = f"implementation {item.name!r}"
+        _check_name("implementation", item.name)
+        if item.name == "all":
+            raise ValueError("implementation name 'all' is reserved (it selects every implementation)")
+        if not callable(item.build):
+            raise ValueError(f"{owner}: build must be callable (config -> adapter)")
+        if item.output not in OUTPUT_KINDS:
+            raise ValueError(f"{owner}: output {item.output!r} is not one of {', '.join(OUTPUT_KINDS)}")
+    else:
+        owner = f"component {item.name!r}"
+        if item.kind not in COMPONENT_KINDS:
+            raise ValueError(f"component kind {item.kind!r} is not one of {', '.join(COMPONENT_KINDS)}")
+        _check_name("component", item.name)
+        if not callable(item.factory):
+            raise ValueError(f"{owner}: factory must be callable")
+    if not isinstance(item.deviations, Mapping):
+        raise ValueError(f"{owner}: deviations must be a mapping clause id -> reason, "
+                         f"got {type(item.deviations).__name__}")
+    for clause_id, why in item.deviations.items():
+        if clause_id not in CLAUSES:
+            raise ValueError(f"{owner}: deviations names unknown clause {clause_id!r}; known clauses: "
+                             f"{', '.join(CLAUSES)}")
+        if not isinstance(why, str) or not why.strip():
+            raise ValueError(f"{owner}: deviation {clause_id!r} needs a reason (a non-empty string)")
+    return dataclasses.replace(item, deviations=MappingProxyType(dict(item.deviations)),
+                               plugin=item.plugin or plugin)
