@@ -179,6 +179,8 @@ def run_job(job: Job, *, plugins: list[str], extra: list[str], workdir: Path, ti
     for subject in job.subjects:
         mine = [r for r in records if r.get("subject") == prefix[subject.kind] + subject.name]
         subject.clauses = fold(mine, subject.deviations)
+        subject.learning_curves = [r["data"]["learning_curve"] for r in mine
+                                   if isinstance(r.get("data"), dict) and "learning_curve" in r["data"]]
         subject.seconds = elapsed if len(job.subjects) == 1 else sum(r.get("duration", 0.0) for r in mine)
 
 
@@ -218,11 +220,16 @@ def audit(jobs: list[Job], *, plugins: list[str], extra: list[str], jobs_n: int,
             for s in job.subjects:
                 progress.log(f"  {s.name}: {s.verdict} ({s.seconds:.0f} s)")
             if with_figures:
-                from .figures import figures_for
+                from .figures import figures_for, learning_curves_figure
 
                 for s in job.subjects:
                     if s.kind == "implementation":
                         s.figures, s.figure_errors = figures_for(s.name, plugins=plugins, workdir=workdir)
+                        if s.learning_curves:
+                            try:
+                                s.figures.update(learning_curves_figure(s.name, s.learning_curves))
+                            except Exception as exc:  # a picture lost, never the report
+                                s.figure_errors.append(f"learning curves: {type(exc).__name__}: {exc}")
 
         with ThreadPoolExecutor(max_workers=max(1, jobs_n)) as pool:
             list(pool.map(one, jobs))

@@ -12,6 +12,10 @@ implementation itself, built with the suite's tiny configuration:
   at every position after a post-norm layer with unit gains (§3.1, §5.4 layer norm).
 
 A crash, a hang or a missing probe costs a picture (recorded as an error), never the report.
+
+The learning curves of the ``train.learns`` check are drawn from the suite's own records
+(``learning_curves_figure``, in the audit's process: data only, no implementation runs), with
+the same drawing as ``aiayn train``'s plot (``draw_learning_curves``).
 """
 
 from __future__ import annotations
@@ -185,6 +189,61 @@ def draw(name: str, out: Path, plugins: list[str]) -> dict:
         errors.append(f"encoder statistics: {type(exc).__name__}: {exc}".splitlines()[0])
 
     return {"figures": figures, "errors": errors}
+
+
+# -- learning curves (train.learns records, aiayn train) ---------------------------------------------------------
+def draw_learning_curves(curves: list[dict], title: str):
+    """One panel per run: loss per update (left axis), teacher-forced token accuracy per update and greedy
+    exact-match accuracy on held-out sources (right axis), the pass threshold dashed. ``curves`` are
+    ``conformance.learning.LearningCurve.to_json()`` dicts. Returns a matplotlib Figure (Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import textwrap
+
+    import matplotlib.pyplot as plt
+
+    width = max(6.5, 5.2 * len(curves))
+    fig, axes = plt.subplots(1, len(curves), figsize=(width, 3.9), squeeze=False)
+    for ax, curve in zip(axes[0], curves):
+        steps = range(1, len(curve["loss"]) + 1)
+        loss = [v if v is not None else float("nan") for v in curve["loss"]]
+        ax.plot(steps, loss, color="tab:red", lw=1.2, label="loss")
+        ax.set_xlabel("update")
+        ax.set_ylabel("loss", color="tab:red")
+        acc = ax.twinx()
+        tf = [v if v is not None else float("nan") for v in curve["teacher_forced"]]
+        acc.plot(steps, tf, color="tab:gray", lw=0.8, alpha=0.7, label="teacher-forced token accuracy")
+        acc.plot(curve["eval_steps"], curve["greedy"], "o-", color="tab:blue", ms=4,
+                 label="greedy exact match (held-out)")
+        acc.axhline(curve["threshold"], color="tab:blue", ls="--", lw=0.8, label=f"pass: {curve['threshold']:.0%}")
+        acc.set_ylim(-0.02, 1.02)
+        acc.set_ylabel("accuracy")
+        verdict = "passed" if curve["accuracy"] >= curve["threshold"] else "FAILED"
+        ax.set_title(f"{curve['task']}: {curve['accuracy']:.0%} held-out ({verdict}), seed {curve['seed']}",
+                     fontsize=9)
+        lines = ax.get_legend_handles_labels()[0] + acc.get_legend_handles_labels()[0]
+        acc.legend(lines, [ln.get_label() for ln in lines], fontsize=7, loc="center right")
+    fig.suptitle("\n".join(textwrap.wrap(title, int(width * 14))), fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def learning_curves_figure(name: str, curves: list[dict]) -> dict[str, str]:
+    """{title: base64 PNG} of the train.learns curves of one implementation."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    fig = draw_learning_curves(curves, f"{name}: train.learns")
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=80)
+    plt.close(fig)
+    recipe = curves[0].get("recipe", "")
+    title = (f"train.learns: loss and accuracy per update on the tiny tasks, trained with {recipe}. Greedy decoding "
+             "from the source alone must reach the dashed line; a decoder that reads the future shows a high "
+             "teacher-forced accuracy and a low greedy one")
+    return {title: base64.b64encode(buffer.getvalue()).decode("ascii")}
 
 
 def main(argv: list[str] | None = None) -> int:

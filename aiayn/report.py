@@ -113,6 +113,9 @@ def markdown(result: AuditResult) -> str:
     out += ["", "## Declared deviations", ""]
     devs = [(s, c, r) for s in result.subjects for c, r in s.clauses.items() if r.status == "deviation"]
     out += [f"- **{s.name}** `{c}` ({CLAUSES[c].citation}): {_md(r.message)}" for s, c, r in devs] or ["None."]
+    notes = [(s, c, r) for s in result.subjects for c, r in s.clauses.items() if r.status == "pass" and r.message]
+    if notes:
+        out += ["", "## Notes", ""] + [f"- **{s.name}** `{c}`: {_md(r.message)}" for s, c, r in notes]
     skips = sorted({(c, r.message) for s in result.subjects for c, r in s.clauses.items() if r.status == "skip"})
     if skips:
         out += ["", "## Skipped", ""] + [f"- `{c}`: {_md(m)}" for c, m in skips]
@@ -173,7 +176,7 @@ def as_html(result: AuditResult) -> str:
         parts.append(f'<section id="{_e(s.name)}"><h2>{_e(s.name)}: {_e(s.verdict)}</h2>')
         if s.summary or s.source:
             parts.append(f"<p>{_e(s.summary)} <small>{_e(s.source)}</small></p>")
-        notable = [(c, r) for c, r in s.clauses.items() if r.status != "pass"]
+        notable = [(c, r) for c, r in s.clauses.items() if r.status != "pass" or r.message]
         if notable:
             parts.append("<ul>")
             for c, r in notable:

@@ -43,6 +43,7 @@ class SubjectResult:
     seconds: float = 0.0
     figures: dict[str, str] = field(default_factory=dict)  # title -> base64 PNG (HTML report)
     figure_errors: list[str] = field(default_factory=list)
+    learning_curves: list[dict] = field(default_factory=list)  # train.learns runs (conformance.learning)
 
     def broken(self, severity: str) -> list[str]:
         return [c for c, r in self.clauses.items() if r.status in BROKEN and CLAUSES[c].severity == severity]
@@ -69,7 +70,8 @@ class SubjectResult:
         return {"kind": self.kind, "verdict": self.verdict, "conforming": self.conforming,
                 "source": self.source, "summary": self.summary, "seconds": round(self.seconds, 2),
                 "broken": {"must": len(self.broken("must")), "should": len(self.broken("should"))},
-                "clauses": {c: r.to_json(c) for c, r in self.clauses.items()}}
+                "clauses": {c: r.to_json(c) for c, r in self.clauses.items()},
+                **({"learning_curves": self.learning_curves} if self.learning_curves else {})}
 
 
 @dataclass
@@ -126,7 +128,8 @@ def fold(records: list[dict], deviations: dict[str, str]) -> dict[str, ClauseRes
             r = first("failed", "xfailed")
             out[clause] = ClauseResult("fail", r["message"], r["detail"], len(recs))
         elif "passed" in outcomes or "xpassed" in outcomes:
-            out[clause] = ClauseResult("pass", "", "", len(recs))
+            note = "; ".join(dict.fromkeys(r["note"] for r in recs if r.get("note")))  # e.g. a convention found
+            out[clause] = ClauseResult("pass", note, "", len(recs))
         else:
             r = first("skipped")
             out[clause] = ClauseResult("skip", r["message"], r["detail"], len(recs))

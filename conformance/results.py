@@ -8,6 +8,11 @@ pytest-xdist, which forwards every report)::
      "message": "first line of the diagnostic or skip reason", "detail": "the full diagnostic",
      "duration": seconds}
 
+and, only when a check recorded them, ``"note"`` (a finding worth reporting on a pass, e.g. the
+label-smoothing convention found) and ``"data"`` (measurements for the reports, e.g.
+``{"learning_curve": {...}}`` from ``train.learns``: see ``conformance.learning.LearningCurve``).
+A check records them in ``request.node.user_properties`` as ``aiayn_note`` and ``aiayn_data``.
+
 OUTCOME is one of ``passed``, ``failed`` (a clause violation; a wrong output
 type, shape or dtype is one in model.shape's own checks), ``error`` (the
 implementation could not be checked: it crashed, returned something unusable
@@ -65,6 +70,7 @@ def record_of(report: pytest.TestReport) -> dict[str, Any]:
     # A clause violation or implementation error carries its own diagnostic; else the report's text.
     detail = str(props.get("aiayn_message") or _message(report))
     first = next((line.strip() for line in detail.splitlines() if line.strip()), "")
+    extra = {key: props[f"aiayn_{key}"] for key in ("note", "data") if f"aiayn_{key}" in props}
     return {
         "nodeid": report.nodeid,
         "subject": props.get("aiayn_subject"),
@@ -74,6 +80,7 @@ def record_of(report: pytest.TestReport) -> dict[str, Any]:
         "message": first[:500],
         "detail": detail[:4000],
         "duration": round(float(getattr(report, "duration", 0.0)), 4),
+        **extra,
     }
 
 

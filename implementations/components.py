@@ -5,7 +5,8 @@ docs/components.md)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -19,15 +20,18 @@ from reference.model import (
     scaled_dot_product_attention,
     sinusoid_table,
 )
+from reference.training import adam, label_smoothed_cross_entropy, lrate_scheduler
 
 from .declarations import Component, ComponentUnavailable
 from .hookspecs import hookimpl
 
-__all__ = ["ComponentUnavailable", "GELUFeedForward", "length_power_penalty", "no_length_penalty", "sdpa_attention",
-           "t2t_timing_signal"]
+__all__ = ["ComponentUnavailable", "GELUFeedForward", "annotated_rate_schedule", "hf_inverse_sqrt_schedule",
+           "length_power_penalty", "no_length_penalty", "sdpa_attention", "t2t_timing_signal", "torch_adam_defaults",
+           "torch_cross_entropy", "torch_cross_entropy_smoothed", "torch_cross_entropy_smoothed_no_ignore"]
 
 REFERENCE_SOURCE = "aiayn-conformance reference/model.py"
 DECODING_SOURCE = "aiayn-conformance reference/decoding.py"
+TRAINING_SOURCE = "aiayn-conformance reference/training.py"
 
 
 # -- attention ---------------------------------------------------------------
@@ -89,6 +93,66 @@ def no_length_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor:
     return torch.ones_like(length, dtype=torch.float32)
 
 
+# -- training (§5): optimizers, learning-rate schedules, criteria ---------------------------------------------
+def torch_adam_defaults(params: Iterable[nn.Parameter], train_config: Any) -> torch.optim.Optimizer:
+    """``torch.optim.Adam(params)``: its defaults betas (0.9, 0.999), eps 1e-8, no weight decay (the train_config
+    is not read, as code that writes ``Adam(model.parameters())`` does not read the paper's)."""
+    return torch.optim.Adam(params)
+
+
+def _absolute_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """A LambdaLR multiplies each group's initial rate by its lambda: set both to ``lr``."""
+    for group in optimizer.param_groups:
+        group["lr"] = group["initial_lr"] = lr
+
+
+def hf_inverse_sqrt_schedule(optimizer: torch.optim.Optimizer, d_model: int, train_config: Any) -> Any:
+    """Hugging Face transformers' ``get_inverse_sqrt_schedule(optimizer, num_warmup_steps=warmup_steps)`` with the
+    optimizer's rate set to Eq. (3)'s peak d_model^-0.5 * warmup^-0.5: a LambdaLR whose factor is
+    current_step / warmup during the warmup and sqrt(warmup / current_step) after it, current_step counting the
+    scheduler's steps from 0. Raises ComponentUnavailable without transformers."""
+    try:
+        from transformers import get_inverse_sqrt_schedule
+    except ImportError as exc:
+        raise ComponentUnavailable(f"Hugging Face transformers is not installed here ({exc})") from exc
+    _absolute_rate(optimizer, d_model ** -0.5 * train_config.warmup_steps ** -0.5)
+    return get_inverse_sqrt_schedule(optimizer, num_warmup_steps=train_config.warmup_steps)
+
+
+def annotated_rate_schedule(optimizer: torch.optim.Optimizer, d_model: int, train_config: Any) -> Any:
+    """The Annotated Transformer's ``rate(step, model_size, factor, warmup)`` in a LambdaLR over an optimizer at
+    rate 1 (factor 1): Eq. (3) of the scheduler's step counter, which starts at 0 and is clamped to 1 there."""
+    warmup = train_config.warmup_steps
+
+    def rate(step: int) -> float:
+        step = max(step, 1)  # the counter is 0 at the first update
+        return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+    _absolute_rate(optimizer, 1.0)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
+
+
+def torch_cross_entropy_smoothed(vocab: int, pad_id: int, train_config: Any) -> nn.Module:
+    """``nn.CrossEntropyLoss(ignore_index=pad_id, label_smoothing=eps_ls)``: at each real target 1 - eps + eps/V on
+    the target and eps/V on every class (the padding class included); padding targets dropped from the sum and
+    from the mean's count."""
+    return nn.CrossEntropyLoss(ignore_index=pad_id, label_smoothing=train_config.label_smoothing)
+
+
+def torch_cross_entropy_smoothed_no_ignore(vocab: int, pad_id: int, train_config: Any) -> nn.Module:
+    """``nn.CrossEntropyLoss(label_smoothing=eps_ls)`` without ``ignore_index``: padding targets are trained towards
+    the padding class and counted in the mean."""
+    return nn.CrossEntropyLoss(label_smoothing=train_config.label_smoothing)
+
+
+def torch_cross_entropy(vocab: int, pad_id: int, train_config: Any) -> nn.Module:
+    """``nn.CrossEntropyLoss(ignore_index=pad_id)``: one-hot targets, no label smoothing."""
+    return nn.CrossEntropyLoss(ignore_index=pad_id)
+
+
+ANNOTATED = "The Annotated Transformer (Harvard NLP, 2022 edition): rate() in a LambdaLR"
+
+
 @hookimpl
 def register_components(register):
     register(Component("attention", "reference", lambda: scaled_dot_product_attention,
@@ -136,3 +200,52 @@ def register_components(register):
                        summary="tensor2tensor's beam search (§6.1): 2K candidates, K alive, K finished kept aside, "
                                "early stop when no alive hypothesis can win",
                        source=DECODING_SOURCE))
+    register(Component("optimizer", "reference", adam,
+                       summary="Adam with beta1 0.9, beta2 0.98, eps 1e-9 and no weight decay (§5.3)",
+                       source=TRAINING_SOURCE))
+    register(Component("optimizer", "torch-adam-defaults", torch_adam_defaults,
+                       summary="torch.optim.Adam(params) with its defaults: betas (0.9, 0.999), eps 1e-8",
+                       source="torch.optim.Adam",
+                       deviations={"train.optimizer": "torch's default beta2 0.999 and eps 1e-8 instead of §5.3's "
+                                                      "0.98 and 1e-9"}))
+    register(Component("lr_schedule", "reference", lrate_scheduler,
+                       summary="Eq. (3) with warmup_steps 4000, step_num counting updates from 1 (§5.3)",
+                       source=TRAINING_SOURCE))
+    register(Component("lr_schedule", "hf-inverse-sqrt", hf_inverse_sqrt_schedule,
+                       summary="Hugging Face transformers' get_inverse_sqrt_schedule, peaking at Eq. (3)'s peak rate",
+                       source="transformers.get_inverse_sqrt_schedule (transformers/optimization.py)",
+                       deviations={"train.lr-schedule": "Eq. (3) of the scheduler's counter, which is 0 at the first "
+                                                        "update: update 1 runs at rate 0 and update k at Eq. (3)'s "
+                                                        "step k - 1"},
+                       notes="Built over the optimizer's rate set to d_model^-0.5 * warmup^-0.5, the schedule is "
+                             "Eq. (3)'s shape exactly (a linear warmup to that peak, then warmup^0.5 / sqrt(step)), "
+                             "one update late. Needs transformers; without it its checks skip."))
+    register(Component("lr_schedule", "annotated-rate", annotated_rate_schedule,
+                       summary="the Annotated Transformer's rate() in a LambdaLR: step 0 clamped to 1",
+                       source=ANNOTATED,
+                       deviations={"train.lr-schedule": "the LambdaLR counter starts at 0 and rate() clamps it to 1: "
+                                                        "updates 1 and 2 both run at Eq. (3)'s step 1, update k at "
+                                                        "step k - 1"}))
+    register(Component("criterion", "reference", label_smoothed_cross_entropy,
+                       summary="label smoothing 0.1 spread as eps/(V-1) over the other classes (tensor2tensor), "
+                               "padding targets weighted 0, mean over the real targets (§5.4)",
+                       source=TRAINING_SOURCE))
+    register(Component("criterion", "torch-cross-entropy-ls", torch_cross_entropy_smoothed,
+                       summary="nn.CrossEntropyLoss(ignore_index=pad_id, label_smoothing=0.1)",
+                       source="torch.nn.CrossEntropyLoss",
+                       notes="Passes: it spreads eps as eps/V over every class, the target and the padding class "
+                             "included (Szegedy et al.'s form; the target gets 1 - eps + eps/V), which "
+                             "train.label-smoothing accepts and reports. The padding class gets eps/V at every real "
+                             "target, as tensor2tensor's eps/(V-1) gives it too. ignore_index removes padding "
+                             "targets from the smoothing term as well as from the NLL term, and from the mean's "
+                             "count."))
+    register(Component("criterion", "torch-cross-entropy-ls-no-ignore", torch_cross_entropy_smoothed_no_ignore,
+                       summary="nn.CrossEntropyLoss(label_smoothing=0.1) without ignore_index",
+                       source="torch.nn.CrossEntropyLoss",
+                       deviations={"train.label-smoothing": "padding targets are trained towards the padding "
+                                                            "class (no ignore_index)",
+                                   "train.loss-padding": "padding targets count in the loss and in its mean"}))
+    register(Component("criterion", "torch-cross-entropy", torch_cross_entropy,
+                       summary="nn.CrossEntropyLoss(ignore_index=pad_id): no label smoothing",
+                       source="torch.nn.CrossEntropyLoss",
+                       deviations={"train.label-smoothing": "one-hot targets: no label smoothing"}))

@@ -19,7 +19,7 @@ from spec.contract import OUTPUT_KINDS
 __all__ = ["COMPONENT_KINDS", "Component", "ComponentUnavailable", "Implementation", "validated"]
 
 COMPONENT_KINDS: tuple[str, ...] = ("attention", "positional_encoding", "layer_norm", "feed_forward",
-                                     "length_penalty", "search")
+                                     "length_penalty", "search", "optimizer", "lr_schedule", "criterion")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=\-]*$")
 
 

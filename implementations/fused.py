@@ -50,6 +50,7 @@ from torch import Tensor, nn
 
 from reference.decoding import LayerCache, generate
 from reference.model import sinusoid_table
+from reference.training import PaperRecipe
 from spec.config import ModelConfig
 from spec.decoding import DecodeConfig
 from spec.schema import CanonicalKey, Target, load_canonical, parameter_schema
@@ -202,11 +203,12 @@ class FusedCache(NamedTuple):
         return self.layers[0].self_k.size(2)
 
 
-class FusedTransformer(nn.Module):
+class FusedTransformer(PaperRecipe, nn.Module):
     """§3, Figure 1, with fused projections and SDPA; returns logits (B, T, tgt_vocab).
 
     Parameters are the canonical schema's, except that each self-attention
     holds ``qkv`` (= cat(q, k, v)) and each cross-attention ``kv`` (= cat(k, v)).
+    Its training recipe is the paper's (``reference.training.PaperRecipe``, §5.3-5.4).
     """
 
     pe: Tensor  # (max_len, d_model), a non-persistent buffer

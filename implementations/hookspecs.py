@@ -73,8 +73,9 @@ def register_implementations(register):
 
 @hookspec
 def register_components(register):
-    """Register reusable parts (attention kernels, positional encodings, norms, feed-forwards, and the
-    decoding parts of §6.1: length penalties and beam searches).
+    """Register reusable parts (attention kernels, positional encodings, norms, feed-forwards, the
+    decoding parts of §6.1: length penalties and beam searches, and the training parts of §5: optimizers,
+    learning-rate schedules and criteria).
 
     Call ``register`` once per component, with a ``Component(kind, name, factory, summary=...,
     source=..., deviations=...)``. What ``factory`` must return depends on ``kind``:
@@ -115,6 +116,24 @@ def register_components(register):
         with ``eos_id`` when produced, right-padded with ``pad_id``. ``max_len`` is
         an int, a LongTensor [B], or None for the search's own default, which §6.1
         sets to each source's real (non-pad) length + 50.
+    ``optimizer``
+        ``factory(params, train_config) -> torch.optim.Optimizer`` over ``params`` (an
+        iterable of parameters); ``train_config`` is a ``spec.TrainConfig`` whose
+        defaults are the paper's (§5.3: Adam, beta1 0.9, beta2 0.98, eps 1e-9, no
+        weight decay). Its learning rate is the schedule's.
+    ``lr_schedule``
+        ``factory(optimizer, d_model, train_config) -> scheduler``: any object whose
+        ``step()`` is called once after each ``optimizer.step()`` and which sets the
+        rate in ``optimizer.param_groups`` (the rate read before update k is the rate
+        of update k; §5.3, Eq. (3) with ``train_config.warmup_steps`` for a model of
+        width ``d_model``).
+    ``criterion``
+        ``factory(vocab, pad_id, train_config) -> criterion`` with ``criterion(logits
+        [N, vocab], labels [N]) -> scalar loss``; ``labels`` holds ``pad_id`` at padding
+        positions (§5.4: label smoothing ``train_config.label_smoothing``, padding
+        targets contributing nothing).
+    A factory that cannot run here (a library it wraps is not installed) raises
+    ``implementations.ComponentUnavailable``; its checks then skip with that reason.
 
     Components are audited alone with ``pytest conformance/ --component=NAME``
     (``NAME``, ``KIND:NAME`` or ``all``) and, composed into the reference, as a
@@ -124,5 +143,7 @@ def register_components(register):
     component replaces the reference's beam search or GNMT penalty in the
     composed model's ``generate`` for beam sizes above 1 (greedy decoding stays
     the reference's): ``--impl 'reference+search=NAME'`` audits a beam search
-    driving the reference's key/value cache.
+    driving the reference's key/value cache. An ``optimizer``, ``lr_schedule`` or
+    ``criterion`` component becomes the composed model's ``make_optimizer``,
+    ``make_scheduler`` or ``make_criterion`` (its training recipe, ``spec.contract``).
     """

@@ -21,13 +21,15 @@ Mask polarity
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from spec.config import ModelConfig
 from spec.decoding import DecodeConfig
+from spec.training import TrainConfig
 
 from .decoding import (
     KVCache,
@@ -41,6 +43,7 @@ from .decoding import (
     reorder,
     search_tokens,
 )
+from .training import adam, label_smoothed_cross_entropy, lrate_scheduler, teacher_forcing
 
 __all__ = [
     "sinusoid_table",
@@ -59,6 +62,9 @@ AttentionFn = Callable[[Tensor, Tensor, Tensor, Tensor | None], Tensor]
 PositionalFn = Callable[[int, int], Tensor]
 NormFactory = Callable[[int, float], nn.Module]
 FeedForwardFactory = Callable[[int, int], nn.Module]
+OptimizerFactory = Callable[[Iterable[nn.Parameter], TrainConfig], torch.optim.Optimizer]
+ScheduleFactory = Callable[[torch.optim.Optimizer, int, TrainConfig], Any]  # an object with step()
+CriterionFactory = Callable[[int, int, TrainConfig], Callable[[Tensor, Tensor], Tensor]]
 
 
 # ---------------------------------------------------------------------------
@@ -251,9 +257,11 @@ class Transformer(nn.Module):
 
     The keyword arguments swap in components (see ``implementations``
     components): an attention kernel, a positional table, a norm factory or
-    a feed-forward factory, and for ``generate`` a beam search or a length
-    penalty. Left at None they are this file's own (and
-    ``reference/decoding.py``'s: tensor2tensor's beam search, GNMT's penalty).
+    a feed-forward factory, for ``generate`` a beam search or a length
+    penalty, and for the training recipe an optimizer, a learning-rate schedule
+    or a criterion factory. Left at None they are this file's own (and
+    ``reference/decoding.py``'s: tensor2tensor's beam search, GNMT's penalty;
+    ``reference/training.py``'s: Adam, Eq. (3), label smoothing).
     """
 
     pe: Tensor  # (max_len, d_model), the §3.5 table: a buffer registered in __init__
@@ -268,9 +276,15 @@ class Transformer(nn.Module):
         feed_forward: FeedForwardFactory | None = None,
         search: SearchFn | None = None,
         length_penalty: LengthPenalty | None = None,
+        optimizer: OptimizerFactory | None = None,
+        lr_schedule: ScheduleFactory | None = None,
+        criterion: CriterionFactory | None = None,
     ):
         super().__init__()
         self.config = cfg = config
+        self._optimizer: OptimizerFactory = optimizer or adam
+        self._lr_schedule: ScheduleFactory = lr_schedule or lrate_scheduler
+        self._criterion: CriterionFactory = criterion or label_smoothed_cross_entropy
         self._search: SearchFn = search or beam_search
         self._length_penalty: LengthPenalty = length_penalty or gnmt_length_penalty
         attention = attention or scaled_dot_product_attention
@@ -359,6 +373,23 @@ class Transformer(nn.Module):
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
         """Load a canonical-schema state dict; this model's keys are the schema's."""
         self.load_state_dict(dict(state), strict=True)
+
+    # -- training (§5), the recipe capabilities of the adapter contract: see reference/training.py --
+    def make_optimizer(self, params: Iterable[nn.Parameter], train_config: TrainConfig) -> torch.optim.Optimizer:
+        """§5.3: Adam with beta1 0.9, beta2 0.98, eps 1e-9, no weight decay."""
+        return self._optimizer(params, train_config)
+
+    def make_scheduler(self, optimizer: torch.optim.Optimizer, train_config: TrainConfig) -> Any:
+        """§5.3, Eq. (3) with this model's d_model; ``step()`` once after each update."""
+        return self._lr_schedule(optimizer, self.config.d_model, train_config)
+
+    def make_criterion(self, train_config: TrainConfig) -> Callable[[Tensor, Tensor], Tensor]:
+        """§5.4: label-smoothed cross entropy on logits, padding targets weighted 0."""
+        return self._criterion(self.config.tgt_vocab, self.config.pad_id, train_config)
+
+    def make_batch(self, target: Tensor, bos_id: int) -> tuple[Tensor, Tensor]:
+        """§3.1: (BOS + target[:, :-1], target)."""
+        return teacher_forcing(target, bos_id)
 
     # -- decoding (§6.1), adapter contract: see reference/decoding.py -----------
     def begin_decoding(self, src: Tensor) -> KVCache:

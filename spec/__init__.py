@@ -2,10 +2,11 @@
 
 from .clauses import AREAS, CLAUSES, Clause, clauses_in_area, get_clause
 from .config import BASE, BIG, PRESETS, TINY, ModelConfig, preset
-from .contract import OPTIONAL_METHODS, OUTPUT_KINDS, Adapter, OutputKind, has_capability
+from .contract import OPTIONAL_METHODS, OUTPUT_KINDS, RECIPE_METHODS, Adapter, OutputKind, has_capability
 from .decoding import DECODE_PRESETS, PARSING, TRANSLATION, DecodeConfig, decode_preset
 from .schema import copy_canonical, load_canonical, parameter_count, parameter_schema, tied_groups
 from .tolerance import ELEMENTWISE, MODEL, Tolerance, compare, tolerance
+from .training import BASE_TRAINING, BIG_TRAINING, TrainConfig
 
 __all__ = [
     "AREAS", "BASE", "BIG", "CLAUSES", "Clause", "ELEMENTWISE", "MODEL", "ModelConfig",
@@ -14,6 +15,7 @@ __all__ = [
     "parameter_count",
     "parameter_schema", "preset", "tied_groups", "tolerance",
     "DECODE_PRESETS", "DecodeConfig", "PARSING", "TRANSLATION", "decode_preset",
+    "BASE_TRAINING", "BIG_TRAINING", "RECIPE_METHODS", "TrainConfig",
 ]
 
 PAPER = "arXiv:1706.03762v7"

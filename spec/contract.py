@@ -59,25 +59,61 @@ Whole search (``decode.greedy``, ``decode.beam``, ``decode.max-length``):
     ``None`` means the implementation's own default, which §6.1 sets to each
     source's real (non-pad) length + 50.
 
+Recipe capabilities (optional methods through which an implementation exposes
+its own training recipe, §5; each receives a ``spec.training.TrainConfig`` whose
+defaults are the paper's, the way ``build`` receives a ``ModelConfig``). A
+``train.*`` check whose capability is absent is skipped with a reason naming it,
+except ``train.learns``, which trains with the reference's piece instead:
+
+``make_optimizer(params, train_config) -> torch.optim.Optimizer``
+    The optimizer over ``params`` (an iterable of parameters), as the
+    implementation's training code builds it.
+``make_scheduler(optimizer, train_config) -> scheduler``
+    Any object whose ``step()`` the training loop calls once after each
+    ``optimizer.step()`` (a ``torch.optim.lr_scheduler`` object, a Noam-style
+    class ...), and which sets the learning rate in ``optimizer.param_groups``.
+    The rate read before update k is the rate of update k. A loop that steps its
+    scheduler less often (per epoch) exposes an object whose ``step()`` does so
+    (e.g. steps the inner scheduler every ``steps_per_epoch`` calls).
+``learning_rate(step_num, train_config) -> float``
+    The alternative for a schedule that is a function of a step counter (a
+    ``LambdaLR`` lambda, a ``rate(step)`` helper): the learning rate of the
+    update number ``step_num`` = 1, 2, ... An adapter whose loop counts from 0
+    passes ``step_num - 1`` to its function, as the loop would. When an adapter
+    has both, ``make_scheduler`` is the one checked and trained with.
+``make_criterion(train_config) -> criterion``
+    A callable ``criterion(scores [N, V], labels [N]) -> scalar loss`` (an
+    ``nn.Module`` such as ``nn.CrossEntropyLoss``, or a function): ``scores``
+    are the forward's outputs flattened over batch and positions (logits,
+    log-probabilities or probabilities, as the registration declares) and
+    ``labels`` the target ids, with ``config.pad_id`` at padding positions.
+``make_batch(target, bos_id) -> (decoder_input, labels)``
+    Teacher forcing: from the target ids [B, T] (right-padded, no start symbol)
+    the decoder input [B, T] given to ``forward`` and the labels [B, T] given to
+    the criterion, as the implementation's training loop builds them.
+
 Mask polarity used throughout this project: a boolean mask is True where
 attention is allowed ("may attend").
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["Adapter", "OutputKind", "OUTPUT_KINDS", "OPTIONAL_METHODS", "has_capability", "StepDecoding",
-           "Generating", "STEP_DECODING_METHODS", "has_step_decoding"]
+from .training import TrainConfig
+
+__all__ = ["Adapter", "OutputKind", "OUTPUT_KINDS", "OPTIONAL_METHODS", "RECIPE_METHODS", "has_capability",
+           "StepDecoding", "Generating", "STEP_DECODING_METHODS", "has_step_decoding", "RecipeAdapter"]
 
 OutputKind = Literal["logits", "log_probs", "probs"]
 OUTPUT_KINDS: tuple[str, ...] = ("logits", "log_probs", "probs")
 STEP_DECODING_METHODS: tuple[str, ...] = ("begin_decoding", "decode_step", "reorder_state")
+RECIPE_METHODS: tuple[str, ...] = ("make_optimizer", "make_scheduler", "learning_rate", "make_criterion", "make_batch")
 OPTIONAL_METHODS: tuple[str, ...] = ("encode", "positional_encoding", "load_reference_state",
-                                     *STEP_DECODING_METHODS, "generate")
+                                     *STEP_DECODING_METHODS, "generate", *RECIPE_METHODS)
 
 
 @runtime_checkable
@@ -104,6 +140,25 @@ class FullAdapter(Adapter, Protocol):
         ...
 
     def load_reference_state(self, state: Mapping[str, torch.Tensor]) -> None:
+        ...
+
+
+class RecipeAdapter(Adapter, Protocol):
+    """An adapter exposing its whole training recipe (each method is optional on its own)."""
+
+    def make_optimizer(self, params: Iterable[torch.nn.Parameter], train_config: TrainConfig) -> torch.optim.Optimizer:
+        ...
+
+    def make_scheduler(self, optimizer: torch.optim.Optimizer, train_config: TrainConfig) -> Any:  # has .step()
+        ...
+
+    def learning_rate(self, step_num: int, train_config: TrainConfig) -> float:
+        ...
+
+    def make_criterion(self, train_config: TrainConfig) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        ...
+
+    def make_batch(self, target: torch.Tensor, bos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
         ...
 
 

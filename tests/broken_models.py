@@ -10,13 +10,18 @@ suite catches each bug by the clause it breaks and accuses none of the rest.
 
 ``model.reference-equivalence`` is declared wherever the bug changes the
 function the model computes on padded batches with the canonical weights,
-since the differential check must see it too.
+since the differential check must see it too. ``train.learns`` (two short
+trainings) runs only on ``LEARNS_MODELS``, which alone declare it.
 
 The models here are registered without the reference's decoding methods
 (``begin_decoding``, ``decode_step``, ``reorder_state``, ``generate``): those
 would run the paper's layers over a key/value cache, not the broken ones, a
 second bug unrelated to the one under test. Decoding bugs live in
-``tests/broken_decoders.py``.
+``tests/broken_decoders.py``. Nor do they expose the reference's training
+recipe (``spec.contract.RECIPE_METHODS``): ``train.learns`` trains them with the
+reference's recipe read through their declared output kind (so a model whose
+output is not what it declares is trained wrongly, as a user's loop would);
+recipe bugs live in ``tests/broken_recipes.py``.
 """
 
 from __future__ import annotations
@@ -43,8 +48,15 @@ from reference.model import (
     sinusoid_table,
 )
 from spec.config import ModelConfig
+from spec.contract import RECIPE_METHODS
 
 EQ = "model.reference-equivalence"
+LEARNS = "train.learns"
+
+# The models train.learns runs on in tests/test_broken_models.py (two short trainings each cost seconds): the
+# bugs it must catch, and bugs it must not accuse. Only these may declare train.learns.
+LEARNS_MODELS = ("fill-1e-9", "softmax-over-queries", "heads-no-transpose", "no-positions", "no-causal-mask",
+                 "logits-as-probs", "pre-norm", "scale-d-model", "cross-no-source-mask")
 
 
 # -- attention kernels with one bug --------------------------------------------------------------------------
@@ -450,7 +462,7 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
         "mask.causal": "future keys keep a score of 1e-9, so they get weight",
         "mask.source-padding": "padded keys keep weight",
         "mask.target-padding": "appended padding gets weight in decoder self-attention",
-        EQ: "every masked score leaks"}),
+        EQ: "every masked score leaks", LEARNS: "trained teacher-forced, it reads the future it lacks when decoding"}),
     "fill-1e4": (with_attention(fill=-1e4), "logits", "masked scores filled with -1e4 instead of -inf", {
         "mask.causal": "with scores of order 1e5, a query whose admissible scores are all below -1e4 attends to "
                        "the future",
@@ -463,7 +475,7 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
         "mask.causal": "a later query changes the normalizer of earlier ones",
         "mask.source-padding": "padded keys still carry weight",
         "mask.target-padding": "appended queries change the normalizer",
-        EQ: "different weights"}),
+        EQ: "different weights", LEARNS: "later queries leak into earlier ones while training"}),
     "nan-empty-rows": (with_attention(guard=False), "logits", "-inf fill with no guard for fully masked rows", {
         "mask.finite": "a fully padded sequence gives softmax over all -inf: NaN"}),
     "heads-no-transpose": (heads_no_transpose, "logits", "heads merged by reshape without transpose", {
@@ -471,7 +483,7 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
         "mask.causal": "position i reads heads of later positions",
         "mask.source-padding": "padded positions leak through the mixed layout",
         "mask.target-padding": "appended positions leak",
-        EQ: "different function"}),
+        EQ: "different function", LEARNS: "positions mixed across heads: the future leaks while training"}),
     "pre-norm": (with_layers(PreNormEncoderLayer, PreNormDecoderLayer), "logits", "pre-norm residuals", {
         "norm.post-norm": "LayerNorm before the sub-layer", EQ: "different function"}),
     "cross-no-source-mask": (with_layers(dec=CrossNoMaskDecoderLayer), "logits",
@@ -502,11 +514,13 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
     "pe-base-1000": (with_parts(positional_encoding=base_1000_table), "logits", "base 1000 instead of 10000", {
         "position.formula": "wrong base", EQ: "different table"}),
     "no-positions": (with_parts(NoPositions), "logits", "the positional table is never added", {
-        "position.added": "embeddings only", EQ: "no order information"}),
+        "position.added": "embeddings only", EQ: "no order information",
+        LEARNS: "without positions neither the order to copy nor to reverse can be found"}),
     "no-embedding-scale": (with_parts(NoEmbeddingScale), "logits", "embeddings not multiplied by sqrt(d_model)", {
         "embedding.scale": "unscaled", EQ: "different input scale"}),
     "no-causal-mask": (with_parts(NoCausalMask), "logits", "decoder self-attention without the causal mask", {
-        "mask.causal": "sees the future", EQ: "different function"}),
+        "mask.causal": "sees the future", EQ: "different function",
+        LEARNS: "it learns to read the next target token, which greedy decoding does not have"}),
     "causal-without-diagonal": (with_parts(CausalWithoutDiagonal), "logits", "causal mask excludes position i", {
         "mask.causal": "position i cannot see token i", EQ: "different function"}),
     "causal-first-layer-only": (with_parts(CausalMaskFirstLayerOnly), "logits",
@@ -539,7 +553,8 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
     "log-softmax-as-logits": (with_parts(LogSoftmaxDeclaredLogits), "logits", "normalized output declared logits", {
         "model.output-normalization": "already a log-softmax"}),
     "logits-as-probs": (with_parts(LogitsDeclaredProbs), "probs", "logits declared as probabilities", {
-        "model.output-normalization": "do not sum to 1", EQ: "compared as probabilities"}),
+        "model.output-normalization": "do not sum to 1", EQ: "compared as probabilities",
+        LEARNS: "the criterion takes the log of its logits as if they were probabilities"}),
     "offset-table-embed-norm-biases": (with_parts(OffsetTableEmbedNormBiases), "logits",
                                        "a table offset by 2 positions, a LayerNorm on the embedding sum and "
                                        "attention biases", {
@@ -568,10 +583,11 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
 
 
 def forward_only(build: Callable[[ModelConfig], nn.Module]) -> Callable[[ModelConfig], nn.Module]:
-    """``build`` whose model hides the decoding methods it inherits from the reference (see the module docstring)."""
+    """``build`` whose model hides the decoding methods and the training recipe it inherits from the reference
+    (see the module docstring)."""
     def make(cfg: ModelConfig) -> nn.Module:
         model = build(cfg)
-        for method in ("begin_decoding", "decode_step", "reorder_state", "generate"):
+        for method in ("begin_decoding", "decode_step", "reorder_state", "generate", *RECIPE_METHODS):
             setattr(model, method, None)
         return model
     return make

@@ -17,6 +17,13 @@ Differences from the reference, all function-preserving:
   transcription of §6.1 and tensor2tensor's beam search (2K candidates, K alive, K finished kept aside,
   GNMT's penalty with |Y| counting the end symbol, t2t's early-stop bound), written without
   ``reference/decoding.py``'s batched tensors.
+
+Its training recipe (the contract's recipe capabilities) is written apart from
+``reference/training.py`` too, in the styles the contract must accept: AdamW with
+no decay (which is Adam), a learning rate as a function of a loop counter that
+starts at 0 (``learning_rate``), a KL-divergence criterion on log-probabilities
+against the Annotated Transformer's smoothing (eps/(V-2), nothing on the padding
+class), and a batch built by slicing a target that starts with BOS.
 """
 
 from __future__ import annotations
@@ -208,6 +215,38 @@ class Independent(nn.Module):
                 for j in range(norms):
                     blk.gains[j].copy_(state[f"{p}.norm{j + 1}.weight"])
                     blk.shifts[j].copy_(state[f"{p}.norm{j + 1}.bias"])
+
+    # -- its own training recipe -------------------------------------------------------------------------------
+    def make_optimizer(self, params, train_config):
+        return torch.optim.AdamW(params, lr=1.0, betas=train_config.betas, eps=train_config.adam_eps, weight_decay=0.0)
+
+    def learning_rate(self, step_num, train_config):
+        counter = step_num - 1  # this loop's counter is 0 at the first update; the rate uses counter + 1
+        s = counter + 1.0
+        return self.cfg.d_model ** -0.5 * min(1.0 / math.sqrt(s), s / train_config.warmup_steps ** 1.5)
+
+    def make_criterion(self, train_config):
+        return SmoothedKL(self.cfg.tgt_vocab, train_config.label_smoothing, self.cfg.pad_id)
+
+    def make_batch(self, target, bos_id):
+        seq = F.pad(target, (1, 0), value=bos_id)  # (B, 1 + T): BOS, then the target
+        return seq[:, :-1], seq[:, 1:]
+
+
+class SmoothedKL(nn.Module):
+    """KL(true || model) summed, divided by the real tokens; true = 1 - eps on the label, eps/(V-2) elsewhere
+    except the padding class; padding labels have no true distribution."""
+
+    def __init__(self, vocab: int, eps: float, pad: int):
+        super().__init__()
+        self.vocab, self.eps, self.pad = vocab, eps, pad
+
+    def forward(self, log_probs: Tensor, labels: Tensor) -> Tensor:
+        true = torch.full_like(log_probs, self.eps / (self.vocab - 2))
+        true.scatter_(1, labels[:, None], 1.0 - self.eps)
+        true[:, self.pad] = 0.0
+        true[labels == self.pad] = 0.0
+        return F.kl_div(log_probs, true, reduction="sum") / (labels != self.pad).sum().clamp_min(1)
 
 
 @hookimpl

@@ -257,12 +257,13 @@ def test_html_report_has_the_pictures_and_renders_in_a_browser(tmp_path):
     pytest.importorskip("matplotlib", reason="the report extra (matplotlib) is not installed")
     out = tmp_path / "audit.html"
     res = subprocess.run([sys.executable, "-m", "aiayn", "audit", "--impl", "annotated-notebook", "--clause",
-                          "mask.causal", "--format", "html", "--output", str(out)],
+                          "mask.causal,train.learns", "--format", "html", "--output", str(out)],
                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     parsed = parse_html(out.read_text())
     imgs = [a for t, a in parsed.tags if t == "img"]
-    assert len(imgs) == 3 and all(a["src"].startswith("data:image/png;base64,") for a in imgs)
+    assert len(imgs) == 4 and all(a["src"].startswith("data:image/png;base64,") for a in imgs)
+    assert any(a["alt"].startswith("train.learns") for a in imgs)  # the learning curves of the check
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if browser is None:
         pytest.skip("no headless Chromium on this machine (Debian: apt-get install chromium)")

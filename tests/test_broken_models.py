@@ -5,7 +5,9 @@ the independently written conforming model of ``tests/independent_model.py`` and
 broken model declares the clauses its bug breaks; the per-(model, clause) outcomes read from
 ``--results-json`` must show every declared clause observed failing and no other clause failing, and the
 two conforming models must pass everything they are checked on. The broken decoders of
-``tests/broken_decoders.py`` (the reference's forward with one decoding bug) run the decoding checks only.
+``tests/broken_decoders.py`` (the reference's forward with one decoding bug) run the decoding checks only;
+the broken recipes of ``tests/broken_recipes.py`` (the reference model, one recipe bug each) and the
+training components run the ``train`` area only.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from pathlib import Path
 import pytest
 
 from conformance import threads
+from implementations import get_registry
 from spec import CLAUSES
 
 ROOT = Path(__file__).resolve().parents[1]
 BROKEN_PLUGIN = ROOT / "tests" / "broken_models.py"
+RECIPES_PLUGIN = ROOT / "tests" / "broken_recipes.py"
 INDEPENDENT_PLUGIN = ROOT / "tests" / "independent_model.py"
 DECODERS_PLUGIN = ROOT / "tests" / "broken_decoders.py"
 
@@ -37,13 +41,16 @@ def _load_table(path: Path, table: str):
 
 
 BROKEN = _load_table(BROKEN_PLUGIN, "BROKEN")
+LEARNS_MODELS = _load_table(BROKEN_PLUGIN, "LEARNS_MODELS")
+BROKEN_RECIPES = _load_table(RECIPES_PLUGIN, "BROKEN_RECIPES")
 BROKEN_DECODERS = _load_table(DECODERS_PLUGIN, "BROKEN_DECODERS")
 BROKEN_SEARCHES = _load_table(DECODERS_PLUGIN, "BROKEN_SEARCHES")
 CONFORMING = ["reference", "independent"]
 HAVE_ORT = importlib.util.find_spec("onnxruntime") is not None
 
 
-# Here (2 CPUs) the main run takes about 3 minutes; the limit only bounds a run gone wrong.
+# Here (2 CPUs) the main run takes about 3 minutes, the train-area runs (train.learns on LEARNS_MODELS, the broken
+# recipes) a few more (12 minutes in all measured on a busy machine); the limit only bounds a run gone wrong.
 TIMEOUT = 1800
 
 
@@ -64,6 +71,7 @@ def run_suite(impls, tmp: Path, *extra: str, env=None, suite: str | None = "conf
     cmd = [sys.executable, "-m", "pytest", *([suite] if suite else []), "-q", "-p", "no:cacheprovider",
            "--hypothesis-profile=smoke",
            f"--plugin={BROKEN_PLUGIN}", f"--plugin={INDEPENDENT_PLUGIN}", f"--plugin={DECODERS_PLUGIN}",
+           f"--plugin={RECIPES_PLUGIN}",
            f"--impl={','.join(impls)}",
            f"--results-json={out}", *extra]
     if importlib.util.find_spec("xdist") is not None and threads.available_cpus() > 1:
@@ -85,6 +93,11 @@ def run_suite(impls, tmp: Path, *extra: str, env=None, suite: str | None = "conf
 # models for which they can tell something, the rest of the suite on every model.
 ONNX_TEST = "conformance/test_export.py"
 ONNX_MODELS = ["reference", "broken-dropout-in-eval", "broken-vendor-onnx-op"]
+# train.learns trains two tiny models per implementation (seconds): it runs on the conforming models and on
+# LEARNS_MODELS (the bugs it must catch and some it must not accuse); the train area runs on the broken
+# recipes, whose model is the reference's.
+TRAIN_TESTS = "conformance/test_train.py"
+LEARNS = "learns"
 # The broken decoders compute the reference's forward pass: only the decoding checks can tell them apart. The
 # decoding components (length penalties, beam searches) run there too, alone and composed into the reference.
 DECODE_TEST = "conformance/test_decode.py"
@@ -96,24 +109,39 @@ CONFORMING_COMPONENTS = ["length_penalty:reference", "search:reference"]
 COMPOSED = {f"reference+{kind}={name}": clauses for (kind, _, name), clauses in
             ((c.partition(":"), cl) for c, cl in DEPARTING_COMPONENTS.items())}
 COMPOSED_CONFORMING = "reference+search=reference+length_penalty=reference"
+# The training components (optimizers, schedules, criteria) run the train area alone and composed into the
+# reference; the built-ins that depart from §5 declare it (registry), so no table repeats their clauses here.
+TRAIN_KINDS = ("optimizer", "lr_schedule", "criterion")
+TRAIN_COMPONENTS = ",".join(f"{kind}:all" for kind in TRAIN_KINDS)
+_TRAINING = [c for c in get_registry().components.values() if c.kind in TRAIN_KINDS]
+HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
+TRAIN_DEPARTING = {f"{c.kind}:{c.name}": set(c.deviations) for c in _TRAINING if c.deviations
+                   and (HAVE_TRANSFORMERS or c.name != "hf-inverse-sqrt")}  # its checks skip without the library
+TRAIN_CONFORMING = [f"{c.kind}:{c.name}" for c in _TRAINING if not c.deviations]
+TRAIN_COMPOSED = {f"reference+{kind}={name}": clauses for (kind, _, name), clauses in
+                  ((c.partition(":"), cl) for c, cl in TRAIN_DEPARTING.items())}
+TRAIN_COMPOSED_CONFORMING = "reference+optimizer=reference+lr_schedule=reference+criterion=reference"
 
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
     impls = CONFORMING + [f"broken-{n}" for n in BROKEN]
-    res, data = run_suite(impls, tmp_path_factory.mktemp("broken"), f"--ignore={ONNX_TEST}")
+    res, data = run_suite(impls, tmp_path_factory.mktemp("broken"), f"--ignore={ONNX_TEST}", "-k", f"not {LEARNS}")
     tests = data["tests"]
+    runs = [(CONFORMING + [f"broken-{n}" for n in LEARNS_MODELS], "learns", (TRAIN_TESTS, "-k", LEARNS)),
+            ([f"broken-recipe-{n}" for n in BROKEN_RECIPES], "recipes", (TRAIN_TESTS,))]
     if HAVE_ORT:
-        res_onnx, data_onnx = run_suite(ONNX_MODELS, tmp_path_factory.mktemp("onnx"), ONNX_TEST, suite=None)
-        tests += data_onnx["tests"]
-        res.returncode = res.returncode or res_onnx.returncode
-        res.stdout += res_onnx.stdout
+        runs.append((ONNX_MODELS, "onnx", (ONNX_TEST,)))
     decoders = [f"broken-decoder-{n}" for n in BROKEN_DECODERS] + list(COMPOSED) + [COMPOSED_CONFORMING]
-    res_dec, data_dec = run_suite(decoders, tmp_path_factory.mktemp("decoders"), DECODE_TEST,
-                                  f"--component={DECODE_COMPONENTS}", suite=None)
-    tests += data_dec["tests"]
-    res.returncode = res.returncode or res_dec.returncode
-    res.stdout += res_dec.stdout
+    runs.append((decoders, "decoders", (DECODE_TEST, f"--component={DECODE_COMPONENTS}")))
+    # train.learns on a composition would train with the component (seconds each): the recipe clauses say it all
+    trainers = list(TRAIN_COMPOSED) + [TRAIN_COMPOSED_CONFORMING]
+    runs.append((trainers, "training", (TRAIN_TESTS, f"--component={TRAIN_COMPONENTS}", "-k", f"not {LEARNS}")))
+    for impls_, name, args in runs:
+        res_more, data_more = run_suite(impls_, tmp_path_factory.mktemp(name), *args, suite=None)
+        tests += data_more["tests"]
+        res.returncode = res.returncode or res_more.returncode
+        res.stdout += res_more.stdout
     table: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for rec in tests:
         if rec["subject"]:
@@ -145,6 +173,22 @@ def test_broken_model_is_caught_by_exactly_its_clauses(outcomes, name):
     declared = set(clauses) - (set() if HAVE_ORT else {"export.onnx"})  # no ONNX run without onnxruntime
     problems = _problems(per_clause, declared)
     assert not problems, f"broken-{name} ({bug}):\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_RECIPES))
+def test_broken_recipe_is_caught_by_exactly_its_clauses(outcomes, name):
+    _, table = outcomes
+    _, bug, clauses = BROKEN_RECIPES[name]
+    assert set(clauses) <= {c for c in CLAUSES if c.startswith("train.")}, f"broken-recipe-{name}: {set(clauses)}"
+    per_clause = table.get(f"broken-recipe-{name}")
+    assert per_clause, f"broken-recipe-{name}: no results (was it registered?)"
+    problems = _problems(per_clause, set(clauses))
+    assert not problems, f"broken-recipe-{name} ({bug}):\n  " + "\n  ".join(problems)
+
+
+def test_only_the_models_train_learns_runs_on_declare_it():
+    declaring = {n for n, (_, _, _, clauses) in BROKEN.items() if "train.learns" in clauses}
+    assert declaring <= set(LEARNS_MODELS), f"declare train.learns but are not in LEARNS_MODELS: {declaring}"
 
 
 @pytest.mark.parametrize("name", sorted(BROKEN_DECODERS))
@@ -189,6 +233,40 @@ def test_every_decoding_component_check_fails_for_some_departing_component(outco
             for r in recs:
                 runs[r["nodeid"].split("[")[0]].add(r["outcome"])
     assert len(runs) == 5, sorted(runs)  # two length-penalty checks, three search checks
+    unproven = sorted(check for check, seen in runs.items() if "xfailed" not in seen)
+    assert not unproven, f"component checks no departing component fails: {unproven}"
+
+
+@pytest.mark.parametrize("name", sorted(TRAIN_DEPARTING) + sorted(TRAIN_COMPOSED))
+def test_training_component_is_caught_by_exactly_its_clauses(outcomes, name):
+    """Alone (``--component``) and composed into the reference (``reference+KIND=NAME``), a departing optimizer,
+    schedule or criterion fails exactly the clauses it declares."""
+    _, table = outcomes
+    declared = TRAIN_DEPARTING.get(name) or TRAIN_COMPOSED[name]
+    per_clause = table.get(name)
+    assert per_clause, f"{name}: no results (was it registered?)"
+    problems = _problems(per_clause, declared)
+    assert not problems, f"{name}:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("name", TRAIN_CONFORMING + [TRAIN_COMPOSED_CONFORMING])
+def test_the_conforming_training_components_pass_alone_and_composed(outcomes, name):
+    _, table = outcomes
+    per_clause = table.get(name)
+    assert per_clause, f"{name}: no results"
+    outcomes_seen = {r["outcome"] for recs in per_clause.values() for r in recs}
+    assert outcomes_seen == {"passed"}, f"{name}: {sorted(outcomes_seen)} in {dict(per_clause)}"
+
+
+def test_every_training_component_check_fails_for_some_departing_component(outcomes):
+    """Each optimizer, schedule and criterion check is proven able to fail: a departing component fails it."""
+    _, table = outcomes
+    runs: dict[str, set[str]] = defaultdict(set)
+    for name in list(TRAIN_DEPARTING) + TRAIN_CONFORMING:
+        for recs in table.get(name, {}).values():
+            for r in recs:
+                runs[r["nodeid"].split("[")[0]].add(r["outcome"])
+    assert len(runs) == 4, sorted(runs)  # optimizer, schedule, and two criterion checks
     unproven = sorted(check for check, seen in runs.items() if "xfailed" not in seen)
     assert not unproven, f"component checks no departing component fails: {unproven}"
 

@@ -29,14 +29,18 @@ def test_builtin_components_are_registered():
     comps = {f"{c.kind}:{c.name}" for c in registry().components.values()}
     assert {"attention:reference", "attention:sdpa-math", "attention:sdpa-flash", "positional_encoding:reference",
             "layer_norm:torch-layernorm", "feed_forward:reference", "length_penalty:reference",
-            "length_penalty:length-power", "length_penalty:none", "search:reference"} <= comps
+            "length_penalty:length-power", "length_penalty:none", "search:reference", "optimizer:reference",
+            "optimizer:torch-adam-defaults", "lr_schedule:reference", "lr_schedule:hf-inverse-sqrt",
+            "lr_schedule:annotated-rate", "criterion:reference", "criterion:torch-cross-entropy-ls",
+            "criterion:torch-cross-entropy-ls-no-ignore", "criterion:torch-cross-entropy"} <= comps
 
 
 def test_component_selection():
     reg = registry(GOOD)
     assert {c.kind for c in reg.select_components("reference")} == {"attention", "positional_encoding",
                                                                     "layer_norm", "feed_forward",
-                                                                    "length_penalty", "search"}
+                                                                    "length_penalty", "search", "optimizer",
+                                                                    "lr_schedule", "criterion"}
     assert [c.name for c in reg.select_components("attention:good-kernel")] == ["good-kernel"]
     assert all(c.kind == "attention" for c in reg.select_components("attention:all"))
     with pytest.raises(UnknownComponentError, match="unknown component 'attention:nope'; known:"):
@@ -84,6 +88,31 @@ def test_a_composed_search_and_length_penalty_run_in_generate():
     assert calls[0]["beam_size"] == 3 and calls[0]["length_penalty"] is halved and calls[0]["max_len"] == 4
     model.generate(src, bos_id=1, eos_id=2, beam_size=1, alpha=0.6, max_len=4)
     assert len(calls) == 1  # greedy search is not the component's
+
+
+def test_composed_training_components_make_the_models_recipe():
+    """reference+optimizer=X+lr_schedule=Y+criterion=Z: the model's recipe capabilities call the components'
+    factories (optimizer: (params, train_config); lr_schedule: (optimizer, d_model, train_config); criterion:
+    (vocab, pad_id, train_config)), and the composition inherits their declared deviations."""
+    import torch
+
+    from spec.config import TINY
+    from spec.training import TrainConfig
+
+    name = "reference+optimizer=torch-adam-defaults+lr_schedule=annotated-rate+criterion=torch-cross-entropy-ls"
+    impl = registry().get(name)
+    assert set(impl.deviations) == {"train.optimizer", "train.lr-schedule"}
+    model = impl.build(TINY)
+    optimizer = model.make_optimizer(model.parameters(), TrainConfig())
+    assert isinstance(optimizer, torch.optim.Adam) and optimizer.param_groups[0]["betas"] == (0.9, 0.999)
+    scheduler = model.make_scheduler(optimizer, TrainConfig())
+    assert isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(TINY.d_model ** -0.5 * 4000 ** -1.5)  # step 0 -> 1
+    criterion = model.make_criterion(TrainConfig())
+    assert isinstance(criterion, torch.nn.CrossEntropyLoss)
+    assert (criterion.label_smoothing, criterion.ignore_index) == (0.1, TINY.pad_id)
+    plain = registry().get("reference").build(TINY)  # the paper's recipe, uncomposed
+    assert plain.make_optimizer(plain.parameters(), TrainConfig()).param_groups[0]["betas"] == (0.9, 0.98)
 
 
 @pytest.mark.parametrize("name, error, message", [

@@ -1,0 +1,226 @@
+"""Tiny tasks a conforming Transformer learns in seconds on a CPU: copying and reversing sequences.
+
+Used by the ``train.learns`` check and by ``aiayn train``. A task is a seeded stream of
+(source, target) pairs over a small vocabulary (0 pad, 1 BOS, 2 EOS, then the symbols): the
+source is 2 to 5 symbols, right-padded; the target is the source (copy) or the source reversed
+(reverse), then EOS. Reversal cannot be solved position by position: each output must find
+its source token by attention (§3.2.3).
+
+Accuracy is measured by greedy decoding from the source alone (``greedy_decode``): each next
+token is the argmax of ``forward(src, prefix)``, the prefix recomputed every step, so it works
+for any adapter. A model trained teacher-forced with a decoder that reads the future learns
+nothing it can use here, and fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from reference.training import train_step
+from spec.config import ModelConfig
+from spec.training import TrainConfig
+
+from .harness import build_model, seeded
+from .recipe import Recipe, recipe_for
+
+__all__ = ["PAD", "BOS", "EOS", "Task", "TASKS", "task_batch", "greedy_decode", "exact_match", "LearningCurve",
+           "learn", "train_implementation"]
+
+PAD, BOS, EOS = 0, 1, 2
+FIRST_SYMBOL = 3
+
+
+@dataclass(frozen=True)
+class Task:
+    """A learning task and the budget a conforming implementation meets on it (``train.learns``).
+
+    The model: ``config`` (N = 1, d_model 32, h 4, d_ff 64, no dropout, tied embeddings). Training:
+    ``steps`` updates of ``batch_size`` pairs with the recipe of ``train_config`` (the paper's, with
+    ``warmup_steps`` shortened so that Eq. (3) peaks within the run). Pass: at least ``threshold`` of
+    ``eval_size`` held-out sources decoded greedily to exactly their target (EOS included).
+    """
+
+    name: str
+    summary: str
+    reverse: bool
+    symbols: int = 6
+    min_len: int = 2
+    max_len: int = 5
+    steps: int = 150
+    batch_size: int = 64
+    warmup_steps: int = 75
+    eval_size: int = 200
+    eval_every: int = 25
+    threshold: float = 0.5
+
+    @property
+    def vocab(self) -> int:
+        return FIRST_SYMBOL + self.symbols
+
+    @property
+    def config(self) -> ModelConfig:
+        return ModelConfig(src_vocab=self.vocab, tgt_vocab=self.vocab, d_model=32, n_heads=4, d_ff=64, n_layers=1,
+                           dropout=0.0, max_len=self.max_len + 1, pad_id=PAD)
+
+    @property
+    def train_config(self) -> TrainConfig:
+        return TrainConfig(warmup_steps=self.warmup_steps)
+
+
+TASKS: dict[str, Task] = {
+    "copy": Task("copy", "copy the source", reverse=False),
+    "reverse": Task("reverse", "reverse the source", reverse=True),
+}
+
+
+def task_batch(task: Task, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """n pairs: src [n, max_len] and target [n, max_len + 1] (target then EOS), right-padded with PAD."""
+    lengths = torch.randint(task.min_len, task.max_len + 1, (n, 1), generator=generator)  # (n, 1)
+    symbols = torch.randint(FIRST_SYMBOL, task.vocab, (n, task.max_len), generator=generator)  # (n, max_len)
+    pos = torch.arange(task.max_len + 1)[None, :]  # (1, max_len + 1)
+    real = pos[:, :-1] < lengths  # (n, max_len)
+    src = torch.where(real, symbols, PAD)
+    if task.reverse:  # target[i] = src[length - 1 - i]
+        source_index = (lengths - 1 - pos[:, :-1]).clamp(0, task.max_len - 1)  # (n, max_len)
+        body = torch.where(real, symbols.gather(1, source_index), PAD)
+    else:
+        body = src
+    target = torch.cat([body, torch.full((n, 1), PAD)], dim=1)  # (n, max_len + 1)
+    return src, target.masked_fill(pos == lengths, EOS)
+
+
+@torch.no_grad()
+def greedy_decode(model: nn.Module, src: Tensor, steps: int) -> Tensor:
+    """Greedy decoding from the source alone: [B, steps] tokens after BOS, PAD after each row's EOS.
+
+    Each step runs ``model(src, prefix)`` on the whole prefix (BOS and the tokens so far) and takes the
+    argmax at the last position (the same for logits, log-probabilities and probabilities).
+    """
+    was_training = model.training
+    model.eval()
+    prefix = torch.full((src.size(0), 1), BOS, dtype=torch.long, device=src.device)  # (B, 1)
+    done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+    for _ in range(steps):
+        nxt = model(src, prefix)[:, -1].argmax(dim=-1)  # (B,)
+        nxt = torch.where(done, torch.full_like(nxt, PAD), nxt)
+        prefix = torch.cat([prefix, nxt[:, None]], dim=1)  # (B, t + 1)
+        done |= nxt == EOS
+        if bool(done.all()):
+            break
+    model.train(was_training)
+    out = torch.full((src.size(0), steps), PAD, dtype=torch.long, device=src.device)
+    out[:, : prefix.size(1) - 1] = prefix[:, 1:]
+    return out
+
+
+def exact_match(predicted: Tensor, target: Tensor) -> float:
+    """Fraction of rows reproduced exactly (every real target token and the EOS; padding ignored)."""
+    real = target != PAD
+    return float(((predicted == target) | ~real).all(dim=1).float().mean())
+
+
+@dataclass
+class LearningCurve:
+    """What one training run measured: per update its loss, teacher-forced token accuracy and learning rate;
+    every ``eval_every`` updates the greedy exact-match accuracy on held-out sources; the final accuracy."""
+
+    task: str
+    seed: int
+    recipe: str
+    threshold: float
+    loss: list[float] = field(default_factory=list)
+    teacher_forced: list[float] = field(default_factory=list)
+    lr: list[float] = field(default_factory=list)
+    eval_steps: list[int] = field(default_factory=list)
+    greedy: list[float] = field(default_factory=list)
+    accuracy: float = 0.0
+    seconds: float = 0.0
+    stopped: str = ""  # why training stopped early ("" when it ran every update)
+
+    @property
+    def passed(self) -> bool:
+        return self.accuracy >= self.threshold
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        for key in ("loss", "teacher_forced", "greedy"):
+            data[key] = [round(v, 4) if math.isfinite(v) else None for v in data[key]]
+        data["lr"] = [float(f"{v:.4g}") if math.isfinite(v) else None for v in data["lr"]]
+        data["accuracy"], data["seconds"] = round(self.accuracy, 4), round(self.seconds, 3)
+        return data
+
+
+def learn(model: nn.Module, recipe: Recipe, task: Task, *, seed: int = 0, steps: int | None = None,
+          on_step: Callable[[int, int, LearningCurve], None] | None = None) -> LearningCurve:
+    """Train ``model`` on ``task`` with ``recipe`` (seeded data), then measure greedy accuracy.
+
+    ``on_step(k, total, curve)`` is called after every update (progress displays). Exceptions from the
+    model or the recipe propagate; a non-finite loss stops training (``curve.stopped`` says where).
+    """
+    total = task.steps if steps is None else steps
+    curve = LearningCurve(task.name, seed, recipe.describe(), task.threshold)
+    data = torch.Generator().manual_seed(seed)
+    held_out = task_batch(task, task.eval_size, torch.Generator().manual_seed(1_000_003 + seed))
+    probe = (held_out[0][:64], held_out[1][:64])
+    started = time.perf_counter()
+    optimizer = recipe.make_optimizer(model.parameters())
+    scheduler = recipe.make_scheduler(optimizer)
+    for k in range(1, total + 1):
+        src, target = task_batch(task, task.batch_size, data)
+        curve.lr.append(float(optimizer.param_groups[0]["lr"]))
+        step = train_step(model, src, target, optimizer=optimizer, scheduler=scheduler, criterion=recipe.criterion,
+                          bos_id=BOS, make_batch=recipe.make_batch)
+        real = step.labels != PAD
+        hits = (step.scores.argmax(dim=-1) == step.labels) & real
+        curve.loss.append(step.loss)
+        curve.teacher_forced.append(float(hits.sum()) / max(1, int(real.sum())))
+        if not math.isfinite(step.loss):
+            curve.stopped = f"the loss became {step.loss} at update {k}"
+        if k % task.eval_every == 0 or k == total or curve.stopped:
+            curve.eval_steps.append(k)
+            curve.greedy.append(exact_match(greedy_decode(model, probe[0], probe[1].size(1)), probe[1]))
+        if on_step is not None:
+            on_step(k, total, curve)
+        if curve.stopped:
+            break
+    curve.accuracy = exact_match(greedy_decode(model, held_out[0], held_out[1].size(1)), held_out[1])
+    curve.seconds = time.perf_counter() - started
+    return curve
+
+
+def train_implementation(impl: Any, task: Task, *, seed: int = 0, own: bool = True, steps: int | None = None,
+                         on_step: Callable[[int, int, LearningCurve], None] | None = None
+                         ) -> tuple[nn.Module, LearningCurve]:
+    """Build ``impl`` at the task's size (seeded) and train it with its recipe (the reference's pieces where it
+    exposes none, or everywhere with ``own=False``): the ``train.learns`` check, ``aiayn train`` and the
+    stability test all run this, under the clause under test (``harness.checking("train.learns")`` outside a
+    test). A build that fails raises ImplementationError; the rest propagates."""
+    model = build_model(impl, task.config, seed=seed, train=True)
+    recipe = recipe_for(model, impl.output, task.train_config, d_model=task.config.d_model, vocab=task.vocab,
+                        pad_id=PAD, own=own)
+    with seeded(seed), one_thread(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # schedulers warning about their own stepping order
+        curve = learn(model, recipe, task, seed=seed, steps=steps, on_step=on_step)
+    return model, curve
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Train on one torch thread, then restore the count. The model is tiny: more threads only wait for each
+    other (on a busy 2-CPU machine, torch's default of one per core made a training run 10 to 40 times slower),
+    and one thread makes the run's arithmetic the same whatever the machine's thread settings."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

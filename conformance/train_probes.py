@@ -1,0 +1,265 @@
+"""Measurements behind the ``train`` checks, and the names of what they find.
+
+* ``diagnose_schedule``: a learning-rate trace against Eq. (3), naming the usual departures (step 0,
+  one update late or early, stepped twice or once per epoch, another scale, d_model or warmup).
+* ``optimizer_updates``: an optimizer's updates on a fixed gradient sequence beside Adam's with the
+  paper's settings, and its hyperparameters as ``param_groups`` show them.
+* ``recover_targets``: the target distribution a criterion optimizes, read from its gradient with
+  respect to the scores: for a cross entropy against a fixed distribution q, the gradient with respect
+  to the logits of a position is c * (softmax(logits) - q) with c > 0 its weight in the loss, so two
+  different logits give c and then q.
+* ``SMOOTHING_CONVENTIONS``: the three ways of spreading the label-smoothing mass the clause accepts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["eq3", "diagnose_schedule", "schedule_table", "OptimizerProbe", "optimizer_updates",
+           "describe_hyperparameters", "Recovery", "recover_targets", "SMOOTHING_CONVENTIONS", "convention_targets",
+           "as_scores"]
+
+
+# -- the learning-rate schedule (§5.3, Eq. (3)) ------------------------------------------------------------------
+def eq3(k: Tensor, d_model: int, warmup: int) -> Tensor:
+    """Eq. (3) over a float64 tensor of update numbers (k >= 1)."""
+    return d_model ** -0.5 * torch.minimum(k.pow(-0.5), k * warmup ** -1.5)
+
+
+KEY_STEPS = (1, 2, 3, 1000, 3999, 4000, 4001, 8000, 20_000, 100_000)
+
+
+def schedule_table(rates: Tensor, expected: Tensor) -> str:
+    shown = [k for k in KEY_STEPS if k <= rates.numel()]
+    return "; ".join(f"update {k}: {rates[k - 1].item():.5g} (Eq. (3): {expected[k - 1].item():.5g})" for k in shown)
+
+
+def _close(a: Tensor, b: Tensor, rtol: float = 1e-5) -> bool:
+    return bool(((a - b).abs() <= rtol * b.abs() + 1e-15).all())
+
+
+def diagnose_schedule(rates: Iterable[float], d_model: int, warmup: int) -> tuple[str, str] | None:
+    """None when ``rates`` (the rate of updates 1, 2, ...) is Eq. (3); else (what it is, the likely cause)."""
+    r = torch.tensor(list(rates), dtype=torch.float64)
+    n = r.numel()
+    k = torch.arange(1, n + 1, dtype=torch.float64)
+    e = eq3(k, d_model, warmup)
+    if not bool(torch.isfinite(r).all()):
+        first = int((~torch.isfinite(r)).nonzero()[0]) + 1
+        if first == 1:
+            return (f"update 1 runs at {r[0].item()}",
+                    "step_num counted from 0: Eq. (3) divides by zero at step 0 (count updates from 1)")
+        return f"update {first} runs at {r[first - 1].item()}", "the schedule overflows"
+    if _close(r, e):
+        return None
+    table = schedule_table(r, e)
+    if bool((r == r[0]).all()):
+        return (f"a constant rate {r[0].item():.4g} for all {n} updates (no warmup, no decay)",
+                "not Eq. (3): a fixed learning rate, or a scheduler that never changes it per update "
+                "(e.g. ReduceLROnPlateau, which moves only on a validation plateau)")
+    late = eq3((k - 1).clamp_min(1), d_model, warmup)
+    if _close(r[1:], late[1:]):
+        if _close(r[:1], e[:1]):
+            return (f"one update late: update k runs at Eq. (3)'s step k - 1, and updates 1 and 2 share lrate(1); "
+                    f"{table}", "step_num counted from 0 with step 0 clamped to 1 (as the Annotated Transformer's "
+                                "rate() does)")
+        return (f"one update late: update 1 runs at {r[0].item():.4g} and update k at Eq. (3)'s step k - 1; {table}",
+                "step_num counted from 0: the first update runs at Eq. (3)'s step 0 (count updates from 1)")
+    if _close(r, eq3(k + 1, d_model, warmup)):
+        return (f"one update early: update k runs at Eq. (3)'s step k + 1; {table}",
+                "the scheduler is stepped before each update instead of after it")
+    for times in (2, 3):
+        if _close(r, eq3(times * k - (times - 1), d_model, warmup)):
+            return (f"{times} schedule steps per update: update k runs at Eq. (3)'s step {times}k - {times - 1}; "
+                    f"{table}", f"the scheduler is stepped {times} times per update")
+    changes = (r[1:] != r[:-1]).nonzero().flatten() + 1  # indices where a new rate starts
+    if changes.numel() >= 1:
+        runs = torch.diff(torch.cat([torch.zeros(1, dtype=torch.long), changes]))
+        every = int(runs[0])
+        if every > 1 and bool((runs == every).all()):
+            return (f"the rate changes only every {every} updates; {table}",
+                    f"stepped once per epoch (of {every} batches) instead of once per update")
+    ratio = r / e
+    if bool(((ratio - ratio.mean()).abs() <= 1e-5 * ratio.mean().abs()).all()):
+        c = ratio.mean().item()
+        for other in (512, 1024, 256, 768, 128, 64, 2048):
+            if other != d_model and math.isclose(c, math.sqrt(d_model / other), rel_tol=1e-5):
+                return (f"Eq. (3)'s shape scaled by {c:.4g} = sqrt({d_model} / {other}); {table}",
+                        f"d_model = {other} in the schedule while the model's d_model is {d_model}")
+        return (f"Eq. (3)'s shape scaled by {c:.4g}; {table}",
+                "a factor or base learning rate multiplies Eq. (3) (the paper has none)")
+    peak = int(torch.argmax(r)) + 1
+    if 1 < peak < n:
+        scale = r / eq3(k, d_model, peak)
+        if bool(((scale - scale.mean()).abs() <= 1e-3 * scale.mean().abs()).all()):
+            c = scale.mean().item()
+            scaled = "" if math.isclose(c, 1.0, rel_tol=1e-3) else f", scaled by {c:.4g}"
+            return (f"Eq. (3)'s shape with warmup_steps = {peak}{scaled}; {table}",
+                    f"warmup_steps = {peak} instead of {warmup}")
+    return (f"not Eq. (3)'s shape (its highest rate {r.max().item():.4g} at update {peak}); {table}",
+            "another schedule (linear or cosine decay, a constant with warmup ...)")
+
+
+# -- the optimizer (§5.3) ------------------------------------------------------------------------------------------
+def gradient_sequence(steps: int = 12) -> Tensor:
+    """[steps, 8] float64 gradients whose Adam updates reveal beta1, beta2, epsilon and weight decay.
+
+    columns: 1e-9 and 1e-8 constants (epsilon matters), a drop from 1 to 1e-3 after 4 steps (beta2's
+    memory), alternating signs (beta1's), zero (any weight decay moves it), seeded noise, a large constant,
+    a ramp."""
+    t = torch.arange(steps, dtype=torch.float64)
+    g = torch.Generator().manual_seed(5)
+    return torch.stack([
+        torch.full((steps,), 1e-9, dtype=torch.float64),
+        torch.full((steps,), 1e-8, dtype=torch.float64),
+        torch.where(t < 4, 1.0, 1e-3).to(torch.float64),
+        torch.where(t % 2 == 0, 1.0, -1.0).to(torch.float64),
+        torch.zeros(steps, dtype=torch.float64),
+        torch.randn(steps, generator=g, dtype=torch.float64),
+        torch.full((steps,), 1e3, dtype=torch.float64),
+        0.1 * (t + 1),
+    ], dim=1)
+
+
+@dataclass
+class OptimizerProbe:
+    updates: Tensor  # (8,) total change of each coordinate under the optimizer
+    expected: Tensor  # (8,) the same under Adam(0.9, 0.98, 1e-9), no weight decay
+    lr: float
+
+    @property
+    def worst(self) -> tuple[int, float]:
+        diff = (self.updates - self.expected).abs() / (self.expected.abs() + 1e-12)
+        j = int(torch.argmax(diff))
+        return j, float(diff[j])
+
+    @property
+    def ok(self) -> bool:
+        return bool(((self.updates - self.expected).abs() <= 1e-6 * self.expected.abs() + 1e-13).all())
+
+
+COLUMNS = ("gradient 1e-9", "gradient 1e-8", "gradient 1 then 1e-3", "alternating +-1", "zero gradient",
+           "noise", "gradient 1e3", "ramp")
+
+
+def optimizer_updates(optimizer: torch.optim.Optimizer, param: torch.nn.Parameter, *, lr: float = 1e-3,
+                      betas: tuple[float, float] = (0.9, 0.98), eps: float = 1e-9) -> OptimizerProbe:
+    """Run ``optimizer`` (built over ``param``, 8 float64 values of 1.0) at rate ``lr`` on ``gradient_sequence``,
+    beside ``torch.optim.Adam`` with the paper's settings on a copy."""
+    twin = torch.nn.Parameter(param.detach().clone())
+    reference = torch.optim.Adam([twin], lr=lr, betas=betas, eps=eps, weight_decay=0.0)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    start = param.detach().clone()
+    for grad in gradient_sequence():
+        param.grad, twin.grad = grad.clone(), grad.clone()
+        optimizer.step()
+        reference.step()
+    return OptimizerProbe((param.detach() - start), (twin.detach() - start), lr)
+
+
+def describe_hyperparameters(optimizer: Any, betas: tuple[float, float], eps: float) -> tuple[str, list[str]]:
+    """("Adam(betas=(0.9, 0.999), eps=1e-08, weight_decay=0)", ["beta2 0.999, not 0.98", ...])."""
+    groups = getattr(optimizer, "param_groups", None) or [{}]
+    group = groups[0]
+    shown = {k: group[k] for k in ("betas", "eps", "weight_decay", "amsgrad") if k in group}
+    text = f"{type(optimizer).__name__}({', '.join(f'{k}={v}' for k, v in shown.items())})"
+    diffs = []
+    if "betas" in group:
+        b1, b2 = group["betas"]
+        if b1 != betas[0]:
+            diffs.append(f"beta1 {b1}, not {betas[0]}")
+        if b2 != betas[1]:
+            diffs.append(f"beta2 {b2}, not {betas[1]}")
+    if "eps" in group and group["eps"] != eps:
+        diffs.append(f"epsilon {group['eps']:g}, not {eps:g}")
+    if group.get("weight_decay", 0):
+        kind = "decoupled (AdamW)" if "AdamW" in type(optimizer).__name__ else "L2, added to the gradient"
+        diffs.append(f"weight decay {group['weight_decay']:g} ({kind}), not 0")
+    if group.get("amsgrad"):
+        diffs.append("amsgrad on")
+    return text, diffs
+
+
+# -- the criterion (§5.4) ------------------------------------------------------------------------------------------
+def as_scores(z: Tensor, kind: str) -> Tensor:
+    """Logits z as the implementation's declared output: logits, log-probabilities or probabilities."""
+    if kind == "logits":
+        return z
+    if kind == "log_probs":
+        return torch.log_softmax(z, dim=-1)
+    if kind == "probs":
+        return torch.softmax(z, dim=-1)
+    raise ValueError(f"unknown output kind {kind!r}")
+
+
+@dataclass
+class Recovery:
+    q: Tensor  # (N, V) recovered target distribution (rows of padding labels: zeros)
+    weight: Tensor  # (N,) c per position: its weight in the loss
+    real_gradient: Tensor  # (N,) largest |gradient| of each position over both probes
+    inconsistency: float  # largest |q(z1) - q(z2)| over real positions
+    pad_gradient: float  # largest |gradient| at a padding-label position
+
+
+def _loss_and_grad(criterion: Callable, z: Tensor, kind: str, labels: Tensor) -> tuple[Tensor, Tensor]:
+    z = z.detach().clone().requires_grad_(True)
+    loss = criterion(as_scores(z, kind), labels)
+    if not isinstance(loss, Tensor) or loss.numel() != 1:
+        shape = list(loss.shape) if isinstance(loss, Tensor) else type(loss).__name__
+        raise TypeError(f"the criterion returned {shape}, expected a scalar loss")
+    (grad,) = torch.autograd.grad(loss.reshape(()), z)
+    return loss.detach().reshape(()).to(torch.float64), grad.to(torch.float64)
+
+
+def recover_targets(criterion: Callable, kind: str, labels: Tensor, vocab: int, pad_id: int,
+                    seed: int = 0) -> Recovery:
+    """The distribution ``criterion(scores (N, V), labels (N,))`` trains each position towards."""
+    g = torch.Generator().manual_seed(seed)
+    z1 = 2.0 * torch.randn(labels.numel(), vocab, generator=g, dtype=torch.float64)
+    z2 = 2.0 * torch.randn(labels.numel(), vocab, generator=g, dtype=torch.float64)
+    _, g1 = _loss_and_grad(criterion, z1, kind, labels)
+    _, g2 = _loss_and_grad(criterion, z2, kind, labels)
+    p1, p2 = torch.softmax(z1, -1), torch.softmax(z2, -1)
+    dp, dg = p1 - p2, g1 - g2
+    weight = (dg * dp).sum(-1) / (dp * dp).sum(-1)  # (N,) c
+    real = labels != pad_id
+    safe = torch.where(weight.abs() > 1e-12, weight, torch.ones_like(weight))[:, None]
+    q1, q2 = p1 - g1 / safe, p2 - g2 / safe
+    q = torch.where(real[:, None], (q1 + q2) / 2, torch.zeros_like(q1))
+    inconsistency = float(((q1 - q2).abs().amax(-1) * real).max()) if bool(real.any()) else 0.0
+    pad_gradient = float(torch.cat([g1[~real], g2[~real]]).abs().max()) if bool((~real).any()) else 0.0
+    real_gradient = torch.maximum(g1.abs().amax(-1), g2.abs().amax(-1))
+    return Recovery(q=q, weight=weight, real_gradient=real_gradient, inconsistency=inconsistency,
+                    pad_gradient=pad_gradient)
+
+
+def convention_targets(labels: Tensor, vocab: int, pad_id: int, epsilon: float, convention: str) -> Tensor:
+    """(N, V) float64 target distributions under one of ``SMOOTHING_CONVENTIONS`` (padding rows zero)."""
+    n = labels.numel()
+    if convention == "eps/(V-1)":
+        q = torch.full((n, vocab), epsilon / (vocab - 1), dtype=torch.float64)
+        q.scatter_(1, labels[:, None], 1.0 - epsilon)
+    elif convention == "eps/V":
+        q = torch.full((n, vocab), epsilon / vocab, dtype=torch.float64)
+        q.scatter_(1, labels[:, None], 1.0 - epsilon + epsilon / vocab)
+    elif convention == "eps/(V-2)":
+        q = torch.full((n, vocab), epsilon / (vocab - 2), dtype=torch.float64)
+        q[:, pad_id] = 0.0
+        q.scatter_(1, labels[:, None], 1.0 - epsilon)
+    else:
+        raise ValueError(f"unknown convention {convention!r}; accepted: {', '.join(SMOOTHING_CONVENTIONS)}")
+    return q.masked_fill((labels == pad_id)[:, None], 0.0)
+
+
+SMOOTHING_CONVENTIONS: dict[str, str] = {
+    "eps/(V-1)": "eps/(V-1) on every class but the target (tensor2tensor's convention, the reference's)",
+    "eps/V": "eps/V on every class, the target included (Szegedy et al.; torch CrossEntropyLoss(label_smoothing))",
+    "eps/(V-2)": "eps/(V-2) on every class but the target and padding (the Annotated Transformer's)",
+}

@@ -1,0 +1,70 @@
+"""Paths of the train checks that no broken recipe of tests/broken_recipes.py takes: a schedule that divides by
+zero at step 0 (a violation of train.lr-schedule, and an error of train.learns, which cannot train with it), and
+the skips of an implementation that exposes no recipe."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PLUGIN = '''
+from implementations import Implementation, hookimpl
+from reference.model import Transformer
+
+
+class DividesByZero(Transformer):
+    make_scheduler = None  # the schedule is this function of the step
+
+    def learning_rate(self, step_num, train_config):
+        step = step_num - 1  # the loop's counter, 0 at the first update, used as Eq. (3)'s step_num
+        return self.config.d_model ** -0.5 * min(step ** -0.5, step * train_config.warmup_steps ** -1.5)
+
+
+class NoRecipe(Transformer):  # the reference model with its recipe capabilities hidden
+    make_optimizer = make_scheduler = make_criterion = make_batch = None
+
+
+@hookimpl
+def register_implementations(register):
+    register(Implementation(name="divides-by-zero", build=DividesByZero))
+    register(Implementation(name="no-recipe", build=NoRecipe))
+'''
+
+
+def run(tmp_path: Path, impl: str, clauses: str) -> dict[str, list[dict]]:
+    plugin = tmp_path / "recipes.py"
+    plugin.write_text(PLUGIN)
+    out = tmp_path / f"{impl}.json"
+    subprocess.run([sys.executable, "-m", "pytest", "conformance/test_train.py", f"--plugin={plugin}",
+                    f"--impl={impl}", f"--clause={clauses}", f"--results-json={out}", "-q", "-p", "no:cacheprovider"],
+                   cwd=ROOT, capture_output=True, text=True, timeout=600)
+    by_clause: dict[str, list[dict]] = {}
+    for rec in json.loads(out.read_text())["tests"]:
+        by_clause.setdefault(rec["clause"], []).append(rec)
+    return by_clause
+
+
+def test_a_schedule_dividing_by_zero_at_step_zero_is_named(tmp_path):
+    got = run(tmp_path, "divides-by-zero", "train.lr-schedule,train.learns")
+    (sched,) = got["train.lr-schedule"]
+    assert sched["outcome"] == "failed", sched
+    assert "ZeroDivisionError" in sched["detail"] and "step_num counted from 0" in sched["detail"]
+    for rec in got["train.learns"]:  # no training without a first learning rate: the implementation's crash
+        assert rec["outcome"] == "error" and "learning_rate(1, train_config)" in rec["detail"], rec
+
+
+def test_without_a_recipe_the_recipe_checks_skip_naming_the_capability(tmp_path):
+    got = run(tmp_path, "no-recipe", "train.lr-schedule,train.optimizer,train.label-smoothing,train.loss-padding,"
+                                     "train.shift")
+    reasons = {clause: recs[0]["message"] for clause, recs in got.items()}
+    assert all(recs[0]["outcome"] == "skipped" for recs in got.values()), got
+    assert "make_scheduler(optimizer, train_config)" in reasons["train.lr-schedule"]
+    assert "learning_rate(step_num, train_config)" in reasons["train.lr-schedule"]
+    assert "make_optimizer(params, train_config)" in reasons["train.optimizer"]
+    assert "make_criterion(train_config)" in reasons["train.label-smoothing"]
+    assert "make_criterion(train_config)" in reasons["train.loss-padding"]
+    assert "make_batch(target, bos_id)" in reasons["train.shift"]
