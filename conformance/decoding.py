@@ -37,8 +37,9 @@ from spec.config import ModelConfig
 from spec.contract import STEP_DECODING_METHODS, has_capability
 from spec.decoding import TRANSLATION
 
+from .configs import OTHER_CONFIGS
 from .harness import CheckTimeout, ImplementationError, as_log_probs, could_not_check, run_forward
-from .inputs import CONFIG, random_tokens
+from .inputs import random_tokens
 
 __all__ = [
     "DECODE_CONFIG", "PAPER", "ForwardScores", "call_generate", "checked_tokens", "rows_of", "missing_step_methods",
@@ -49,7 +50,7 @@ __all__ = [
 ]
 
 # Positions up to the longest witness source + 50 (§6.1): the tiny preset's max_len (24) is too short.
-DECODE_CONFIG: ModelConfig = CONFIG.replace(max_len=64)
+DECODE_CONFIG: ModelConfig = OTHER_CONFIGS["longer"]
 PAPER = TRANSLATION  # beam 4, alpha 0.6, input length + 50; bos 1 (the end symbol is chosen per witness)
 
 

@@ -36,12 +36,14 @@ import torch
 from spec.clauses import get_clause
 from spec.config import ModelConfig
 
+from .configs import CONFIG, config_change
+
 if TYPE_CHECKING:
     from implementations import Implementation
 
 __all__ = [
     "ClauseViolation", "ImplementationError", "CheckTimeout", "checking", "current_clause", "violation",
-    "could_not_check", "build_model", "call_forward", "output_problem", "first_nonfinite", "run_forward",
+    "could_not_check", "build_model", "refused", "call_forward", "output_problem", "first_nonfinite", "run_forward",
     "as_log_probs", "describe_call", "seeded", "shape_gate",
 ]
 
@@ -133,17 +135,49 @@ def seeded(seed: int = 0) -> Iterator[None]:
 
 
 def build_model(impl: Implementation, config: ModelConfig, *, seed: int = 0, train: bool = False) -> Any:
-    """``impl.build(config)`` with a fixed seed, in eval mode unless ``train``."""
+    """``impl.build(config)`` with a fixed seed, in eval mode unless ``train``.
+
+    A configuration other than the audit's (``configs.OTHER_CONFIGS``, the base preset) that the implementation
+    refuses to build is a finding of config.parameters: under that clause it fails with the implementation's
+    own error, and a check of another clause that needed the configuration is skipped as blocked by it.
+    """
     try:
         with seeded(seed):
             model = impl.build(config)
     except CheckTimeout:
         raise
     except Exception as exc:
+        refused(impl, config, exc)
         could_not_check(f"{impl.name}: build(config) raised", exc)
     if not isinstance(model, torch.nn.Module):
         could_not_check(f"{impl.name}: build(config) returned {type(model).__name__}, not a torch.nn.Module")
     return model.train(train)
+
+
+def refused(impl: Implementation, config: ModelConfig, exc: Exception) -> None:
+    """Report ``impl.build(config)`` raising ``exc`` for a configuration other than the audit's (nothing for the
+    audit configuration itself, which every check needs, nor for a model that cannot build that one either: those
+    are could_not_check)."""
+    change = config_change(config)
+    if not change:
+        return
+    try:  # a model that builds no configuration at all malfunctions (could_not_check); it refuses nothing
+        with seeded(0):
+            impl.build(CONFIG)
+    except CheckTimeout:
+        raise
+    except Exception:
+        return
+    text = str(exc).strip()
+    error = f"{type(exc).__name__}: {text.splitlines()[0][:300] if text else ''}"
+    if current_clause() == "config.parameters":
+        violation(measured=f"{impl.name} refuses to build the configuration with {change}: {error}",
+                  expected="the model builds for every configuration of the schema's hyperparameters",
+                  call=f"{impl.name}.build(audit config with {change})",
+                  hint="a hyperparameter fixed or tied to another (one vocabulary size for both sides, a head count "
+                       "or width hard-coded)")
+    pytest.skip(f"blocked by config.parameters: {impl.name} refuses to build the configuration with {change} "
+                f"({error})")
 
 
 def describe_call(src: torch.Tensor, tgt: torch.Tensor, pad_id: int = 0) -> str:

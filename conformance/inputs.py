@@ -1,5 +1,5 @@
-"""Deterministic witness inputs and the configuration the suite audits with (hypothesis draws its inputs in
-``strategies.py``).
+"""Deterministic witness inputs for the configuration the suite audits with (``configs.CONFIG``; hypothesis
+draws its inputs in ``strategies.py``).
 
 Witnesses are fitted to the shapes the implementation under test accepts (``shapes``, model.shape): for a
 model that accepts every batch size and length they are exactly as written here; for one that rejects some,
@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from spec.config import TINY, ModelConfig
+from spec.config import ModelConfig
 
 from . import shapes
-
-# The default audit configuration: h > 1, N = 2, d_model 32, max_len 24.
-CONFIG: ModelConfig = TINY
+from .configs import CONFIG
 
 # The shapes the witnesses use, which the shape probe tries (with 1 and CONFIG.max_len) before any check runs:
 # the source and target widths of every witness (with the padding the mask checks append), and their batch

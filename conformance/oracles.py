@@ -73,6 +73,7 @@ def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float, *, form: str
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "relu": torch.relu,
     "gelu": torch.nn.functional.gelu,
+    "silu": torch.nn.functional.silu,
     "identity": lambda t: t,
 }
 

@@ -132,7 +132,8 @@ def last_sublayer_diagnosis(impl: Implementation, scale: float = 1.0) -> tuple[l
     With the last layer's norm2 gain 0 and a per-feature bias b2, the paper's
     FFN input is b2 at every position, so h = LN3(b2 + FFN(b2)) is known. The
     candidates name real bugs: GELU or no activation, a ReLU after W2, the
-    unbiased std with eps outside, the residual lost (``F + F``, ``F``).
+    unbiased std with eps outside, the residual lost (``F + F``, ``F``) or
+    added twice (``x + x + F``).
 
     ``scale`` < 1 shrinks b2 and the FFN's output (W2, its bias) so that the
     variance LN3 sees is close to eps: then eps inside or outside the square
@@ -153,7 +154,8 @@ def last_sublayer_diagnosis(impl: Implementation, scale: float = 1.0) -> tuple[l
     for act, kw in (("relu", {}), ("gelu", {"activation": "gelu"}), ("identity", {"activation": "identity"}),
                     ("relu-after-w2", {"after_w2": True})):
         f = oracles.feed_forward(b2, p["ffn.w1.weight"], p["ffn.w1.bias"], p["ffn.w2.weight"], p["ffn.w2.bias"], **kw)
-        for residual, u in (("x + F(x)", b2.double() + f), ("F(x) + F(x)", 2 * f), ("F(x)", f)):
+        for residual, u in (("x + F(x)", b2.double() + f), ("x + x + F(x)", 2 * b2.double() + f),
+                            ("F(x) + F(x)", 2 * f), ("F(x)", f)):
             for form in ("paper", "unbiased-std", "eps-outside", "unbiased-var"):
                 expected = layer_norm(u, p["norm3.weight"], p["norm3.bias"], form)
                 if bool(((h - expected).abs() <= 1e-4 * (1 + expected.abs())).all()):

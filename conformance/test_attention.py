@@ -15,7 +15,6 @@ Three techniques, one room:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import pytest
@@ -28,6 +27,7 @@ from spec.tolerance import Comparison, compare
 from . import oracles
 from .census import blocked_by_layers
 from .components import DK, B, H, Kernel, call_kernel, from_factory, qkv
+from .configs import OTHER_CONFIGS
 from .diagnosis import fail_on_variant_departure
 from .harness import describe_call, run_forward, seeded, violation
 from .inputs import CONFIG, witness_batch
@@ -113,7 +113,7 @@ def test_scale_follows_head_size(impl: Implementation) -> None:
     both models; merged-heads bugs make the probe inconclusive (attention.heads judges them)."""
     state = only_head_zero(visible_state(CONFIG, seed=STATE_SEED))
     many = outputs(impl, state)
-    one_cfg = dataclasses.replace(CONFIG, n_heads=1)
+    one_cfg = OTHER_CONFIGS["one-head"]
     _, tgt = witness_batch()
     found: list[str] = []
     gaps: dict[str, float] = {}

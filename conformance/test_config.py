@@ -11,6 +11,7 @@ from implementations import Implementation
 from spec.config import BASE, ModelConfig
 from spec.schema import parameter_count, parameter_schema, tied_groups
 
+from .configs import OTHER_CONFIGS
 from .harness import build_model, violation
 from .inputs import CONFIG
 
@@ -63,3 +64,12 @@ def test_base_model_size_matches_table_3(impl: Implementation) -> None:
                   expected=f"65M within 5% (the schema gives {parameter_count(BASE) / 1e6:.2f}M at a 37000-token "
                            "shared vocabulary)", call=f"{impl.name}.build(BASE)",
                   hint="untied embeddings add 2 x 37000 x 512 = 37.9M; check the layer sizes against Table 3")
+
+
+@pytest.mark.clause("config.parameters")
+@pytest.mark.parametrize("which", list(OTHER_CONFIGS))
+def test_builds_the_other_configurations(impl: Implementation, which: str) -> None:
+    """The configurations other checks build (two vocabularies, one head, a wider model): an implementation that
+    refuses one fails here, once, with its own error, and the checks that needed it are skipped as blocked by
+    config.parameters."""
+    build_model(impl, OTHER_CONFIGS[which])

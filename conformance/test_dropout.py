@@ -1,4 +1,5 @@
-"""dropout.residual (§5.4): dropout at P_drop on sub-layer outputs and embedding sums, in training only."""
+"""dropout.residual (§5.4): dropout at P_drop on sub-layer outputs and embedding sums, before the residual
+addition and the norm, in training only."""
 
 from __future__ import annotations
 
@@ -100,3 +101,48 @@ def test_sublayer_output_dropout_rate(impl: Implementation) -> None:
                   call=f"forward in train mode, dropout={p}, {ro.LAST}.norm2 gain 0 and bias 0, unit norms",
                   hint="LayerNorm(x + Sublayer(x)) without the Dropout: apply dropout to each sub-layer's output "
                        "before the residual addition")
+
+
+@pytest.mark.clause("dropout.residual")
+def test_post_norm_outputs_stay_normalized_in_train_mode(impl: Implementation) -> None:
+    """§5.4 drops each sub-layer's output "before it is added to the sub-layer input and normalized": with unit
+    norms the decoder's output is a layer norm's output, mean 0 and variance 1 per position, in train mode as in
+    eval mode. Dropout after the add & norm (Dropout(LayerNorm(x + F(x)))) zeroes some of those features and
+    scales the rest by 1/(1 - P_drop)."""
+    p = 0.5
+    cfg = CONFIG.replace(dropout=p)
+    model = build_model(impl, cfg, train=True)
+    if not has_capability(model, "load_reference_state"):
+        pytest.skip(f"{impl.name} has no load_reference_state")
+    state = visible_state(cfg, seed=75, unit_norms=True)
+    load_into(model, state, impl.name)
+
+    src, tgt = ro.witness()
+
+    def hidden(train: bool) -> torch.Tensor | None:
+        model.train(train)
+        torch.manual_seed(76)
+        h, residual = ro.readout(log_probs(model, impl, src, tgt, cfg), state["generator.weight"])
+        return h[tgt != cfg.pad_id] if residual <= 1e-3 else None
+
+    evaluated, trained = hidden(False), hidden(True)
+    if evaluated is None or trained is None:
+        pytest.skip("the hidden state cannot be read back")
+    if not normalized(evaluated):
+        pytest.skip("blocked by norm.post-norm: with unit norms the eval-mode output is not a layer norm's output")
+    if not normalized(trained):
+        var = trained.var(-1, unbiased=False)
+        zeros = (trained.abs() < 1e-6).float().mean().item()
+        violation(measured=f"in train mode (dropout {p}) the decoder's output has per-position variance "
+                           f"{var.min().item():.3g}..{var.max().item():.3g} and {zeros:.0%} exact zeros; in eval mode "
+                           "it is normalized (mean 0, variance 1)",
+                  expected="LayerNorm(x + Dropout(Sublayer(x))): the layer's output is normalized in train mode too",
+                  call=f"forward in train mode and in eval mode, dropout={p}, unit norms, hidden state read back",
+                  hint="dropout applied after the add & norm (Dropout(LayerNorm(x + F(x)))) or on the stack's "
+                       "output: drop the sub-layer output before the residual addition")
+
+
+def normalized(h: torch.Tensor, tol: float = 1e-3) -> bool:
+    """Every row has mean 0 and biased variance 1 (within ``tol``)."""
+    mean, var = h.mean(-1), h.var(-1, unbiased=False)
+    return bool((mean.abs() < tol).all() and ((var - 1).abs() < tol).all())

@@ -14,6 +14,7 @@ import pytest
 
 from implementations import Implementation
 
+from .configs import OTHER_CONFIGS
 from .diagnosis import fail_on_variant_departure
 from .harness import build_model, violation
 from .inputs import CONFIG
@@ -62,7 +63,7 @@ def test_shared_when_configured(impl: Implementation) -> None:
 
 @pytest.mark.clause("embedding.shared-weights")
 def test_separate_when_not_configured(impl: Implementation) -> None:
-    cfg = CONFIG.replace(src_vocab=41, tgt_vocab=43, share_embeddings=False)
+    cfg = OTHER_CONFIGS["separate-vocabularies"]
     model = build_model(impl, cfg)
     src = vocab_parameters(model, cfg.src_vocab, cfg.d_model)
     tgt = vocab_parameters(model, cfg.tgt_vocab, cfg.d_model)

@@ -7,6 +7,7 @@ import pytest
 from implementations import Implementation
 
 from .census import DEAD, census, shared_parameters
+from .diagnosis import fail_on_variant_departure
 from .harness import build_model, violation
 from .inputs import CONFIG
 
@@ -33,9 +34,26 @@ def test_every_layer_parameter_matters(impl: Implementation) -> None:
     last = f"encoder.{CONFIG.n_layers - 1}."
     dead = [m for m, e in effect.items() if e <= DEAD and not m.startswith(last)]
     if dead:
+        norms = [m for m in dead if m.rsplit(".", 1)[-1].startswith("norm")]
+        if norms and len(norms) == len(dead):
+            hint = (f"{norms[0]} is never applied: its sub-layer normalizes with another sub-layer's LayerNorm (one "
+                    "norm module reused, e.g. self.norm1 after both the attention and the FFN); give every sub-layer "
+                    "its own nn.LayerNorm(d_model), LayerNorm(x + Sublayer(x)) with that sub-layer's norm")
+        else:
+            hint = ("a module built but never called (another one reused in its place), or the decoder returning an "
+                    "intermediate layer's output")
         violation(measured=f"perturbing these canonical parameters changes no output: {', '.join(dead[:6])}",
                   expected="every layer's parameters take part, each stack's layers applied in sequence and the "
                            "decoder's output taken from its last layer",
                   call="load_reference_state(visible weights), then each group perturbed by N(0, 0.5^2) in turn",
-                  hint="a module built but never called (another one reused in its place), or the decoder "
-                       "returning an intermediate layer's output")
+                  hint=hint)
+
+
+@pytest.mark.clause("layers.independent")
+def test_each_sublayer_has_its_own_norm_variant(impl: Implementation) -> None:
+    """§3.1: LayerNorm(x + Sublayer(x)) with each sub-layer's own norm; the variant that reproduces the
+    implementation does not reuse one sub-layer's norm for another."""
+    fail_on_variant_departure(
+        impl, hint="one LayerNorm module applied after two sub-layers (the other never used): give every sub-layer "
+                   "its own norm (norm1 after self-attention, norm2 after cross-attention or the encoder's FFN, norm3 "
+                   "after the decoder's FFN)")

@@ -1,9 +1,11 @@
 """Masks (§3.2.3): causality (mask.causal), source and target padding (mask.source-padding,
 mask.target-padding), finite outputs for fully padded rows (mask.finite).
 
-Whole-model checks are black-box unless stated (a transplant probe for the diagonal); attention kernels alone
-(``--component``, kind ``attention``) are checked against the float64 closed form with masks of every
-pattern. Mask polarity everywhere: True = "may attend".
+Whole-model checks are black-box, run on sharp transplanted weights where the adapter can load them (at the
+model's own scale otherwise, and the messages say so), with a witness whose attention scores reach 1e5 (a finite
+mask constant such as -1e4 fails it), a transplant probe and a variant attribution for the diagonal. Attention
+kernels alone (``--component``, kind ``attention``) are checked against the float64 closed form with masks of
+every pattern. Mask polarity everywhere: True = "may attend".
 """
 
 from __future__ import annotations
@@ -20,34 +22,73 @@ from spec.tolerance import compare
 
 from . import oracles, strategies
 from .components import DK, LK, B, H, Kernel, call_kernel, from_factory, key_padding, qkv
+from .diagnosis import fail_on_variant_departure
 from .harness import build_model, describe_call, first_nonfinite, run_forward, violation
 from .inputs import CONFIG, fitted, other_token, random_tokens, shape_need, witness_batch
 from .outputs import compare_real, log_probs
-from .transplant import load_into, visible_state
+from .transplant import STATE_SEED, load_into, sharp_or_own, transplanted, visible_state
 
 PAD = CONFIG.pad_id
 
 
 @pytest.fixture(scope="module")
 def model(impl: Implementation) -> Any:
-    """The implementation built once per module for CONFIG, in eval mode."""
+    """The implementation built once per module for CONFIG, in eval mode, at its own initialisation."""
     return build_model(impl, CONFIG)
 
 
-def check_causal(model: Any, impl: Implementation, src: torch.Tensor, tgt: torch.Tensor, j: int) -> None:
+@pytest.fixture(scope="module")
+def sharp(impl: Implementation, model: Any) -> tuple[Any, str]:
+    """(the model the mask witnesses run on, which weights it holds, as the messages say it): the witnesses of
+    mask.causal, mask.source-padding and mask.target-padding must not depend on how sharp the implementation's
+    own initialisation is, so they run on sharp transplanted weights where the adapter can load them
+    (``transplant.sharp_or_own``)."""
+    return sharp_or_own(impl, model)
+
+
+# Scores beyond any finite mask constant (B02): the query and key projections of every attention scaled so that
+# |scores| reach ~1e5. A masked score of -1e4 (or -1e5) then beats every real score of some queries, which
+# attend to masked keys; -inf (or the dtype's lowest value) still masks them.
+SCORE_BOOST = 160.0
+EXTREME = (f"on transplanted weights with every attention's W^Q and W^K multiplied by {SCORE_BOOST:g} "
+           "(attention scores of order 1e5)")
+
+
+def extreme_state() -> dict[str, torch.Tensor]:
+    def boost(name: str, t: torch.Tensor) -> torch.Tensor:
+        return t * SCORE_BOOST if name.endswith(("attn.q.weight", "attn.k.weight")) else t
+
+    return visible_state(CONFIG, seed=STATE_SEED, adjust=boost)
+
+
+@pytest.fixture(scope="module")
+def extreme(impl: Implementation) -> Any:
+    """The implementation holding ``extreme_state()`` (skips without load_reference_state)."""
+    return transplanted(impl, extreme_state(), cache=False)
+
+
+FINITE_FILL_HINT = ("masked scores set to a finite constant (e.g. -1e4, -1e5, or a float16-safe -65504 kept in "
+                    "float32) that real scores can fall below: fill with -inf (guarding rows with no admissible key) "
+                    "or torch.finfo(scores.dtype).min")
+
+
+def check_causal(model: Any, impl: Implementation, src: torch.Tensor, tgt: torch.Tensor, j: int,
+                 weights: str = "", hint: str = "") -> None:
     """Changing target token j leaves positions < j unchanged and changes position j."""
     changed = tgt.clone()
     changed[:, j] = torch.tensor([other_token(int(t), CONFIG.tgt_vocab, PAD) for t in tgt[:, j]])
     a = log_probs(model, impl, src, tgt)
     b = log_probs(model, impl, src, changed)
-    call = f"{describe_call(src, tgt, PAD)}, then target token {j} changed in every row"
+    call = f"{describe_call(src, tgt, PAD)}, then target token {j} changed in every row" + (
+        f", {weights}" if weights else "")
     if j > 0:
         before = compare_real(a, b, tgt, PAD, positions=slice(0, j))
         if not before.ok:
             violation(measured=f"outputs before position {j} changed: {before.describe()}",
                       expected=f"outputs at positions 0..{j - 1} independent of target token {j}",
-                      call=call, hint="the decoder self-attention sees future tokens: causal mask missing, "
-                                      "added as a 0/1 float, or built with triu/tril swapped")
+                      call=call, hint=hint or "the decoder self-attention sees future tokens: causal mask missing, "
+                                              "added as a 0/1 float, built with triu/tril swapped, or dropped on "
+                                              "some code path (some layers, some batch shapes)")
     at_j = (a[:, j] - b[:, j]).abs().max().item()
     if at_j <= 1e-6:
         violation(measured=f"the output at position {j} moved by only {at_j:.2g}",
@@ -57,19 +98,43 @@ def check_causal(model: Any, impl: Implementation, src: torch.Tensor, tgt: torch
 
 @pytest.mark.clause("mask.causal")
 @pytest.mark.parametrize("j", [0, 2, 5])
-def test_causal_witness(impl: Implementation, model: Any, j: int) -> None:
+def test_causal_witness(impl: Implementation, sharp: tuple[Any, str], j: int) -> None:
     src, tgt = fitted(random_tokens(CONFIG, [7, 4], 7, vocab=CONFIG.src_vocab, seed=3),
                       random_tokens(CONFIG, [6, 6], 6, vocab=CONFIG.tgt_vocab, seed=4))
     if j >= tgt.size(1):
         pytest.skip(shape_need(f"changing target position {j} needs target length {j + 1}", "tgt"))
-    check_causal(model, impl, src, tgt, j)
+    check_causal(sharp[0], impl, src, tgt, j, sharp[1])
 
 
 @pytest.mark.clause("mask.causal")
 @given(case=strategies.causal_case(CONFIG))
-def test_causal_explored(impl: Implementation, model: Any, case: tuple[torch.Tensor, torch.Tensor, int]) -> None:
+def test_causal_explored(impl: Implementation, sharp: tuple[Any, str],
+                         case: tuple[torch.Tensor, torch.Tensor, int]) -> None:
     """Hypothesis over the lengths, the tokens and the changed position j (one unpadded sample)."""
-    check_causal(model, impl, *case)
+    check_causal(sharp[0], impl, *case, sharp[1])
+
+
+@pytest.mark.clause("mask.causal")
+def test_causal_with_scores_beyond_1e4(impl: Implementation, extreme: Any) -> None:
+    """B02: with attention scores of order 1e5, a future key masked by a finite constant outscores the real keys
+    of some queries; -inf keeps it out."""
+    src, tgt = fitted(random_tokens(CONFIG, [7, 4], 7, vocab=CONFIG.src_vocab, seed=3),
+                      random_tokens(CONFIG, [6, 6], 6, vocab=CONFIG.tgt_vocab, seed=4))
+    if tgt.size(1) < 4:
+        pytest.skip(shape_need("changing target position 3 needs target length 4", "tgt"))
+    check_causal(extreme, impl, src, tgt, 3, EXTREME, hint=FINITE_FILL_HINT)
+
+
+@pytest.mark.clause("mask.causal")
+def test_causal_variant(impl: Implementation) -> None:
+    """§3.2.3 "up to and including": the variant that reproduces the implementation keeps the diagonal."""
+    keep_diagonal = ("the causal mask must keep the diagonal: torch.ones(T, T).tril() (or triu(..., diagonal=1) for "
+                     "the masked part), not tril(..., -1) / triu(..., diagonal=0); position 0 must be able to "
+                     "attend to itself")
+    fail_on_variant_departure(impl, hint={
+        "causal=none": "the decoder self-attention has no causal mask: combine torch.ones(T, T).tril() with the "
+                       "target padding mask and pass it to every decoder layer",
+        "causal": keep_diagonal})
 
 
 @pytest.mark.clause("mask.causal")
@@ -80,7 +145,9 @@ def test_position_zero_attends_to_itself(impl: Implementation) -> None:
     masked, so a black-box perturbation cannot see a missing diagonal. Instead:
     zero W_v of every decoder self-attention. If position 0 attends to itself,
     its self-attention output was W_o W_v x_0 != 0, so the output moves; with
-    the diagonal masked it attends to nothing and nothing moves.
+    the diagonal masked it attends to nothing and nothing moves. A diagonal
+    masked with -inf and no guard leaves position 0 with no admissible key: its
+    output is NaN on an unpadded batch, which names the same bug.
     """
     model = build_model(impl, CONFIG)
     if not has_capability(model, "load_reference_state"):
@@ -88,9 +155,18 @@ def test_position_zero_attends_to_itself(impl: Implementation) -> None:
     state = visible_state(CONFIG, seed=5)
     zeroed = {k: (torch.zeros_like(v) if ".self_attn.v." in k and k.startswith("decoder") else v)
               for k, v in state.items()}
-    src, tgt = fitted(random_tokens(CONFIG, [5, 7], 7, vocab=CONFIG.src_vocab, seed=6),
+    src, tgt = fitted(random_tokens(CONFIG, [7, 7], 7, vocab=CONFIG.src_vocab, seed=6),
                       random_tokens(CONFIG, [4, 4], 4, vocab=CONFIG.tgt_vocab, seed=7))
+    call = f"{describe_call(src, tgt, PAD)} with canonical weights"
+    hint = "the causal mask excludes the diagonal (torch.triu(..., diagonal=0) / tril(..., -1))"
     load_into(model, state, impl.name)
+    out = run_forward(model, src, tgt, vocab=CONFIG.tgt_vocab, pad_id=PAD, check_finite=False)
+    bad = first_nonfinite(out, tgt, PAD)
+    if bad is not None and bad[1][1] == 0:
+        violation(measured=f"on an unpadded batch, decoder position 0 outputs {bad[2]} (non-finite) at "
+                           f"[batch, position, token] = {bad[1]}: its self-attention row has no admissible key",
+                  expected="position 0 attends to itself (up to and including), so every row of the causal mask "
+                           "has at least one admissible key", call=call, hint=hint)
     a = log_probs(model, impl, src, tgt)
     load_into(model, zeroed, impl.name)
     b = log_probs(model, impl, src, tgt)
@@ -98,8 +174,7 @@ def test_position_zero_attends_to_itself(impl: Implementation) -> None:
     if moved <= 1e-6:
         violation(measured=f"zeroing W_v of every decoder self-attention moved position 0 by {moved:.2g}",
                   expected="position 0 attends to itself, so its self-attention output (and the model output) changes",
-                  call=f"{describe_call(src, tgt, PAD)} with canonical weights, then decoder self_attn.v zeroed",
-                  hint="the causal mask excludes the diagonal (torch.triu(..., diagonal=0) / tril(..., -1))")
+                  call=f"{call}, then decoder self_attn.v zeroed", hint=hint)
 
 
 def appended(tokens: torch.Tensor, extra: int) -> torch.Tensor:
@@ -107,10 +182,8 @@ def appended(tokens: torch.Tensor, extra: int) -> torch.Tensor:
     return torch.cat([tokens, torch.full((tokens.size(0), extra), PAD, dtype=tokens.dtype)], dim=1)
 
 
-@pytest.mark.clause("mask.source-padding")
-@pytest.mark.parametrize("extra", [1, 5])
-def test_source_padding_witness(impl: Implementation, model: Any, extra: int) -> None:
-    src, tgt = witness_batch(src_room=extra)
+def check_source_padding(model: Any, impl: Implementation, src: torch.Tensor, tgt: torch.Tensor, extra: int,
+                         weights: str, hint: str) -> None:
     a = log_probs(model, impl, src, tgt)
     longer = appended(src, extra)
     b = log_probs(model, impl, longer, tgt)
@@ -118,29 +191,37 @@ def test_source_padding_witness(impl: Implementation, model: Any, extra: int) ->
     if not cmp.ok:
         violation(measured=f"appending {extra} source pad token(s) moved the outputs: "
                   f"{cmp.describe()}", expected="outputs at real target positions unchanged by source padding",
-                  call=f"{describe_call(src, tgt, PAD)} vs src padded to {longer.size(1)}",
-                  hint="padded keys keep weight: the mask is missing (often in cross-attention), filled with a "
-                       "small value such as 1e-9 instead of -inf, or applied on the query axis")
+                  call=f"{describe_call(src, tgt, PAD)} vs src padded to {longer.size(1)}, {weights}", hint=hint)
+
+
+SOURCE_HINT = ("padded keys keep weight: the mask is missing (often in cross-attention), filled with a small value "
+               "such as 1e-9 instead of -inf, or applied on the query axis")
+
+
+@pytest.mark.clause("mask.source-padding")
+@pytest.mark.parametrize("extra", [1, 5])
+def test_source_padding_witness(impl: Implementation, sharp: tuple[Any, str], extra: int) -> None:
+    check_source_padding(sharp[0], impl, *witness_batch(src_room=extra), extra, sharp[1], SOURCE_HINT)
+
+
+@pytest.mark.clause("mask.source-padding")
+def test_source_padding_with_scores_beyond_1e4(impl: Implementation, extreme: Any) -> None:
+    """B02: with scores of order 1e5, a padded key masked by a finite constant outscores the real keys of some
+    queries (a short source has few)."""
+    check_source_padding(extreme, impl, *witness_batch(src_room=1), 1, EXTREME, FINITE_FILL_HINT)
 
 
 @pytest.mark.clause("mask.source-padding")
 @given(case=strategies.source_padding_case(CONFIG))
-def test_source_padding_explored(impl: Implementation, model: Any,
+def test_source_padding_explored(impl: Implementation, sharp: tuple[Any, str],
                                  case: tuple[torch.Tensor, torch.Tensor, int]) -> None:
     """Hypothesis over the lengths, the tokens and how much source padding is appended (one sample)."""
     src, tgt, extra = case
-    a = log_probs(model, impl, src, tgt)
-    b = log_probs(model, impl, appended(src, extra), tgt)
-    cmp = compare_real(a, b, tgt, PAD)
-    if not cmp.ok:
-        violation(measured=cmp.describe(), expected="outputs unchanged by source padding",
-                  call=f"{describe_call(src, tgt, PAD)} vs {extra} pad token(s) appended to src",
-                  hint="padded keys keep weight in encoder self-attention or cross-attention")
+    check_source_padding(sharp[0], impl, src, tgt, extra, sharp[1],
+                         "padded keys keep weight in encoder self-attention or cross-attention")
 
 
-@pytest.mark.clause("mask.target-padding")
-@pytest.mark.parametrize("extra", [1, 4])
-def test_target_padding_witness(impl: Implementation, model: Any, extra: int) -> None:
+def check_target_padding(model: Any, impl: Implementation, extra: int, weights: str, hint: str) -> None:
     src, tgt = witness_batch(tgt_room=extra)
     a = log_probs(model, impl, src, tgt)
     b = log_probs(model, impl, src, appended(tgt, extra))[:, : tgt.size(1)]
@@ -148,9 +229,23 @@ def test_target_padding_witness(impl: Implementation, model: Any, extra: int) ->
     if not cmp.ok:
         violation(measured=f"appending {extra} target pad token(s) moved earlier outputs: "
                   f"{cmp.describe()}", expected="outputs at real target positions unchanged by target padding",
-                  call=f"{describe_call(src, tgt, PAD)} vs tgt padded to {tgt.size(1) + extra}",
-                  hint="the target mask lets real positions see padding, or the padding mask is built on the "
-                       "wrong axis / with the source's pad id")
+                  call=f"{describe_call(src, tgt, PAD)} vs tgt padded to {tgt.size(1) + extra}, {weights}",
+                  hint=hint)
+
+
+@pytest.mark.clause("mask.target-padding")
+@pytest.mark.parametrize("extra", [1, 4])
+def test_target_padding_witness(impl: Implementation, sharp: tuple[Any, str], extra: int) -> None:
+    check_target_padding(sharp[0], impl, extra, sharp[1],
+                         "the target mask lets real positions see padding, or the padding mask is built on the "
+                         "wrong axis / with the source's pad id")
+
+
+@pytest.mark.clause("mask.target-padding")
+def test_target_padding_with_scores_beyond_1e4(impl: Implementation, extreme: Any) -> None:
+    """B02: with scores of order 1e5, appended target padding masked by a finite constant outscores the
+    admissible keys of some queries."""
+    check_target_padding(extreme, impl, 1, EXTREME, FINITE_FILL_HINT)
 
 
 def require_finite(out: torch.Tensor, tgt: torch.Tensor, call: str, hint: str) -> None:

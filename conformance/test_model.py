@@ -16,6 +16,7 @@ from spec.contract import has_capability
 from spec.tolerance import compare
 
 from . import shapes, strategies
+from .configs import OTHER_CONFIGS
 from .diagnosis import diagnosis_of, explanation
 from .harness import (
     build_model,
@@ -104,7 +105,7 @@ def test_shape_edges(impl: Implementation, model: Any, s_len: int, t_len: int) -
 @pytest.mark.clause("model.shape")
 def test_shape_over_the_target_vocabulary(impl: Implementation) -> None:
     """With separate vocabularies of different sizes (share_embeddings=False), the scores are over the target's."""
-    cfg = CONFIG.replace(src_vocab=41, tgt_vocab=43, share_embeddings=False)
+    cfg = OTHER_CONFIGS["separate-vocabularies"]
     src, tgt = witness_batch(cfg)
     check_output_shape(build_model(impl, cfg), src, tgt, cfg)
 

@@ -21,12 +21,14 @@ from spec.tolerance import compare
 
 from . import oracles, strategies
 from .components import from_factory
+from .configs import OTHER_CONFIGS
 from .diagnosis import fail_on_variant_departure
 from .harness import CheckTimeout, build_model, could_not_check, violation
 from .inputs import CONFIG
 from .readout_probes import check_input_path
 
-CONFIGS = {"d32": CONFIG, "d48": CONFIG.replace(d_model=48, n_heads=4, max_len=64)}
+CONFIGS = {"d32": CONFIG, "d48": OTHER_CONFIGS["wider"]}
+MAX_OFFSET = 4  # offsets tried when the table is no named form (1 is the named positions-from-1)
 PE_EXPECTED = ("PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same), pos from 0 "
                "(PE[1, 1] = cos(1) = 0.540302)")
 
@@ -42,8 +44,14 @@ def check_table(got: torch.Tensor, length: int, d_model: int, call: str,
     instead = [f for f in oracles.PE_FORMS if f != "paper"
                and compare(got.double(), oracles.pe_table(length, d_model, form=f), dtype=torch.float32).ok]
     named = f"; the table matches {oracles.PE_FORMS[instead[0]]}" if instead else ""
-    violation(measured=f"{cmp.describe()}{named}", expected=PE_EXPECTED, call=call,
-              hint="interleave sin (even dims) and cos (odd dims) sharing one frequency per pair")
+    offset = next((k for k in range(2, MAX_OFFSET + 1) if not instead
+                   and compare(got.double(), oracles.pe_table(length + k, d_model)[k:], dtype=torch.float32).ok), 0)
+    if offset:
+        named = f"; the table is the paper's from position {offset} on (positions offset by {offset})"
+    hint = ("count positions from 0, so the first token gets PE[0] (a table offset past a padding index, as in "
+            "positions = padding_idx + 1 + arange(L), starts later)" if offset or instead == ["positions-from-1"]
+            else "interleave sin (even dims) and cos (odd dims) sharing one frequency per pair")
+    violation(measured=f"{cmp.describe()}{named}", expected=PE_EXPECTED, call=call, hint=hint)
 
 
 def table_of(model: Any, length: int, d_model: int, impl_name: str) -> torch.Tensor:

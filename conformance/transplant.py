@@ -7,7 +7,8 @@ so a wrong mask or scale barely moves the output. ``visible_state`` draws
 weights that avoid both (gains far from 1, biases far from 0, projections
 large enough that attention is sharp); ``load_into`` loads them into a model
 through the adapter's ``load_reference_state``, ``transplanted`` builds the
-implementation holding them, and ``reference_twin`` the reference holding them.
+implementation holding them, ``sharp_or_own`` the model a black-box witness runs on (transplanted where it
+can be), and ``reference_twin`` the reference holding them.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from .inputs import CONFIG
 if TYPE_CHECKING:
     from implementations import Implementation
 
-__all__ = ["STATE_SEED", "visible_state", "load_into", "transplanted", "reference_twin"]
+__all__ = ["STATE_SEED", "visible_state", "load_into", "transplanted", "sharp_or_own", "reference_twin"]
 
 STATE_SEED = 11  # the seed of the visible weights the transplant-based checks share
 
@@ -116,6 +117,24 @@ def transplanted(impl: Implementation, state: Mapping[str, torch.Tensor] | None 
     if cache and state is None:
         _MODELS[key] = model
     return model
+
+
+SHARP = f"on sharp transplanted weights (load_reference_state(visible weights, seed {STATE_SEED}))"
+OWN_SCALE = ("at the model's own initialisation: the adapter has no load_reference_state, so the witness ran at "
+             "the model's own scale (a near-uniform attention can hide a leak)")
+
+
+def sharp_or_own(impl: Implementation, model: Any) -> tuple[Any, str]:
+    """(the model a black-box witness should run on, which weights it holds, as its messages say it).
+
+    A witness whose effect scales with the sharpness of attention (a leaked future or padded key) must not
+    depend on the implementation's own initialisation: with a small init (std 0.02) attention is near uniform
+    and a leak moves the output by less than the tolerance. Where the adapter can load weights that is the
+    implementation holding the visible weights (``transplanted``); elsewhere ``model`` itself, said so.
+    """
+    if has_capability(model, "load_reference_state"):
+        return transplanted(impl), SHARP
+    return model, OWN_SCALE
 
 
 def reference_twin(config: ModelConfig, state: Mapping[str, torch.Tensor]) -> Transformer:

@@ -12,7 +12,11 @@ never to accept one; the reference itself holds no flags.
 ``diagnose`` searches the variants for one that reproduces an
 implementation holding the same weights: single departures first, then
 greedy combinations, each step keeping the departure that brings the
-variant closest to the implementation.
+variant closest to the implementation. Where a part of the implementation
+cannot be named by any variant (a learned positional table, a table offset by
+a padding index), ``Parts`` substitutes what the implementation exposes of
+itself (its own table, its own encoder output), so the rest can still be
+named; ``conformance.diagnosis`` chains these substitutions.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from spec.tolerance import compare
 
 from . import oracles
 
-__all__ = ["Knobs", "KNOBS", "run_variant", "Diagnosis", "diagnose"]
+__all__ = ["Knobs", "KNOBS", "Parts", "run_variant", "Diagnosis", "diagnose"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
         "layer-input": "cross-attention queries from the decoder layer's input (before self-attention)"}),
     Knob("norm_place", "norm.post-norm", {
         "post": "LayerNorm(x + Sublayer(x)) (post-norm)", "pre": "x + Sublayer(LayerNorm(x)) (pre-norm)"}),
+    Knob("residual", "norm.post-norm", {
+        "once": "each sub-layer adds its input once", "twice": "the residual added twice in every sub-layer: "
+                                                                "LayerNorm(x + x + Sublayer(x))"}),
     Knob("ffn_residual", "norm.post-norm", {
         "input": "the FFN residual adds the sub-layer input",
         "sublayer-output": "the FFN residual adds the FFN output to itself (LayerNorm(F(x) + F(x)))"}),
@@ -76,11 +83,22 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("ln_form", "norm.layer-norm", {
         "paper": "(x - mean) / sqrt(biased var + eps)",
         "unbiased-std": "(x - mean) / (unbiased std + eps)"}),
+    Knob("ln_bias", "norm.layer-norm", {
+        "applied": "every layer norm adds its per-feature bias",
+        "none": "layer norms without a bias term (gain only: the canonical norm biases are not applied)"}),
     Knob("cross_norm", "layers.independent", {
         "own": "the cross-attention sub-layer has its own norm",
         "self-attention's": "the cross-attention sub-layer reuses the self-attention sub-layer's norm"}),
+    Knob("enc_ffn_norm", "layers.independent", {
+        "own": "the encoder's FFN sub-layer has its own norm",
+        "self-attention's": "the encoder's FFN sub-layer reuses the self-attention sub-layer's norm (norm1 "
+                            "applied twice, norm2 never)"}),
+    Knob("dec_ffn_norm", "layers.independent", {
+        "own": "the decoder's FFN sub-layer has its own norm",
+        "cross-attention's": "the decoder's FFN sub-layer reuses the cross-attention sub-layer's norm (norm2 "
+                             "applied twice, norm3 never)"}),
     Knob("activation", "ffn.formula", {
-        "relu": "max(0, x W1 + b1) W2 + b2", "gelu": "GELU instead of ReLU",
+        "relu": "max(0, x W1 + b1) W2 + b2", "gelu": "GELU instead of ReLU", "silu": "SiLU (swish) instead of ReLU",
         "identity": "no activation between W1 and W2",
         "relu-after-w2": "ReLU after W2 instead of between W1 and W2"}),
     Knob("embed_scale", "embedding.scale", {
@@ -95,7 +113,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
         "-inf": "masked scores set to -inf", "~0": "masked scores set to a tiny value (1e-9) instead of -inf"}),
     Knob("causal", "mask.causal", {
         "inclusive": "position i attends to 0..i", "none": "no causal mask",
-        "strict": "position i attends to 0..i-1 (diagonal excluded)"}),
+        "strict": "position i attends to 0..i-1 (diagonal excluded)",
+        "strict, finite fill": "position i attends to 0..i-1 (diagonal excluded) with a finite mask fill such as "
+                               "-1e9, so position 0, left with no admissible key, attends to every target position"}),
     Knob("cross_mask", "mask.source-padding", {
         "yes": "source padding masked in cross-attention", "no": "no source mask in cross-attention"}),
     Knob("logit_scale", "embedding.shared-weights", {
@@ -118,11 +138,15 @@ class Knobs:
     cross_memory: str = "final"
     cross_query: str = "previous"
     norm_place: str = "post"
+    residual: str = "once"
     ffn_residual: str = "input"
     final_norm: str = "no"
     embed_norm: str = "no"
     ln_form: str = "paper"
+    ln_bias: str = "applied"
     cross_norm: str = "own"
+    enc_ffn_norm: str = "own"
+    dec_ffn_norm: str = "own"
     activation: str = "relu"
     embed_scale: str = "sqrt(d_model)"
     pe: str = "once"
@@ -148,23 +172,53 @@ if {f.name: f.default for f in dataclasses.fields(Knobs)} != PAPER:  # one list 
 # --------------------------------------------------------------------------------------------------
 # The functional model
 # --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Parts:
+    """Parts of an implementation substituted into the variants: what it shows of itself.
+
+    ``pe`` is its own positional table (``positional_encoding(length)``, [L, d_model], L at least the
+    longest input): the variants add it instead of a §3.5 form (``pe_form`` is then moot). ``memory`` is its
+    own encoder output on the diagnosed source batch (``encode(src)``, [B, S, d_model]): the decoder is
+    diagnosed alone, reading it. A substituted part is judged by its own clause (position.formula reads the
+    table), so the rest of the model can still be attributed.
+    """
+
+    pe: Tensor | None = None
+    memory: Tensor | None = None
+
+    def describe(self) -> list[str]:
+        """What is substituted, one phrase per part ("its own positional table (positional_encoding)")."""
+        out = []
+        if self.pe is not None:
+            out.append("its own positional table (positional_encoding(length))")
+        if self.memory is not None:
+            out.append("its own encoder output (encode(src)), so that the decoder is diagnosed alone")
+        return out
+
+
 class _Run:
     """One forward pass of a variant over a canonical state dict, in float64."""
 
-    def __init__(self, knobs: Knobs, state: Mapping[str, Tensor], config: ModelConfig) -> None:
-        self.k, self.cfg = knobs, config
+    def __init__(self, knobs: Knobs, state: Mapping[str, Tensor], config: ModelConfig,
+                 parts: Parts | None = None) -> None:
+        self.k, self.cfg, self.parts = knobs, config, parts or Parts()
         self.p = {name: t.detach().to(torch.float64) for name, t in state.items()}
 
     def norm(self, x: Tensor, prefix: str | None) -> Tensor:
-        """§3.1 layer norm (``ln_form``); prefix None: a parameter-free norm (gain 1, bias 0)."""
+        """§3.1 layer norm (``ln_form``, ``ln_bias``); prefix None: a parameter-free norm (gain 1, bias 0)."""
+        zeros = torch.zeros(x.size(-1), dtype=x.dtype)
         if prefix is None:
-            weight, bias = torch.ones(x.size(-1), dtype=x.dtype), torch.zeros(x.size(-1), dtype=x.dtype)
+            weight, bias = torch.ones(x.size(-1), dtype=x.dtype), zeros
         else:
             weight, bias = self.p[f"{prefix}.weight"], self.p[f"{prefix}.bias"]
+        if self.k.ln_bias == "none":
+            bias = zeros
         return oracles.layer_norm(x, weight, bias, self.cfg.norm_eps, form=self.k.ln_form)
 
-    def attention(self, prefix: str, query: Tensor, memory: Tensor, mask: Tensor | None) -> Tensor:
-        """§3.2.2 multi-head attention; mask (B|1, 1, Lq|1, Lk), True = may attend."""
+    def attention(self, prefix: str, query: Tensor, memory: Tensor, mask: Tensor | None,
+                  fill: float | None = None) -> Tensor:
+        """§3.2.2 multi-head attention; mask (B|1, 1, Lq|1, Lk), True = may attend; ``fill`` a finite value for
+        masked scores (None: -inf, a row with no admissible key attends to nothing)."""
         h, d = self.cfg.n_heads, self.cfg.d_model
         d_k = d // h
         B, Lq, Lk = query.size(0), query.size(1), memory.size(1)
@@ -179,8 +233,10 @@ class _Run:
         v = split(memory @ self.p[f"{prefix}.v.weight"].T, Lk)
         scale = {"1/sqrt(d_k)": d_k ** -0.5, "1/sqrt(d_model)": d ** -0.5, "1": 1.0,
                  "sqrt(d_k)": d_k ** 0.5}[self.k.scale]
+        if self.k.mask_fill == "~0":
+            fill = 1e-9
         weights = oracles.attention_weights(q, k, mask, scale=scale, axis=self.k.softmax_axis,
-                                            fill=1e-9 if self.k.mask_fill == "~0" else None)  # (B, h, Lq, Lk)
+                                            fill=fill)  # (B, h, Lq, Lk)
         if self.k.weights == "per key":
             heads = weights @ v  # (B, h, Lq, d_k)
         else:
@@ -199,21 +255,24 @@ class _Run:
                                     activation="identity" if after_w2 else self.k.activation, after_w2=after_w2)
 
     def sublayer(self, x: Tensor, norm: str, fn: Callable[[Tensor], Tensor]) -> Tensor:
-        """§3.1 residual and norm around fn (post-norm or pre-norm)."""
+        """§3.1 residual and norm around fn (post-norm or pre-norm; the residual once or twice)."""
+        residual = 2 * x if self.k.residual == "twice" else x
         if self.k.norm_place == "pre":
-            return x + fn(self.norm(x, norm))
+            return residual + fn(self.norm(x, norm))
         out = fn(x)
-        return self.norm(x + out, norm)
+        return self.norm(residual + out, norm)
 
     def embed(self, tokens: Tensor, table: str, stack: str) -> Tensor:
-        """§3.4, §3.5: scaled embeddings plus the positional table (per ``pe``)."""
-        d = self.cfg.d_model
+        """§3.4, §3.5: scaled embeddings plus the positional table (per ``pe``; the substituted one if any)."""
+        d, L = self.cfg.d_model, tokens.size(1)
         scale = {"sqrt(d_model)": math.sqrt(d), "1": 1.0, "1/sqrt(d_model)": 1 / math.sqrt(d)}[self.k.embed_scale]
         x = self.p[f"{table}.weight"][tokens] * scale  # (B, L, d_model)
         times = {"once": 1, "absent": 0, "twice": 2, "encoder-only": int(stack == "encoder"),
                  "decoder-only": int(stack == "decoder")}[self.k.pe]
         if times:
-            x = x + times * oracles.pe_table(tokens.size(1), d, form=self.k.pe_form)
+            pe = (self.parts.pe[:L].to(torch.float64) if self.parts.pe is not None
+                  else oracles.pe_table(L, d, form=self.k.pe_form))  # (L, d_model)
+            x = x + times * pe
         return self.norm(x, None) if self.k.embed_norm == "yes" else x
 
     def encoder(self, src: Tensor) -> tuple[Tensor, Tensor]:
@@ -228,7 +287,7 @@ class _Run:
                 return self.attention(f"{pre}.self_attn", t, t, mask)
 
             x = self.sublayer(x, f"{pre}.norm1", self_attention)
-            x = self.ffn_sublayer(x, pre, "norm2")
+            x = self.ffn_sublayer(x, pre, "norm1" if self.k.enc_ffn_norm == "self-attention's" else "norm2")
             outputs.append(x)
         if self.k.final_norm == "yes":
             x = self.norm(x, None)
@@ -242,11 +301,15 @@ class _Run:
 
     def forward(self, src: Tensor, tgt: Tensor) -> tuple[Tensor, Tensor]:
         """(log-probabilities (B, T, V), final encoder output (B, S, d_model))."""
-        final, first = self.encoder(src)
+        if self.parts.memory is not None:
+            final = first = self.parts.memory.to(torch.float64)
+        else:
+            final, first = self.encoder(src)
         memory = final if self.k.cross_memory == "final" else first
         T = tgt.size(1)
-        causal = torch.ones(T, T, dtype=torch.bool)
-        causal = {"inclusive": causal.tril(), "none": causal, "strict": causal.tril(-1)}[self.k.causal]
+        ones = torch.ones(T, T, dtype=torch.bool)
+        causal = ones.tril() if self.k.causal == "inclusive" else ones if self.k.causal == "none" else ones.tril(-1)
+        self_fill = -1e9 if self.k.causal == "strict, finite fill" else None
         tgt_mask = causal[None, None] & (tgt != self.cfg.pad_id)[:, None, None, :]  # (B, 1, T, T)
         src_mask = (src != self.cfg.pad_id)[:, None, None, :] if self.k.cross_mask == "yes" else None
         y = self.embed(tgt, "tgt_embed", "decoder")
@@ -255,7 +318,7 @@ class _Run:
             layer_in = y
 
             def self_attention(t: Tensor, pre: str = pre) -> Tensor:
-                return self.attention(f"{pre}.self_attn", t, t, tgt_mask)
+                return self.attention(f"{pre}.self_attn", t, t, tgt_mask, self_fill)
 
             def cross(t: Tensor, pre: str = pre, layer_in: Tensor = layer_in) -> Tensor:
                 query = layer_in if self.k.cross_query == "layer-input" else t
@@ -264,7 +327,7 @@ class _Run:
             y = self.sublayer(y, f"{pre}.norm1", self_attention)
             norm2 = f"{pre}.norm1" if self.k.cross_norm == "self-attention's" else f"{pre}.norm2"
             y = self.sublayer(y, norm2, cross)
-            y = self.ffn_sublayer(y, pre, "norm3")
+            y = self.ffn_sublayer(y, pre, "norm2" if self.k.dec_ffn_norm == "cross-attention's" else "norm3")
         if self.k.final_norm == "yes":
             y = self.norm(y, None)
         logits = y @ self.p["generator.weight"].T  # (B, T, V)
@@ -276,10 +339,11 @@ class _Run:
 
 
 def run_variant(knobs: Knobs, state: Mapping[str, Tensor], config: ModelConfig, src: Tensor,
-                tgt: Tensor) -> tuple[Tensor, Tensor]:
-    """(log-probabilities [B, T, V], final encoder output [B, S, d_model]) of the variant, float64."""
+                tgt: Tensor, parts: Parts | None = None) -> tuple[Tensor, Tensor]:
+    """(log-probabilities [B, T, V], final encoder output [B, S, d_model]) of the variant, float64, with the
+    implementation's own ``parts`` substituted where given."""
     with torch.no_grad():
-        return _Run(knobs, state, config).forward(src, tgt)
+        return _Run(knobs, state, config, parts).forward(src, tgt)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -292,7 +356,9 @@ class Diagnosis:
     ``knobs`` is the closest variant found, ``exact`` whether it agrees within
     the model tolerance (log-probabilities, and the encoder output when the
     adapter has ``encode``); ``distance`` the mean |difference| left;
-    ``weights`` the canonical weights it was found on.
+    ``weights`` the canonical weights it was found on; ``substituted`` the
+    implementation's own parts the variants used (``Parts.describe``), in the
+    order the diagnosis took them.
     """
 
     knobs: Knobs
@@ -301,6 +367,7 @@ class Diagnosis:
     detail: str
     tried: int
     weights: str = "visible weights"
+    substituted: tuple[str, ...] = ()
 
     @property
     def matches_paper(self) -> bool:
@@ -317,9 +384,17 @@ _PAIRED_MOVES: tuple[dict[str, str], ...] = (
 )
 
 
-def _moves(current: Knobs) -> list[Knobs]:
+# Knobs a substituted part makes moot: the table's form once its own table is used; what only the encoder
+# computes once its own encoder output is read.
+_MOOT = {"pe": ("pe_form",), "memory": ("enc_ffn_norm", "cross_memory")}
+
+
+def _moves(current: Knobs, parts: Parts) -> list[Knobs]:
+    moot = {n for part, names in _MOOT.items() if getattr(parts, part) is not None for n in names}
     out = []
     for name, knob in KNOBS.items():
+        if name in moot:
+            continue
         for value in knob.values:
             if value != getattr(current, name):
                 out.append(dataclasses.replace(current, **{name: value}))
@@ -340,14 +415,20 @@ def _gap(got: Tensor, expected: Tensor, real: Tensor) -> tuple[float, bool, str]
 
 
 def diagnose(observe: Callable[[Tensor, Tensor], tuple[Tensor, Tensor | None]], state: Mapping[str, Tensor],
-             config: ModelConfig, src: Tensor, tgt: Tensor, *, max_departures: int = 8) -> Diagnosis:
+             config: ModelConfig, src: Tensor, tgt: Tensor, *, parts: Parts | None = None,
+             start: Knobs | None = None, max_departures: int = 8) -> Diagnosis:
     """Search the variants for the one that reproduces ``observe(src, tgt)`` -> (log-probs, encoder output or None).
 
-    Greedy: start from the paper's model; at each step try every single
-    departure (and the paired ones) from the current variant and keep the
-    closest, until one agrees within tolerance or none brings it closer.
+    Greedy: start from ``start`` (default the paper's model); at each step try
+    every single departure (and the paired ones) from the current variant and
+    keep the closest, until one agrees within tolerance or none brings it
+    closer. ``parts`` are the implementation's own parts to substitute (its
+    encoder output, when substituted, is not compared again).
     """
+    parts = parts or Parts()
     got_lp, got_enc = observe(src, tgt)
+    if parts.memory is not None:
+        got_enc = None
     real_t = (tgt != config.pad_id)[..., None]  # (B, T, 1)
     real_s = (src != config.pad_id)[..., None]  # (B, S, 1)
     tried = 0
@@ -356,12 +437,12 @@ def diagnose(observe: Callable[[Tensor, Tensor], tuple[Tensor, Tensor | None]], 
         nonlocal tried
         tried += 1
         assert got_enc is not None
-        return _gap(got_enc, run_variant(knobs, state, config, src, tgt)[1], real_s)
+        return _gap(got_enc, run_variant(knobs, state, config, src, tgt, parts)[1], real_s)
 
     def score(knobs: Knobs) -> tuple[float, bool, str]:
         nonlocal tried
         tried += 1
-        lp, enc = run_variant(knobs, state, config, src, tgt)
+        lp, enc = run_variant(knobs, state, config, src, tgt, parts)
         d_lp, ok_lp, desc = _gap(got_lp, lp, real_t)
         if got_enc is None:
             return d_lp, ok_lp, desc
@@ -374,7 +455,7 @@ def diagnose(observe: Callable[[Tensor, Tensor], tuple[Tensor, Tensor | None]], 
         for _ in range(max_departures):
             if best_ok:
                 break
-            scored = [(measure(k), k) for k in _moves(best)]
+            scored = [(measure(k), k) for k in _moves(best, parts)]
             exact = [(s, k) for s, k in scored if s[1]]
             (d, ok, desc), k = min(exact or scored, key=lambda sk: sk[0][0])
             if not ok and d >= best_d * 0.98:
@@ -382,8 +463,8 @@ def diagnose(observe: Callable[[Tensor, Tensor], tuple[Tensor, Tensor | None]], 
             best, best_d, best_ok, best_desc = k, d, ok, desc
         return best, best_d, best_ok, best_desc
 
-    start = Knobs()
+    start = start or Knobs()
     if got_enc is not None:  # the encoder alone first: fewer departures at a time, each one clearer
         start = climb(start, score_encoder)[0]
     best, best_d, best_ok, best_desc = climb(start, score)
-    return Diagnosis(best, best_ok, best_d, best_desc, tried)
+    return Diagnosis(best, best_ok, best_d, best_desc, tried, substituted=tuple(parts.describe()))

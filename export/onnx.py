@@ -149,7 +149,10 @@ def session(path: str | Path, *, threads: int | None = None):
     options = ort.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads
-    sess = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+    try:
+        sess = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # InvalidGraph, NotImplemented, Fail: the exported graph is what is wrong
+        raise ExportError(f"onnxruntime rejected the exported graph: {_short(exc)}") from exc
     if sess.get_providers()[0] != "CPUExecutionProvider":  # ORT falls back silently otherwise
         raise ExportError(f"onnxruntime chose {sess.get_providers()} instead of the CPU provider")
     return sess

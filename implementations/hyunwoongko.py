@@ -424,6 +424,19 @@ DEVIATIONS: dict[str, str] = {
         "(README.md:34-35: self.encoding = torch.zeros(..., device=device)), not a buffer: module.to(...) and "
         ".half() leave it behind"
     ),
+    "mask.causal": (
+        "ScaleDotProductAttention fills masked scores with the finite constant -10000 (README.md:157): a query whose "
+        "admissible scores all lie below about -10000 (scores of order 1e5, the suite's sharpened witness) gives "
+        "its weight to the masked future keys instead"
+    ),
+    "mask.source-padding": (
+        "the same -10000 fill (README.md:157): with scores of order 1e5 a query whose real keys all score below "
+        "-10000 attends to the padded source keys, so appending padding moves the outputs"
+    ),
+    "mask.target-padding": (
+        "the same -10000 fill (README.md:157): with scores of order 1e5, appended target padding takes the weight of "
+        "queries whose admissible scores all lie below -10000"
+    ),
     "norm.epsilon": (
         "the README's LayerNorm has eps inside the square root and the biased variance (README.md:183, :186) but "
         "eps fixed at 1e-12 (README.md:175): the layers construct it without eps (:227, :231, :287, :291, :295), "
@@ -434,8 +447,9 @@ DEVIATIONS: dict[str, str] = {
 
 
 NOTES = (
-    "Masks filled with -10000 (finite; a fully padded source attends uniformly to padding, which the paper leaves "
-    "unspecified, so not a deviation here), embeddings never tied, biases everywhere, a positional table kept as "
+    "Masks filled with -10000: finite, so real scores below it (of order 1e5, reached with sharp weights) lose to "
+    "the masked ones (the mask.* deviations); a fully padded source attends uniformly to padding, which the paper "
+    "leaves unspecified (not a deviation). Embeddings never tied, biases everywhere, a positional table kept as "
     "a plain tensor attribute (left behind by `.to()`), and a layer norm whose eps is fixed at 1e-12 whatever "
     "the config."
 )

@@ -134,6 +134,32 @@ class NoResidualDropoutDecoderLayer(DecoderLayer):
         return self.norm3(y + self.ffn(y))
 
 
+class ResidualTwiceEncoderLayer(EncoderLayer):
+    def forward(self, x, src_mask):
+        x = self.norm1(x + x + self.dropout(self.self_attn(x, x, x, src_mask)))  # BUG: the residual added twice
+        return self.norm2(x + x + self.dropout(self.ffn(x)))
+
+
+class ResidualTwiceDecoderLayer(DecoderLayer):
+    def forward(self, y, memory, src_mask, tgt_mask):
+        y = self.norm1(y + y + self.dropout(self.self_attn(y, y, y, tgt_mask)))
+        y = self.norm2(y + y + self.dropout(self.cross_attn(y, memory, memory, src_mask)))
+        return self.norm3(y + y + self.dropout(self.ffn(y)))
+
+
+class DropoutAfterNormEncoderLayer(EncoderLayer):
+    def forward(self, x, src_mask):
+        x = self.dropout(self.norm1(x + self.self_attn(x, x, x, src_mask)))  # BUG: dropout after the add & norm
+        return self.dropout(self.norm2(x + self.ffn(x)))
+
+
+class DropoutAfterNormDecoderLayer(DecoderLayer):
+    def forward(self, y, memory, src_mask, tgt_mask):
+        y = self.dropout(self.norm1(y + self.self_attn(y, y, y, tgt_mask)))
+        y = self.dropout(self.norm2(y + self.cross_attn(y, memory, memory, src_mask)))
+        return self.dropout(self.norm3(y + self.ffn(y)))
+
+
 class SharedNormEncoderLayer(EncoderLayer):
     def forward(self, x, src_mask):
         x = self.norm1(x + self.dropout(self.self_attn(x, x, x, src_mask)))
@@ -212,6 +238,29 @@ class CausalWithoutDiagonal(Transformer):
         y = self.embed(tgt, self.tgt_embed)
         for layer in self.decoder:
             y = layer(y, memory, src_mask, strict & padding_mask(tgt, self.config.pad_id))
+        return y
+
+
+class CausalMaskFirstLayerOnly(Transformer):
+    """The causal mask dropped on one code path (every decoder layer after the first gets the padding mask
+    only), with a Hugging Face-style initialisation (every matrix N(0, 0.02^2)): attention is near uniform at
+    the model's own scale, so the leak moves its outputs by less than the tolerance there."""
+
+    def reset_parameters(self):
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, mean=0.0, std=0.02)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+            else:
+                nn.init.ones_(p)
+
+    def decode(self, memory, src_mask, tgt):
+        pad = padding_mask(tgt, self.config.pad_id)
+        tgt_mask = causal_mask(tgt.size(1), tgt.device) & pad
+        y = self.embed(tgt, self.tgt_embed)
+        for i, layer in enumerate(self.decoder):
+            y = layer(y, memory, src_mask, tgt_mask if i == 0 else pad)  # BUG: the causal part lost after layer 0
         return y
 
 
@@ -316,6 +365,93 @@ class SourceVocabularyGenerator(Transformer):
             self.generator = nn.Linear(config.d_model, config.src_vocab, bias=False)
 
 
+# -- several deviations at once, as real libraries carry them -----------------------------------------------------
+def offset_table(length: int, d_model: int) -> Tensor:
+    return sinusoid_table(length + 2, d_model)[2:]  # positions 2..L+1, as tables offset past a padding index are
+
+
+def biased_attention(model: nn.Module) -> None:
+    """Give every attention projection a bias (nn.Linear's default), as most libraries' attention has."""
+    for m in list(model.modules()):
+        if isinstance(m, MultiHeadAttention):
+            d = m.q.in_features
+            m.q, m.k, m.v, m.o = (nn.Linear(d, d) for _ in range(4))
+
+
+class OffsetTableEmbedNormBiases(Transformer):
+    """Three deviations at once: a positional table offset by two positions (exposed by positional_encoding),
+    a LayerNorm after the embedding sum, and biases on every attention projection (loaded as zeros)."""
+
+    def __init__(self, config):
+        super().__init__(config, positional_encoding=offset_table)
+        self.src_embed_norm = LayerNorm(config.d_model, config.norm_eps)
+        self.tgt_embed_norm = LayerNorm(config.d_model, config.norm_eps)
+        biased_attention(self)
+
+    def embed(self, tokens, embedding):
+        norm = self.src_embed_norm if embedding is self.src_embed else self.tgt_embed_norm
+        x = embedding(tokens) * math.sqrt(self.config.d_model) + self.positional_encoding(tokens.size(1))
+        return self.dropout(norm(x))  # BUG: a LayerNorm on the embedding sum
+
+    def load_reference_state(self, state):
+        self.load_state_dict(dict(state), strict=False)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if "_attn." in name and name.endswith(".bias"):
+                    p.zero_()  # the paper's projections have no bias
+                elif "embed_norm" in name:
+                    p.fill_(1.0 if name.endswith("weight") else 0.0)
+
+
+class GainOnlyLayerNorm(nn.Module):
+    def __init__(self, d_model, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))  # BUG: no bias term
+
+    def forward(self, x):
+        return F.layer_norm(x, x.shape[-1:], self.weight, None, self.eps)
+
+
+class GainOnlyNormsAndBiases(Transformer):
+    """Layer norms without a bias term, and biases on every attention projection (loaded as zeros)."""
+
+    def __init__(self, config):
+        super().__init__(config, layer_norm=GainOnlyLayerNorm)
+        biased_attention(self)
+
+    def load_reference_state(self, state):
+        keep = {k: v for k, v in state.items() if not (".norm" in k and k.endswith(".bias"))}  # nowhere to go
+        self.load_state_dict(keep, strict=False)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if "_attn." in name and name.endswith(".bias"):
+                    p.zero_()
+
+
+class SingleVocabulary(Transformer):
+    def __init__(self, config):
+        if config.src_vocab != config.tgt_vocab:  # BUG (a limitation): one vocabulary size for both sides
+            raise ValueError(f"this model has one shared vocabulary: src_vocab ({config.src_vocab}) must equal "
+                             f"tgt_vocab ({config.tgt_vocab})")
+        super().__init__(config)
+
+
+class Float32Norm(LayerNorm):
+    def forward(self, x):  # BUG: computed in float32 "for stability" and never cast back to the input's dtype
+        return F.layer_norm(x.float(), x.shape[-1:], self.weight.float(), self.bias.float(), self.eps)
+
+
+class VendorOpFeedForward(PositionwiseFeedForward):
+    def forward(self, x):
+        h = self.w1(x)
+        if torch.onnx.is_in_onnx_export():  # BUG: exported as a vendor's fused op that onnxruntime does not know
+            h = torch.onnx.ops.symbolic("vendor.fused::FastRelu", (h,), {}, dtype=h.dtype, shape=h.shape, version=1)
+        else:
+            h = torch.relu(h)
+        return self.w2(h)
+
+
 def with_parts(cls=Transformer, **parts) -> Callable[[ModelConfig], Transformer]:
     return lambda cfg: cls(cfg, **parts)
 
@@ -327,6 +463,11 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
         "mask.source-padding": "padded keys keep weight",
         "mask.target-padding": "appended padding gets weight in decoder self-attention",
         EQ: "every masked score leaks", LEARNS: "trained teacher-forced, it reads the future it lacks when decoding"}),
+    "fill-1e4": (with_attention(fill=-1e4), "logits", "masked scores filled with -1e4 instead of -inf", {
+        "mask.causal": "with scores of order 1e5, a query whose admissible scores are all below -1e4 attends to "
+                       "the future",
+        "mask.source-padding": "the same queries attend to padded source keys",
+        "mask.target-padding": "and to appended target padding"}),
     "scale-d-model": (with_attention(scale_by_d_model=True), "logits", "scores divided by sqrt(d_model)", {
         "attention.scale": "divides by sqrt(d_model) = sqrt(h) * sqrt(d_k)", EQ: "softer attention"}),
     "softmax-over-queries": (with_attention(dim=-2), "logits", "softmax along the query axis", {
@@ -351,6 +492,12 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
     "no-residual-dropout": (with_layers(NoResidualDropoutEncoderLayer, NoResidualDropoutDecoderLayer), "logits",
                             "no dropout on sub-layer outputs", {
         "dropout.residual": "train mode only drops the embeddings"}),
+    "residual-twice": (with_layers(ResidualTwiceEncoderLayer, ResidualTwiceDecoderLayer), "logits",
+                       "the residual added twice: LayerNorm(x + x + Sublayer(x))", {
+        "norm.post-norm": "LayerNorm(2x + Sublayer(x))", EQ: "different function"}),
+    "dropout-after-norm": (with_layers(DropoutAfterNormEncoderLayer, DropoutAfterNormDecoderLayer), "logits",
+                           "dropout after the add & norm: Dropout(LayerNorm(x + Sublayer(x)))", {
+        "dropout.residual": "in train mode the layer outputs are no longer normalized"}),
     "shared-norm": (with_layers(enc=SharedNormEncoderLayer), "logits", "one LayerNorm reused for both sub-layers", {
         "layers.independent": "two sub-layers share one LayerNorm", EQ: "norm2's gain and bias are never applied",
         "train.gradients": "norm2 is never used: its parameters get no gradient"}),
@@ -376,6 +523,11 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
         LEARNS: "it learns to read the next target token, which greedy decoding does not have"}),
     "causal-without-diagonal": (with_parts(CausalWithoutDiagonal), "logits", "causal mask excludes position i", {
         "mask.causal": "position i cannot see token i", EQ: "different function"}),
+    "causal-first-layer-only": (with_parts(CausalMaskFirstLayerOnly), "logits",
+                                "causal mask dropped after the first decoder layer, std-0.02 initialisation", {
+        "mask.causal": "decoder layers after the first see the future (invisible at the model's own scale, "
+                       "visible on sharp transplanted weights)",
+        EQ: "different function"}),
     "cpu-causal-mask": (with_parts(CpuCausalMask), "logits", "causal mask built on the CPU", {
         "device.portable": "torch.ones(T, T) without the input's device"}),
     "plain-attribute-table": (with_parts(PlainAttributeTable), "logits", "positional table as a plain attribute", {
@@ -403,6 +555,25 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
     "logits-as-probs": (with_parts(LogitsDeclaredProbs), "probs", "logits declared as probabilities", {
         "model.output-normalization": "do not sum to 1", EQ: "compared as probabilities",
         LEARNS: "the criterion takes the log of its logits as if they were probabilities"}),
+    "offset-table-embed-norm-biases": (with_parts(OffsetTableEmbedNormBiases), "logits",
+                                       "a table offset by 2 positions, a LayerNorm on the embedding sum and "
+                                       "attention biases", {
+        "position.formula": "the table starts at position 2",
+        "norm.no-extra-norm": "a LayerNorm after embedding + PE (named after substituting its own table)",
+        "config.parameters": "4 x d_model of biases per attention and 2 x 2 x d_model for the embedding norms",
+        EQ: "different table and an extra norm"}),
+    "gain-only-norms": (with_parts(GainOnlyNormsAndBiases), "logits",
+                        "layer norms without a bias term, and attention biases", {
+        "norm.layer-norm": "the norms add no bias (not an extra norm)",
+        "config.parameters": "no norm biases (-d_model per norm), 4 x d_model of biases per attention",
+        EQ: "the canonical norm biases cannot be loaded"}),
+    "single-vocabulary": (with_parts(SingleVocabulary), "logits", "refuses src_vocab != tgt_vocab", {
+        "config.parameters": "cannot be built with two vocabularies of different sizes"}),
+    "float32-norm": (with_parts(layer_norm=Float32Norm), "logits", "layer norm output left in float32", {
+        "device.portable": "after model.double() the next Linear gets a float32 input and raises"}),
+    "vendor-onnx-op": (with_parts(feed_forward=VendorOpFeedForward), "logits",
+                       "the FFN exported as a custom-domain op onnxruntime rejects", {
+        "export.onnx": "onnxruntime refuses to load the exported graph (vendor.fused:FastRelu is no registered op)"}),
     "source-vocab-generator": (with_parts(SourceVocabularyGenerator), "logits",
                                "output projection sized by the source vocabulary", {
         "model.shape": "with separate vocabularies of 41 and 43 tokens the scores are [B, T, 41]",

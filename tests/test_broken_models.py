@@ -92,7 +92,7 @@ def run_suite(impls, tmp: Path, *extra: str, env=None, suite: str | None = "conf
 # Exporting to ONNX takes seconds per model and only one bug here shows in it: the ONNX checks run on the
 # models for which they can tell something, the rest of the suite on every model.
 ONNX_TEST = "conformance/test_export.py"
-ONNX_MODELS = ["reference", "broken-dropout-in-eval"]
+ONNX_MODELS = ["reference", "broken-dropout-in-eval", "broken-vendor-onnx-op"]
 # train.learns trains two tiny models per implementation (seconds): it runs on the conforming models and on
 # LEARNS_MODELS (the bugs it must catch and some it must not accuse); the train area runs on the broken
 # recipes, whose model is the reference's.

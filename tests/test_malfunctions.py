@@ -105,8 +105,10 @@ def test_a_forward_that_always_raises_is_reported_once(run):
     assert len(errors) == 1 and errors[0]["clause"] == "model.shape", errors
     assert "forward raised at every probed shape" in errors[0]["message"], errors[0]
     skipped = [r for r in recs if r["outcome"] == "skipped"]
-    assert skipped and all(r["message"].startswith("blocked by model.shape: forward raised at every probed shape")
-                           and "CUDA kernel exploded" in r["message"] for r in skipped), skipped
+    # a transplant check skips earlier, for the adapter method it lacks, before it would call forward
+    blocked = [r for r in skipped if "load_reference_state" not in r["message"]]
+    assert blocked and all(r["message"].startswith("blocked by model.shape: forward raised at every probed shape")
+                           and "CUDA kernel exploded" in r["message"] for r in blocked), blocked
     assert any(r["outcome"] == "passed" and r["clause"] == "config.parameters" for r in recs), recs
 
 

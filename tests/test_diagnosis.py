@@ -1,0 +1,161 @@
+"""Diagnosis when deviations stack, and witnesses that do not depend on a model's own initialisation.
+
+The suite-level proof is tests/test_broken_models.py (each broken model fails exactly its clauses); these tests
+pin what the messages say: the chain of substitutions, the scale a mask witness ran at, the diagonal named
+when it shows as NaN, and why the mask witnesses run on transplanted weights.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from conformance import test_mask, test_norm, test_position
+from conformance.diagnosis import diagnosis_of, explanation, fail_on_variant_departure
+from conformance.harness import ClauseViolation, build_model, checking
+from conformance.inputs import CONFIG, random_tokens
+from conformance.transplant import OWN_SCALE, SHARP, sharp_or_own, transplanted
+from implementations import Implementation, get_registry
+from reference.model import Transformer, padding_mask
+
+BROKEN_PLUGIN = Path(__file__).resolve().parent / "broken_models.py"
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return get_registry([str(BROKEN_PLUGIN)])
+
+
+def broken(registry, name: str) -> Implementation:
+    return registry.select(f"broken-{name}")[0]
+
+
+def test_the_chain_of_substitutions_is_reported(registry):
+    """An offset table no variant names, an extra embedding norm and attention biases: after substituting the
+    implementation's own table, the extra norm is named (and nothing else)."""
+    impl = broken(registry, "offset-table-embed-norm-biases")
+    with checking("model.reference-equivalence"):
+        diag = diagnosis_of(impl)
+    assert diag.exact and diag.knobs.departures() == {"embed_norm": "yes"}
+    said = explanation(diag)
+    assert said.startswith("after substituting its own positional table (positional_encoding(length)), the "
+                           "remaining difference is explained by: an extra LayerNorm right after embedding + PE"), said
+    with checking("norm.no-extra-norm"), pytest.raises(ClauseViolation) as caught:
+        test_norm.test_no_extra_norm_variant(impl)
+    assert "hint:     a LayerNorm right after embedding + PE is not in the paper" in str(caught.value)
+    assert "final LayerNorm" not in str(caught.value)  # only the departing knob's hint
+    with checking("position.formula"), pytest.raises(ClauseViolation) as caught:
+        test_position.test_table_matches_section_3_5(impl, "d32")
+    assert "positions offset by 2" in str(caught.value) and "count positions from 0" in str(caught.value)
+
+
+def test_a_norm_without_bias_is_not_an_extra_norm(registry):
+    with checking("norm.layer-norm"):
+        diag = diagnosis_of(broken(registry, "gain-only-norms"))
+    assert diag.exact and diag.knobs.departures() == {"ln_bias": "none"}, explanation(diag)
+
+
+def test_the_substitution_is_not_taken_for_a_named_table(registry):
+    """A table of a named form (positions from 1) is a variant: no substitution, the form is named."""
+    with checking("model.reference-equivalence"):
+        diag = diagnosis_of(broken(registry, "pe-from-one"))
+    assert diag.substituted == () and diag.knobs.departures() == {"pe_form": "positions-from-1"}
+
+
+class NoCausalMaskNoLoad(Transformer):
+    """No causal mask, and an adapter without load_reference_state."""
+
+    load_reference_state = None  # type: ignore[assignment]
+
+    def decode(self, memory, src_mask, tgt):
+        y = self.embed(tgt, self.tgt_embed)
+        for layer in self.decoder:
+            y = layer(y, memory, src_mask, padding_mask(tgt, self.config.pad_id))
+        return y
+
+
+def test_a_mask_witness_says_it_ran_at_the_model_s_own_scale():
+    impl = Implementation(name="no-causal-no-load", build=NoCausalMaskNoLoad, output="logits")
+    with checking("mask.causal"):
+        model, weights = sharp_or_own(impl, build_model(impl, CONFIG))
+        assert weights == OWN_SCALE
+        src = random_tokens(CONFIG, [7, 4], 7, vocab=CONFIG.src_vocab, seed=3)
+        tgt = random_tokens(CONFIG, [6, 6], 6, vocab=CONFIG.tgt_vocab, seed=4)
+        with pytest.raises(ClauseViolation, match="ran at the model's own scale"):
+            test_mask.check_causal(model, impl, src, tgt, 2, weights)
+
+
+def test_the_causal_witness_needs_sharp_weights(registry):
+    """The causal mask dropped after the first decoder layer, std-0.02 initialisation: at the model's own scale the
+    witness cannot see the leak (what the suite did before it transplanted); on sharp weights it fails."""
+    impl = broken(registry, "causal-first-layer-only")
+    src = random_tokens(CONFIG, [7, 4], 7, vocab=CONFIG.src_vocab, seed=3)
+    tgt = random_tokens(CONFIG, [6, 6], 6, vocab=CONFIG.tgt_vocab, seed=4)
+    with checking("mask.causal"):
+        own = build_model(impl, CONFIG)
+        for j in (2, 5):
+            test_mask.check_causal(own, impl, src, tgt, j)  # passes: the leak is below the tolerance
+        model, weights = sharp_or_own(impl, own)
+        assert weights == SHARP and model is transplanted(impl)
+        with pytest.raises(ClauseViolation, match="outputs before position 5 changed"):
+            test_mask.check_causal(model, impl, src, tgt, 5, weights)
+
+
+class StrictCausalNoGuard(Transformer):
+    """B08 with B04: the diagonal masked with -inf and no guard, so position 0 has no key and becomes NaN."""
+
+    def __init__(self, config):
+        super().__init__(config, attention=self.attend)
+
+    @staticmethod
+    def attend(q, k, v, mask):
+        scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v
+
+    def decode(self, memory, src_mask, tgt):
+        T = tgt.size(1)
+        strict = torch.ones(T, T, dtype=torch.bool, device=tgt.device).tril(-1)
+        y = self.embed(tgt, self.tgt_embed)
+        for layer in self.decoder:
+            y = layer(y, memory, src_mask, strict & padding_mask(tgt, self.config.pad_id))
+        return y
+
+
+def test_a_diagonal_masked_into_nan_is_named():
+    impl = Implementation(name="strict-causal-nan", build=StrictCausalNoGuard, output="logits")
+    with checking("mask.causal"), pytest.raises(ClauseViolation, match="diagonal") as caught:
+        test_mask.test_position_zero_attends_to_itself(impl)
+    assert "non-finite" in str(caught.value) and "no admissible key" in str(caught.value)
+
+
+class OddEncoderStrictCausal(Transformer):
+    """An encoder output no variant names (scaled by 1.5 and shifted) and a causal mask without the diagonal."""
+
+    def encode(self, src, src_mask=None):
+        return 1.5 * super().encode(src, src_mask) + 0.1
+
+    def decode(self, memory, src_mask, tgt):
+        T = tgt.size(1)
+        strict = torch.ones(T, T, dtype=torch.bool, device=tgt.device).tril(-1)
+        y = self.embed(tgt, self.tgt_embed)
+        for layer in self.decoder:
+            y = layer(y, memory, src_mask, strict & padding_mask(tgt, self.config.pad_id))
+        return y
+
+
+def test_the_decoder_is_diagnosed_on_the_implementation_s_own_encoder_output():
+    """No variant reproduces the encoder; with its own encode(src) substituted, the decoder's diagonal-free causal
+    mask is named under mask.causal, and a clause of the encoder's part is skipped, not cleared."""
+    impl = Implementation(name="odd-encoder-strict-causal", build=OddEncoderStrictCausal, output="logits")
+    with checking("mask.causal"):
+        diag = diagnosis_of(impl)
+        assert diag.exact and set(diag.knobs.departures()) == {"causal"}, explanation(diag)
+        assert explanation(diag).startswith("after substituting its own encoder output (encode(src))")
+        with pytest.raises(ClauseViolation, match="diagonal excluded"):
+            fail_on_variant_departure(impl, hint="keep the diagonal")
+    with checking("norm.post-norm"), pytest.raises(pytest.skip.Exception, match="no variant"):
+        fail_on_variant_departure(impl, hint="")
