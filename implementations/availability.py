@@ -25,6 +25,7 @@ INSTALL = "pip install 'aiayn-conformance[libraries]'"
 """The install command named in every reason: the extra that brings the wrapped libraries."""
 
 _RELEASE = re.compile(r"^(\d+(?:\.\d+)*)")
+_VERSION = re.compile(r"^\d+(?:\.\d+)*(?:(?:a|b|rc|\.post|\.dev)\d+)*(?:\+[A-Za-z0-9.]+)?$")  # PEP 440, roughly
 
 
 def installed_version(distribution: str) -> str | None:
@@ -61,7 +62,7 @@ def unavailable_reason(module: str, distribution: str, *, at_least: str, below: 
 def parse_written_for(written_for: str) -> tuple[str, str]:
     """``"transformers 5.24.0"`` -> ``("transformers", "5.24.0")``; ValueError naming the accepted form."""
     parts = written_for.split()
-    if len(parts) != 2 or not _RELEASE.match(parts[1]):
+    if len(parts) != 2 or not _VERSION.match(parts[1]):
         raise ValueError(f"written_for {written_for!r} is not 'DISTRIBUTION VERSION' (e.g. 'transformers 5.24.0')")
     return parts[0], parts[1]
 

@@ -162,7 +162,7 @@ DEVIATIONS: dict[str, str] = {
     "position.formula": (
         f"fairseq's table, not §3.5's: sines in the first half of the features and cosines in the second "
         f"({F}:1086), frequencies 10000^(-i/(d_model/2 - 1)) instead of 10000^(-2i/d_model) ({F}:1083), and "
-        f"positions numbered from pad_id + 1 ({F}:1099, :1106), so position 0 gets the paper's row pad_id + 1"
+        f"positions numbered from pad_id + 1 ({F}:1099, :1106), so position 0 gets fairseq's row for pad_id + 1"
     ),
     "model.reference-equivalence": (
         f"with the same weights the outputs differ: the fairseq positional table ({F}:1083-1086, :1106) and the "
