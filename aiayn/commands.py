@@ -1,5 +1,5 @@
 """The sub-commands beyond ``list``; each module offers ``add_parser(subparsers)``."""
 
-from . import audit, export_cmd
+from . import audit, export_cmd, scaffold
 
-MODULES = (audit, export_cmd)
+MODULES = (audit, export_cmd, scaffold)

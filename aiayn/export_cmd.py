@@ -39,6 +39,9 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, PluginError, UnknownNameError) as exc:
         _say(str(exc))
         return 2
+    if impl.unavailable:
+        _say(f"{impl.name} is unavailable here: {impl.unavailable}")
+        return 2
     if args.generation and not args.out_dir:
         _say("--generation needs --out-dir DIR (it writes encoder.onnx and decoder.onnx)")
         return 2

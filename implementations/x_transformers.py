@@ -88,8 +88,10 @@ def _gain(norm: nn.Module):
     ``gamma + 1`` (``unit_offset``, on by default through ``norm_add_unit_offset``)."""
     offset = float(getattr(norm, "unit_offset", False))
 
+    gamma = norm.get_parameter("gamma")
+
     def store(gain: Tensor) -> None:
-        norm.gamma.copy_(gain - offset)
+        gamma.copy_(gain - offset)
 
     return store
 
