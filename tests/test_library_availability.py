@@ -129,3 +129,17 @@ def test_registry_keeps_an_unavailable_registration():
     assert reg.get("reference").unavailable == ""
     impl = validated(Implementation(name="gone", build=reference_build, unavailable="libx is not installed"))
     assert impl.unavailable == "libx is not installed"
+
+
+def test_another_release_of_a_library_still_runs_with_a_note(monkeypatch):
+    """transformers 5.99 installed: hf-marian is still available (5.x), and its declarations say 5.24.0."""
+    from implementations import availability, hf_marian
+
+    monkeypatch.setattr(availability, "installed_version", lambda dist: "5.99.0" if dist == "transformers" else None)
+    monkeypatch.setattr(availability.importlib.util, "find_spec", lambda name: object())
+    assert availability.unavailable_reason("transformers", "transformers", at_least="5.0", below="6") == ""
+    assert availability.version_note(hf_marian.WRITTEN_FOR) == "declarations written for transformers 5.24.0; " \
+                                                               "5.99.0 is installed"
+    monkeypatch.setattr(availability, "installed_version", lambda dist: "6.0.0")
+    assert availability.unavailable_reason("transformers", "transformers", at_least="5.0", below="6") == (
+        f"transformers 6.0.0 is installed; this plugin needs transformers>=5.0,<6: {INSTALL}")
