@@ -14,9 +14,11 @@ folded into one status per (subject, clause):
 ``skip``             no check could run (the reason says why: no GPU, no ``encode`` ...);
 ``error``            the implementation crashed, returned NaN or the wrong shape, or timed out.
 
-A subject is *conforming* when no ``must`` or ``should`` clause is ``fail``, ``deviation``
-or ``error``. Exit status: 0 when every subject is conforming or fails only its declared
-deviations, 1 when any clause is ``fail``, ``error`` or ``unexpected-pass``, 2 for usage errors.
+A subject is *conforming* when no ``must`` clause is ``fail``, ``deviation`` or ``error``:
+it computes the paper's function. ``should`` clauses (inputs the paper never defines,
+portability, conventions) are counted in the verdict but do not decide it. Exit status,
+whatever the severity: 0 when every failure is a declared deviation, 1 when any clause is
+``fail``, ``error`` or ``unexpected-pass``, 2 for usage errors.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from pathlib import Path
 from implementations import PluginError, UnknownNameError, get_registry
 from implementations.availability import version_note
 from spec import CLAUSES
+from spec.clauses import parse_clause_ids
 
 from . import report
 from .results import AuditResult, ClauseResult, SubjectResult, fold
@@ -276,11 +279,10 @@ def run(args: argparse.Namespace) -> int:
         return _usage(f"--timeout must be positive, got {args.timeout}")
     clause_ids: list[str] = []
     if args.clause:
-        clause_ids = [c.strip() for c in args.clause.split(",") if c.strip()]
-        unknown = [c for c in clause_ids if c not in CLAUSES]
-        if unknown or not clause_ids:
-            return _usage(f"unknown clause {', '.join(map(repr, unknown)) or repr(args.clause)}; "
-                          f"known: {', '.join(CLAUSES)}")
+        try:
+            clause_ids = parse_clause_ids(args.clause)
+        except ValueError as exc:
+            return _usage(str(exc))
     impl_sel = args.impl if args.impl is not None else ("all" if args.component is None else None)
     comp_sel = args.component if args.component is not None else ("all" if args.impl is None else None)
     try:

@@ -50,9 +50,10 @@ def figures_for(name: str, *, plugins: list[str], workdir: Path) -> tuple[dict[s
 
 # -- measurements (in the subprocess) ------------------------------------------------------------------------
 def _model(impl, config):
-    from conformance.harness import build_model
+    from conformance.harness import build_model, checking
 
-    return build_model(impl, config, "model.shape")
+    with checking("model.shape"):  # a failure to build reads as the suite's "could not be checked"
+        return build_model(impl, config)
 
 
 def positional_table(impl, config, length: int = 24):
@@ -74,21 +75,21 @@ def target_influence(impl, config, length: int = 10):
     """[i, j] = largest change of output position i's log-probabilities when target token j changes."""
     import torch
 
-    from conformance.harness import as_log_probs, run_forward
+    from conformance.harness import as_log_probs, checking, run_forward
     from conformance.inputs import random_tokens
 
     model = _model(impl, config)
     src = random_tokens(config, [7, 7], 7, vocab=config.src_vocab, seed=1)
     tgt = random_tokens(config, [length, length], length, vocab=config.tgt_vocab, seed=2)
-    base = as_log_probs(run_forward(model, src, tgt, "mask.causal", vocab=config.tgt_vocab, pad_id=config.pad_id),
-                        impl.output)
-    influence = torch.zeros(length, length, dtype=torch.float64)
-    for j in range(length):
-        changed = tgt.clone()
-        changed[:, j] = changed[:, j] % (config.tgt_vocab - 1) + 1  # another real token
-        out = as_log_probs(run_forward(model, src, changed, "mask.causal", vocab=config.tgt_vocab,
-                                       pad_id=config.pad_id), impl.output)
-        influence[:, j] = (out - base).abs().amax(dim=(0, 2))
+    with checking("mask.causal"):
+        base = as_log_probs(run_forward(model, src, tgt, vocab=config.tgt_vocab, pad_id=config.pad_id), impl.output)
+        influence = torch.zeros(length, length, dtype=torch.float64)
+        for j in range(length):
+            changed = tgt.clone()
+            changed[:, j] = changed[:, j] % (config.tgt_vocab - 1) + 1  # another real token
+            out = as_log_probs(run_forward(model, src, changed, vocab=config.tgt_vocab, pad_id=config.pad_id),
+                               impl.output)
+            influence[:, j] = (out - base).abs().amax(dim=(0, 2))
     return influence
 
 

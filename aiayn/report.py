@@ -1,4 +1,4 @@
-"""Renderers of an audit: the terminal matrix, Markdown, JSON (schema 1) and a self-contained HTML page."""
+"""Renderers of an audit: the terminal matrix, Markdown, JSON (schema 2) and a self-contained HTML page."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ __all__ = ["AuditResult", "BAD", "BROKEN", "ClauseResult", "SCHEMA", "STATUSES",
 STATUSES: tuple[str, ...] = ("pass", "fail", "deviation", "unexpected-pass", "skip", "error")
 BROKEN = ("fail", "deviation", "error")  # statuses that make a subject nonconforming
 BAD = ("fail", "error", "unexpected-pass")  # statuses that make the audit exit 1
-SCHEMA = 1
+SCHEMA = 2  # 2: `conforming` and the verdict's first word are decided by must clauses only
 
 
 # -- the data ------------------------------------------------------------------------------------------------
@@ -51,7 +51,9 @@ class SubjectResult:
 
     @property
     def conforming(self) -> bool:
-        return not self.unavailable and not self.broken("must") and not self.broken("should")
+        """Available and no ``must`` clause broken; ``should`` clauses do not decide (spec/clauses.py,
+        Severities)."""
+        return not self.unavailable and not self.broken("must")
 
     @property
     def verdict(self) -> str:
@@ -59,9 +61,10 @@ class SubjectResult:
             return f"unavailable: {self.unavailable}"
         if not self.clauses:
             return "not audited"
-        if self.conforming:
+        must, should = len(self.broken("must")), len(self.broken("should"))
+        if not must and not should:
             return "conforming"
-        return f"nonconforming ({len(self.broken('must'))} must, {len(self.broken('should'))} should)"
+        return f"{'conforming' if self.conforming else 'nonconforming'} ({must} must, {should} should)"
 
     @property
     def bad(self) -> list[str]:

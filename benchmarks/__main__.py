@@ -1,7 +1,7 @@
 """``python -m benchmarks``: every benchmark in one run; prints the tables and writes BENCHMARKS.md.
 
-Options: ``--quick`` (small preset only, for a smoke run), ``--repeats N``,
-``--skip-suite``, ``--skip-onnx``, ``--output PATH`` (default BENCHMARKS.md).
+Options: ``--quick`` (the ``small`` preset of ``benchmarks.perf`` only, for a smoke run), ``--repeats N``,
+``--skip-suite``, ``--skip-onnx``, ``--skip-decode``, ``--output PATH`` (default BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ def machine() -> str:
             f"Python {platform.python_version()}, torch {torch.__version__}, {platform.system()} {platform.release()}")
 
 
-def optional_section(module: str, title: str, argv: list[str]) -> str:
-    """Run another benchmark module's main() if it exists, capturing what it prints."""
+def optional_section(module: str, title: str, argv: list[str], *, fenced: bool = True) -> str:
+    """Run another benchmark module's main() if it exists, capturing what it prints (as a code block, or
+    as Markdown when ``fenced`` is False)."""
     try:
         mod = importlib.import_module(f"benchmarks.{module}")
     except ImportError as exc:
@@ -51,6 +52,8 @@ def optional_section(module: str, title: str, argv: list[str]) -> str:
     except Exception as exc:  # a failing optional benchmark must not lose the others' figures
         return f"## {title}\n\n(failed: {type(exc).__name__}: {exc})\n\n```\n{buf.getvalue()}```\n"
     print(buf.getvalue())
+    if not fenced:
+        return f"## {title}\n\n{buf.getvalue().strip()}\n"
     return f"## {title}\n\n```\n{buf.getvalue().strip()}\n```\n"
 
 
@@ -60,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-suite", action="store_true")
     parser.add_argument("--skip-onnx", action="store_true")
+    parser.add_argument("--skip-decode", action="store_true")
     parser.add_argument("--output", default="BENCHMARKS.md")
     args = parser.parse_args(argv)
 
@@ -98,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(optional_section("suite_time", "Conformance suite wall time", []))
     if not args.skip_onnx:
         sections.append(optional_section("onnx_bench", "ONNX export and onnxruntime", []))
+    if not args.skip_decode:
+        decode_argv = ["--repeats", str(args.repeats)] + (["--preset", "small", "--batches", "1"] if args.quick else [])
+        sections.append(optional_section("decode_bench", "Decoding (§6.1): cached, recomputed, onnxruntime, "
+                                         "CTranslate2", decode_argv, fenced=False))
     Path(args.output).write_text("\n".join(sections))
     print(f"wrote {args.output}", file=sys.stderr)
     return 0

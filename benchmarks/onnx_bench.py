@@ -8,7 +8,7 @@ onnxruntime at or below 0.7 times eager at batch 1); greedy decoding of 32 new t
 1 source sentence of length 32 entirely in onnxruntime (encoder + decoder-step graphs) and with
 the reference's ``greedy_decode``, as tokens per second, and whether both emit the same tokens.
 
-Usage: ``python -m benchmarks.onnx_bench [--presets base,small] [--repeats N]``.
+Usage: ``python -m benchmarks.onnx_bench [--presets base,small] [--repeats N]`` (``small``: see ``benchmarks.perf``).
 """
 
 from __future__ import annotations

@@ -4,9 +4,11 @@ Each measurement runs in its own fresh process (so peak memory is per
 measurement and one run's allocator state cannot slow the next), with the
 same thread count. What is measured:
 
-* ``train``: one step = forward + cross-entropy on the real target positions +
-  backward + Adam (beta 0.9/0.98, eps 1e-9, §5.3); ``eval``: one forward in
-  eval mode under ``torch.no_grad``.
+* ``train``: one step = forward + cross-entropy at every target position (the
+  random batches hold no padding) + backward + Adam (beta 0.9/0.98, eps 1e-9,
+  §5.3); ``eval``: one forward in eval mode under ``torch.no_grad``.
+* presets: ``base`` is Table 3's; ``small`` (d_model 256, h 4, d_ff 1024, 3
+  layers, vocabulary 8000) is this module's, for quick runs (``config_for``).
 * tokens per second counts source plus target tokens of the batch.
 * model FLOPs per step are counted once with ``torch.utils.flop_counter`` on
   the reference for each workload (fused library kernels such as

@@ -1,9 +1,11 @@
 """Wall time of the conformance suite per implementation (``pytest conformance/ --impl=NAME``), one at a time.
 
-Target (the checks issue): under 30 s for the reference on CPU. Each run is a fresh process with the
-default (``ci``) hypothesis profile, as a user runs it; the figure includes interpreter and torch start-up.
+Targets: under 30 s for the reference on CPU (the checks issue); at most 20 s, ONNX export excluded, for each
+model of ``tests/shape_limited_models.py``, which accept only some shapes (the shape-contract issue: a model
+that rejects shapes must cost about what a conforming one costs). Each run is a fresh process with the default
+(``ci``) hypothesis profile, as a user runs it; the figure includes interpreter and torch start-up.
 
-Usage: ``python -m benchmarks.suite_time [--impl reference,fused,torch-nn] [--repeats N]``.
+Usage: ``python -m benchmarks.suite_time [--impl reference,fused,torch-nn] [--repeats N] [--skip-shape-limited]``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 30.0
+SHAPE_LIMITED_PLUGIN = ROOT / "tests" / "shape_limited_models.py"
+SHAPE_LIMITED = ("shape-fixed-length", "shape-max-length-4", "shape-batch-of-one")
+SHAPE_LIMITED_TARGET_S = 20.0
 
 
 def run_once(impl: str, *extra: str, timeout: float = 1800) -> tuple[float, str, int]:
@@ -32,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.suite_time", description=__doc__.splitlines()[0])
     p.add_argument("--impl", default="reference,fused,torch-nn")
     p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--skip-shape-limited", action="store_true", help="leave out the shape-limited models")
     args = p.parse_args(argv)
     print("| implementation | wall s (median) | without ONNX export s | result |")
     print("|---|---|---|---|")
@@ -42,6 +48,20 @@ def main(argv: list[str] | None = None) -> int:
         flag = "" if impl != "reference" else (" (target < 30 s: met)" if med < TARGET_S else
                                                f" (target < 30 s: missed by {med - TARGET_S:.1f} s)")
         print(f"| {impl} | {med:.1f}{flag} | {no_onnx:.1f} | {runs[-1][1]} |")
+    if args.skip_shape_limited or not SHAPE_LIMITED_PLUGIN.exists():
+        return 0
+    print()
+    print(f"Models that accept only some shapes (target: at most {SHAPE_LIMITED_TARGET_S:g} s each, without the ONNX "
+          "export):")
+    print()
+    print("| implementation | wall s (median) | result |")
+    print("|---|---|---|")
+    for impl in SHAPE_LIMITED:
+        runs = [run_once(impl, f"--plugin={SHAPE_LIMITED_PLUGIN}", "--ignore=conformance/test_export.py")
+                for _ in range(args.repeats)]
+        med = statistics.median(r[0] for r in runs)
+        verdict = "met" if med <= SHAPE_LIMITED_TARGET_S else f"missed by {med - SHAPE_LIMITED_TARGET_S:.1f} s"
+        print(f"| {impl} | {med:.1f} (target: {verdict}) | {runs[-1][1]} |")
     return 0
 
 

@@ -1,21 +1,32 @@
-"""Which canonical parameters matter: perturb one group at a time and watch the output.
+"""Census: which canonical parameters matter. Perturb one group at a time and watch the output.
 
 In the paper's model every parameter takes part in the output (eval mode,
 weights that make attention sharp). A group whose perturbation changes
 nothing is dead: a module built but never called, a decoder that returns an
 intermediate layer, a cross-attention that reads the wrong encoder layer.
+``blocked_by_layers`` turns that (and parameters shared between layers) into
+the skip reason of the probes that assume every canonical group is its own
+live parameter.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
+from spec.contract import has_capability
 from spec.schema import tied_groups
 
 from .harness import build_model
 from .inputs import CONFIG, witness_batch
-from .probes import log_probs
-from .weights import has_method, load_into, visible_state
+from .outputs import log_probs
+from .transplant import load_into, visible_state
+
+if TYPE_CHECKING:
+    from implementations import Implementation
+
+__all__ = ["census", "shared_parameters", "blocked_by_layers", "DEAD"]
 
 
 def groups(state: dict[str, torch.Tensor]) -> dict[str, list[str]]:
@@ -29,14 +40,14 @@ def groups(state: dict[str, torch.Tensor]) -> dict[str, list[str]]:
 _CACHE: dict[tuple[str, int], tuple[dict[str, float], str]] = {}
 
 
-def _census(impl) -> tuple[dict[str, float], str]:
-    model = build_model(impl, CONFIG, "layers.independent")
-    if not has_method(model, "load_reference_state"):
+def _census(impl: Implementation) -> tuple[dict[str, float], str]:
+    model = build_model(impl, CONFIG)
+    if not has_capability(model, "load_reference_state"):
         return {}, f"{impl.name} has no load_reference_state"
     state = visible_state(CONFIG, seed=21)
     src, tgt = witness_batch()
-    load_into(model, state, "layers.independent", impl.name)
-    base = log_probs(model, impl, src, tgt, "layers.independent", CONFIG)
+    load_into(model, state, impl.name)
+    base = log_probs(model, impl, src, tgt)
     real = (tgt != CONFIG.pad_id)
     effect: dict[str, float] = {}
     g = torch.Generator().manual_seed(22)
@@ -49,14 +60,14 @@ def _census(impl) -> tuple[dict[str, float], str]:
             for group in tied_groups(CONFIG):
                 if n in group:  # a tied tensor changes under all its names
                     changed.update({other: changed[n] for other in group})
-        load_into(model, changed, "layers.independent", impl.name)
-        out = log_probs(model, impl, src, tgt, "layers.independent", CONFIG)
+        load_into(model, changed, impl.name)
+        out = log_probs(model, impl, src, tgt)
         effect[module] = (out - base)[real].abs().max().item()
-    load_into(model, state, "layers.independent", impl.name)
+    load_into(model, state, impl.name)
     return effect, ""
 
 
-def census(impl) -> tuple[dict[str, float], str]:
+def census(impl: Implementation) -> tuple[dict[str, float], str]:
     """``({module: max output change when perturbed}, reason if unavailable)`` (cached per implementation)."""
     key = (impl.name, id(impl))
     if key not in _CACHE:
@@ -81,13 +92,13 @@ def shared_parameters(model: torch.nn.Module, vocab_shapes: set[tuple[int, int]]
     return [names for pid, names in owners.items() if len(names) > 1 and shapes[pid] not in vocab_shapes]
 
 
-def blocked_by_layers(impl, *groups_used: str) -> str:
+def blocked_by_layers(impl: Implementation, *groups_used: str) -> str:
     """A skip reason when probes that perturb named canonical parameters cannot be read (else "").
 
     Those probes assume each canonical group is its own parameter and takes part in the model; when
     layers share parameters, or a probed group changes no output at all, layers.independent reports it.
     """
-    model = build_model(impl, CONFIG, "layers.independent")
+    model = build_model(impl, CONFIG)
     shared = shared_parameters(model, {(CONFIG.src_vocab, CONFIG.d_model), (CONFIG.tgt_vocab, CONFIG.d_model)})
     if shared:
         return f"blocked by layers.independent: {' = '.join(shared[0])} is one tensor"

@@ -1,33 +1,71 @@
-"""Running an implementation safely, and saying what went wrong.
+"""Running an implementation safely, knowing which clause is under test, and saying what went wrong.
+
+The clause under test
+    The plugin sets it around every phase of a test (fixture setup, the call, teardown) from the test's
+    ``@pytest.mark.clause("...")`` marker. Helpers read it with :func:`current_clause`; a check never
+    passes it by hand. Code that runs outside a test (``aiayn``'s figures) sets it with
+    ``with checking("mask.causal"): ...``.
 
 Two failure kinds, kept apart so reports can tell them apart:
 
-``ClauseViolation`` (an AssertionError)
+``ClauseViolation`` (an AssertionError), raised by :func:`violation`
     the implementation ran and computed something the clause forbids.
-``ImplementationError``
+``ImplementationError``, raised by :func:`could_not_check`
     the implementation could not be checked: its build or forward raised, it
-    returned a non-tensor, the wrong shape or dtype. A declared deviation does
-    not excuse these; nor does it excuse ``CheckTimeout`` (the time budget ran
-    out), which is reported the same way.
+    returned a non-tensor, the wrong shape or dtype, or a non-finite value. A
+    declared deviation does not excuse these; nor does it excuse
+    ``CheckTimeout`` (the time budget ran out), which is reported the same way.
 
 Every message stands alone: clause id, paper section, what was measured,
 what was expected, the call that shows it, and a hint at the likely bug.
+
+A forward call at a shape the implementation rejects (its shape contract, ``shapes``, reported once by
+model.shape) is not made: :func:`call_forward` skips the check as "blocked by model.shape: ..." instead.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, NoReturn
+import contextvars
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, NoReturn
 
+import pytest
 import torch
 
 from spec.clauses import get_clause
 from spec.config import ModelConfig
 
+if TYPE_CHECKING:
+    from implementations import Implementation
+
 __all__ = [
-    "ClauseViolation", "ImplementationError", "CheckTimeout", "violation", "build_model",
-    "run_forward", "as_log_probs", "describe_call", "seeded",
+    "ClauseViolation", "ImplementationError", "CheckTimeout", "checking", "current_clause", "violation",
+    "could_not_check", "build_model", "call_forward", "output_problem", "first_nonfinite", "run_forward",
+    "as_log_probs", "describe_call", "seeded", "shape_gate",
 ]
+
+_CLAUSE: contextvars.ContextVar[str | None] = contextvars.ContextVar("aiayn_clause_under_test", default=None)
+
+
+@contextlib.contextmanager
+def checking(clause_id: str) -> Iterator[None]:
+    """Make ``clause_id`` the clause under test for the code inside (the plugin does this for every test)."""
+    get_clause(clause_id)  # an unknown id fails here, not in a message later
+    token = _CLAUSE.set(clause_id)
+    try:
+        yield
+    finally:
+        _CLAUSE.reset(token)
+
+
+def current_clause() -> str:
+    """The id of the clause under test: the running test's clause marker (or the innermost ``checking``)."""
+    clause_id = _CLAUSE.get()
+    if clause_id is None:
+        raise RuntimeError("no clause under test: call conformance helpers from a test carrying "
+                           "@pytest.mark.clause(...), or inside `with conformance.harness.checking(clause_id):`")
+    return clause_id
 
 
 class ClauseViolation(AssertionError):
@@ -37,12 +75,12 @@ class ClauseViolation(AssertionError):
 class ImplementationError(Exception):
     """The implementation crashed or returned something unusable.
 
-    ``clause_id`` and ``reason`` (set by the harness) let the report restate the error under another
-    clause: a module builds its model once, under one of its clauses, and each test reports that build's
-    failure under the clause it checks.
+    ``clause_id`` and ``reason`` (set by :func:`could_not_check`) let the report restate the error under
+    another clause: a module builds its model once, in the setup of its first test, and each test reports
+    that build's failure under the clause it checks.
     """
 
-    def __init__(self, message: str, *, clause_id: str | None = None, reason: str | None = None):
+    def __init__(self, message: str, *, clause_id: str | None = None, reason: str | None = None) -> None:
         super().__init__(message)
         self.clause_id, self.reason = clause_id, reason
 
@@ -62,10 +100,12 @@ class CheckTimeout(BaseException):
     a check's ``except Exception`` would swallow it. Reported like an ImplementationError (status error).
     """
 
+    interrupted: bool = False  # set when the alarm interrupted a running check (not one given up on at once)
 
-def violation(clause_id: str, *, measured: str, expected: str, call: str = "", hint: str = "") -> NoReturn:
-    """Raise a ClauseViolation whose message names the clause and stands alone."""
-    clause = get_clause(clause_id)
+
+def violation(*, measured: str, expected: str, call: str = "", hint: str = "") -> NoReturn:
+    """Fail the clause under test: raise a ClauseViolation whose message names the clause and stands alone."""
+    clause = get_clause(current_clause())
     lines = [f"[{clause.id}] ({clause.citation}, {clause.severity}) {clause.statement}",
              f"  measured: {measured}", f"  expected: {expected}"]
     if call:
@@ -75,22 +115,24 @@ def violation(clause_id: str, *, measured: str, expected: str, call: str = "", h
     raise ClauseViolation("\n".join(lines))
 
 
-def _crash(clause_id: str, what: str, exc: BaseException | None = None) -> NoReturn:
-    clause = get_clause(clause_id)
-    detail = f": {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}" if exc else ""
+def could_not_check(what: str, exc: BaseException | None = None) -> NoReturn:
+    """The clause under test cannot be checked (``what`` happened): raise an ImplementationError."""
+    clause = get_clause(current_clause())
+    text = str(exc).strip() if exc is not None else ""
+    detail = f": {type(exc).__name__}: {text.splitlines()[0] if text else ''}" if exc is not None else ""
     raise ImplementationError(f"[{clause.id}] ({clause.citation}) could not be checked: {what}{detail}",
                               clause_id=clause.id, reason=f"{what}{detail}") from exc
 
 
 @contextlib.contextmanager
-def seeded(seed: int = 0):
+def seeded(seed: int = 0) -> Iterator[None]:
     """Fork the global RNG, seed it, and restore it afterwards."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         yield
 
 
-def build_model(impl: Any, config: ModelConfig, clause_id: str, *, seed: int = 0, train: bool = False):
+def build_model(impl: Implementation, config: ModelConfig, *, seed: int = 0, train: bool = False) -> Any:
     """``impl.build(config)`` with a fixed seed, in eval mode unless ``train``."""
     try:
         with seeded(seed):
@@ -98,9 +140,9 @@ def build_model(impl: Any, config: ModelConfig, clause_id: str, *, seed: int = 0
     except CheckTimeout:
         raise
     except Exception as exc:
-        _crash(clause_id, f"{impl.name}: build(config) raised", exc)
+        could_not_check(f"{impl.name}: build(config) raised", exc)
     if not isinstance(model, torch.nn.Module):
-        _crash(clause_id, f"{impl.name}: build(config) returned {type(model).__name__}, not a torch.nn.Module")
+        could_not_check(f"{impl.name}: build(config) returned {type(model).__name__}, not a torch.nn.Module")
     return model.train(train)
 
 
@@ -112,31 +154,81 @@ def describe_call(src: torch.Tensor, tgt: torch.Tensor, pad_id: int = 0) -> str:
             f"with real lengths src={lens(src)} tgt={lens(tgt)}")
 
 
-def run_forward(model, src: torch.Tensor, tgt: torch.Tensor, clause_id: str, *, vocab: int,
-                pad_id: int = 0, grad: bool = False, check_finite: bool = True) -> torch.Tensor:
-    """Call ``model(src, tgt)`` and check it returned a finite float tensor [B, T, vocab]."""
-    call = describe_call(src, tgt, pad_id)
+# (src, tgt) -> "" when forward may be called at their shapes, else the reason to skip: set by
+# ``shapes.under_test`` from the implementation's shape contract (model.shape), None outside a check.
+ShapeGate = Callable[[torch.Tensor, torch.Tensor], str]
+_SHAPE_GATE: contextvars.ContextVar[ShapeGate | None] = contextvars.ContextVar("aiayn_shape_gate", default=None)
+
+
+@contextlib.contextmanager
+def shape_gate(gate: ShapeGate) -> Iterator[None]:
+    """While open, :func:`call_forward` asks ``gate`` before each call and skips the check with its reason when
+    the shapes are ones the model rejects (``shapes.under_test`` installs the implementation's contract)."""
+    token = _SHAPE_GATE.set(gate)
+    try:
+        yield
+    finally:
+        _SHAPE_GATE.reset(token)
+
+
+def call_forward(model: Any, src: torch.Tensor, tgt: torch.Tensor, *, pad_id: int = 0, grad: bool = False) -> Any:
+    """``model(src, tgt)`` as it returned, whatever it returned (a crash becomes ImplementationError).
+
+    At a shape the implementation under test rejects (its shape contract, reported once by model.shape) the
+    check is skipped as "blocked by model.shape: ..." instead: the crash is already explained."""
+    gate = _SHAPE_GATE.get()
+    blocked = gate(src, tgt) if gate is not None else ""
+    if blocked:
+        pytest.skip(blocked)
     try:
         with torch.set_grad_enabled(grad):
-            out = model(src, tgt)
+            return model(src, tgt)
     except CheckTimeout:
         raise
     except Exception as exc:
-        _crash(clause_id, call + " raised", exc)
+        could_not_check(describe_call(src, tgt, pad_id) + " raised", exc)
+
+
+def output_problem(out: Any, src: torch.Tensor, tgt: torch.Tensor, vocab: int) -> tuple[str, str] | None:
+    """(what forward returned, what the contract expects) when ``out`` is not a floating tensor [B, T, vocab]
+    for ``forward(src, tgt)``; None when it is."""
+    shape = [src.size(0), tgt.size(1), vocab]
     if not isinstance(out, torch.Tensor):
-        _crash(clause_id, f"{call} returned {type(out).__name__}, not a tensor")
-    expected = (src.size(0), tgt.size(1), vocab)
-    if tuple(out.shape) != expected:
-        _crash(clause_id, f"{call} returned shape {list(out.shape)}, expected {list(expected)} [B, T, tgt_vocab]")
+        return f"{type(out).__name__}, not a tensor", f"a floating tensor of shape {shape} [B, T, tgt_vocab]"
+    if list(out.shape) != shape:
+        return f"shape {list(out.shape)}", f"{shape} [B, T, tgt_vocab]"
     if not out.is_floating_point():
-        _crash(clause_id, f"{call} returned dtype {out.dtype}, expected a floating dtype")
+        return f"dtype {out.dtype}", "a floating dtype"
+    return None
+
+
+def first_nonfinite(out: torch.Tensor, tgt: torch.Tensor, pad_id: int = 0) -> tuple[int, list[int], float] | None:
+    """(how many, [batch, position, token] of the first, its value) of the non-finite values of a [B, T, V]
+    output at real (non-pad) target positions; None when all are finite."""
+    real = (tgt != pad_id)[..., None].expand_as(out)
+    bad = ~torch.isfinite(out.detach().float()) & real
+    if not bool(bad.any()):
+        return None
+    idx = [int(i) for i in bad.nonzero()[0]]
+    return int(bad.sum()), idx, float(out[tuple(idx)].item())
+
+
+def run_forward(model: Any, src: torch.Tensor, tgt: torch.Tensor, *, vocab: int, pad_id: int = 0,
+                grad: bool = False, check_finite: bool = True) -> torch.Tensor:
+    """``model(src, tgt)``, checked to be a floating tensor [B, T, vocab], finite at real target positions
+    unless ``check_finite`` is False; anything else means the clause under test could not be checked."""
+    out = call_forward(model, src, tgt, pad_id=pad_id, grad=grad)
+    problem = output_problem(out, src, tgt, vocab)
+    if problem is not None:
+        got, expected = problem
+        could_not_check(f"{describe_call(src, tgt, pad_id)} returned {got}"
+                        + (f", expected {expected}" if isinstance(out, torch.Tensor) else ""))
     if check_finite:
-        real = (tgt != pad_id)
-        bad = ~torch.isfinite(out.detach()) & real[..., None]
-        if bool(bad.any()):
-            idx = [int(i) for i in bad.nonzero()[0]]
-            _crash(clause_id, f"{call} returned a non-finite value {out[tuple(idx)].item()} at "
-                              f"[batch, position, token] = {idx} (a real target position)")
+        bad = first_nonfinite(out, tgt, pad_id)
+        if bad is not None:
+            _, idx, value = bad
+            could_not_check(f"{describe_call(src, tgt, pad_id)} returned a non-finite value {value} at "
+                            f"[batch, position, token] = {idx} (a real target position)")
     return out
 
 

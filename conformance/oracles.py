@@ -10,29 +10,45 @@ import math
 from collections.abc import Callable
 
 import torch
+from torch import Tensor
 
-__all__ = ["attention", "layer_norm", "feed_forward", "PE_FORMS", "pe_table", "ACTIVATIONS"]
+__all__ = ["attention", "attention_weights", "layer_norm", "feed_forward", "PE_FORMS", "pe_table", "ACTIVATIONS",
+           "LP_FORMS", "length_penalty"]
 
 
-def attention(q, k, v, mask=None, *, scale: float | None = None, axis: str = "keys"):
-    """§3.2.1, Eq. (1) in float64: softmax(q k^T * scale) v, masked scores -inf, empty rows -> 0.
+def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None, *, scale: float | None = None,
+                      axis: str = "keys", fill: float | None = None) -> Tensor:
+    """The weights of §3.2.1, Eq. (1) in float64: softmax(q k^T * scale) [B, h, Lq, Lk].
 
-    ``axis="queries"`` is the classic bug (softmax over the query axis).
+    Masked scores (mask False) are -inf and a row with no allowed entry gets zero weights; ``fill`` instead
+    sets masked scores to that finite value (the 1e-9 bug) and keeps the plain softmax. ``axis="queries"``
+    is the classic bug (softmax over the query axis).
     """
-    q, k, v = (t.detach().to(torch.float64) for t in (q, k, v))
+    q, k = (t.detach().to(torch.float64) for t in (q, k))
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
     scores = q @ k.transpose(-2, -1) * scale  # (B, h, Lq, Lk)
     dim = -1 if axis == "keys" else -2
     if mask is None:
-        return torch.softmax(scores, dim=dim) @ v
-    mask = mask.to(torch.bool).expand_as(scores)
+        return torch.softmax(scores, dim=dim)
+    mask = mask.to(torch.bool)
+    if fill is not None:
+        return torch.softmax(scores.masked_fill(~mask, fill), dim=dim)
+    mask = mask.expand_as(scores)
     any_allowed = mask.any(dim=dim, keepdim=True)
     scores = scores.masked_fill(~(mask | ~any_allowed), float("-inf"))
-    weights = torch.softmax(scores, dim=dim).masked_fill(~mask, 0.0)
-    return weights @ v  # (B, h, Lq, d_v)
+    return torch.softmax(scores, dim=dim).masked_fill(~mask, 0.0)
 
 
-def layer_norm(x, weight, bias, eps: float, *, form: str = "paper"):
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, scale: float | None = None,
+              axis: str = "keys") -> Tensor:
+    """§3.2.1, Eq. (1) in float64: softmax(q k^T * scale) v, masked scores -inf, empty rows -> 0 [B, h, Lq, d_v].
+
+    ``axis="queries"`` is the classic bug (softmax over the query axis).
+    """
+    return attention_weights(q, k, mask, scale=scale, axis=axis) @ v.detach().to(torch.float64)
+
+
+def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float, *, form: str = "paper") -> Tensor:
     """§3.1 layer norm over the last axis in float64.
 
     forms: ``paper`` (biased variance, eps inside the sqrt), ``unbiased-std``
@@ -54,14 +70,15 @@ def layer_norm(x, weight, bias, eps: float, *, form: str = "paper"):
     return normed * weight + bias
 
 
-ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "relu": torch.relu,
     "gelu": torch.nn.functional.gelu,
     "identity": lambda t: t,
 }
 
 
-def feed_forward(x, w1, b1, w2, b2, *, activation: str = "relu", after_w2: bool = False):
+def feed_forward(x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, *, activation: str = "relu",
+                 after_w2: bool = False) -> Tensor:
     """§3.3, Eq. (2) in float64: max(0, x W1^T + b1) W2^T + b2 (nn.Linear layout)."""
     x, w1, b1, w2, b2 = (t.detach().to(torch.float64) for t in (x, w1, b1, w2, b2))
     act = ACTIVATIONS[activation]
@@ -69,14 +86,14 @@ def feed_forward(x, w1, b1, w2, b2, *, activation: str = "relu", after_w2: bool 
     return torch.relu(out) if after_w2 else out
 
 
-def _interleave(sin: torch.Tensor, cos: torch.Tensor, d_model: int) -> torch.Tensor:
+def _interleave(sin: Tensor, cos: Tensor, d_model: int) -> Tensor:
     table = torch.zeros(sin.size(0), d_model, dtype=torch.float64)
     table[:, 0::2] = sin[:, : (d_model + 1) // 2]
     table[:, 1::2] = cos[:, : d_model // 2]
     return table
 
 
-def pe_table(length: int, d_model: int, *, form: str = "paper") -> torch.Tensor:
+def pe_table(length: int, d_model: int, *, form: str = "paper") -> Tensor:
     """The positional table of §3.5 (``paper``) or a named variant, float64 [length, d_model]."""
     pos = torch.arange(length, dtype=torch.float64)[:, None]
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)[None, :]
@@ -114,4 +131,30 @@ PE_FORMS: dict[str, str] = {
     "base-1000": "base 1000 instead of 10000",
     "sin-cos-swapped": "cosines on even and sines on odd dimensions",
     "exponent-2i-twice": "exponent 4i/d_model (2*i where i already steps by 2)",
+}
+
+
+def length_penalty(length: Tensor, alpha: float, *, form: str = "paper") -> Tensor:
+    """lp(|Y|) of §6.1 (``paper``: GNMT's ((5 + |Y|) / 6)^alpha, |Y| counting the end symbol) or a named
+    variant, float64, for a tensor of output lengths."""
+    n = length.detach().to(torch.float64)
+    if form == "paper":
+        return ((5.0 + n) / 6.0) ** alpha
+    if form == "length-power":
+        return n ** alpha
+    if form == "none":
+        return torch.ones_like(n)
+    if form == "eos-not-counted":
+        return ((4.0 + n) / 6.0) ** alpha
+    if form == "alpha-outside":  # ((5 + |Y|)^alpha) / 6, the 6 not raised to alpha
+        return (5.0 + n) ** alpha / 6.0
+    raise ValueError(f"unknown length-penalty form {form!r}")
+
+
+LP_FORMS: dict[str, str] = {
+    "paper": "GNMT's ((5 + |Y|) / 6)^alpha",
+    "length-power": "|Y|^alpha (fairseq, Hugging Face, CTranslate2)",
+    "none": "no penalty (1 for every length: alpha ignored)",
+    "eos-not-counted": "GNMT's penalty with |Y| not counting the end symbol",
+    "alpha-outside": "(5 + |Y|)^alpha / 6 (the 6 not raised to alpha)",
 }

@@ -5,37 +5,71 @@ from a checkout).
 Options
     --impl NAME|a,b|all   implementations to audit (default: reference)
     --plugin MOD_OR_PATH  load one more plugin (repeatable)
-    --check-timeout SEC   per-check time budget; a check running past it fails its clause
+    --component SEL       components to audit alone (NAME, KIND:NAME, a comma list, or 'all')
+    --check-timeout SEC   per-check time budget; a check running past it is reported as an error of its
+                          clause ("could not be checked"), and after two such checks the subject's remaining
+                          checks error at once
     --clause ID|a,b       run only the tests of these clauses (ids from docs/clauses.md)
     --results-json PATH   write one record per test (subject, clause, outcome, diagnostic) as JSON
 Markers
-    clause(id)            the spec clause a test checks (exactly one per test)
+    clause(id)            the spec clause a test checks (exactly one per test, the literal id)
+    component_kind(kind)  on a check taking the ``component`` fixture: the kind of component it audits
 
-Deviations an implementation declares become ``xfail(strict=True)`` on the
-deterministic (witness) tests of that clause, and skips on the hypothesis
-tests of that clause (a random search cannot promise to find a known bug on
-every run; the witness does).
+Which checks run is decided by their fixtures, never by file names: a check taking ``impl`` runs once per
+implementation of --impl (default: reference); a check taking ``component`` runs once per selected
+component of its ``component_kind``, and only with --component. With --component and no --impl, only the
+component checks run.
+
+The clause under test: around each test's setup, call and teardown the plugin makes the test's clause the
+current one (``harness.checking``), so helpers (``violation``, ``could_not_check``, ``build_model``,
+``run_forward``, ...) know it without being told. Likewise the test's implementation is the one under test
+(``shapes.under_test``): its shape contract, probed on first use, fits the witnesses to the shapes it accepts
+and skips forward calls at shapes it rejects ("blocked by model.shape").
+
+Declared deviations: on each deterministic (witness) test of a clause an implementation or component
+declares as a deviation, the test is marked ``xfail(strict=False, raises=AssertionError)`` (a clause has
+several witnesses, and a deviation may break only some of them); the hypothesis tests of that clause are
+skipped (a random search cannot promise to find a known bug on every run; the witness does). Strictness is
+per clause, at session end: a declared clause none of whose witness tests failed fails the run (exit 1,
+"declared deviations not observed"; "U" in the audit). An implementation error or a timeout is not excused
+by a declaration: it is reported as an error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
+from collections.abc import Generator, Iterator
 from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from spec.clauses import CLAUSES, get_clause
+from spec.clauses import CLAUSES, get_clause, parse_clause_ids
 
 from . import (
+    inputs,
+    shapes,
     strategies,  # noqa: F401  (registers and loads the hypothesis profiles)
     threads,
 )
-from .harness import CheckTimeout, ClauseViolation, ImplementationError
+from .harness import CheckTimeout, ClauseViolation, ImplementationError, checking
+
+if TYPE_CHECKING:
+    from implementations import Component, Implementation, Registry
 
 CONFORMANCE_DIR = Path(__file__).resolve().parent
 DEFAULT_TIMEOUT = 120.0
+
+# What the plugin keeps on pytest's Config for the session.
+IMPLS = pytest.StashKey["list[Implementation]"]()  # chosen by --impl
+COMPONENTS = pytest.StashKey["list[Component]"]()  # chosen by --component
+THREADS = pytest.StashKey[str]()  # the report header's line on torch threads
+DECLARED = pytest.StashKey["DeclaredDeviations"]()  # witness outcomes of declared deviations
+NOT_OBSERVED = pytest.StashKey["list[str]"]()  # "NAME::clause" declared but never observed failing
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -49,7 +83,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="component(s) to audit alone: NAME (every kind), KIND:NAME, a comma list, or 'all'; "
                          "without --impl only the component checks run")
     group.addoption("--check-timeout", action="store", type=float, default=None, metavar="SECONDS",
-                    help=f"time budget per check; a check past it fails its clause "
+                    help=f"time budget per check; a check past it is reported as an error of its clause "
                          f"(default {DEFAULT_TIMEOUT:g}, or $AIAYN_CHECK_TIMEOUT; 0 disables)")
     group.addoption("--clause", action="store", default=None, metavar="ID",
                     help="run only the tests of this clause (or a comma-separated list of clauses)")
@@ -58,7 +92,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "(what `aiayn audit` reads)")
 
 
-def _registry(config: pytest.Config):
+def _registry(config: pytest.Config) -> Registry:
     from implementations import PluginError, get_registry
 
     try:
@@ -67,11 +101,10 @@ def _registry(config: pytest.Config):
         raise pytest.UsageError(str(exc)) from None
 
 
-def selected_implementations(config: pytest.Config):
-    """The Implementations chosen by --impl (cached on the config)."""
-    cached = getattr(config, "_aiayn_impls", None)
-    if cached is not None:
-        return cached
+def selected_implementations(config: pytest.Config) -> list[Implementation]:
+    """The Implementations chosen by --impl (kept in the config's stash)."""
+    if IMPLS in config.stash:
+        return config.stash[IMPLS]
     from implementations import UnknownNameError
 
     registry = _registry(config)
@@ -80,17 +113,16 @@ def selected_implementations(config: pytest.Config):
         impls = registry.select(selection)
     except UnknownNameError as exc:
         raise pytest.UsageError(f"--impl: {exc}") from None
-    config._aiayn_impls = impls
+    config.stash[IMPLS] = impls
     return impls
 
 
-def selected_components(config: pytest.Config):
-    """The Components chosen by --component (cached on the config); [] without the option."""
-    cached = getattr(config, "_aiayn_components", None)
-    if cached is not None:
-        return cached
+def selected_components(config: pytest.Config) -> list[Component]:
+    """The Components chosen by --component (kept in the config's stash); [] without the option."""
+    if COMPONENTS in config.stash:
+        return config.stash[COMPONENTS]
     selection = config.getoption("--component")
-    comps = []
+    comps: list[Component] = []
     if selection:
         from implementations import UnknownNameError
 
@@ -98,32 +130,26 @@ def selected_components(config: pytest.Config):
             comps = _registry(config).select_components(selection)
         except UnknownNameError as exc:
             raise pytest.UsageError(f"--component: {exc}") from None
-    config._aiayn_components = comps
+    config.stash[COMPONENTS] = comps
     return comps
 
 
-def pytest_ignore_collect(collection_path: Path, config: pytest.Config):
-    """Component checks run only with --component; with --component alone, only they run."""
-    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
-        return None
-    if not Path(collection_path).resolve().is_relative_to(CONFORMANCE_DIR):
-        return None
-    is_component_module = collection_path.name.startswith("test_component_")
-    if is_component_module and not config.getoption("--component"):
-        return True
-    if not is_component_module and config.getoption("--component") and config.getoption("--impl") is None:
-        return True
-    return None
+def components_only(config: pytest.Config) -> bool:
+    """--component without --impl: only the component checks run."""
+    return bool(config.getoption("--component")) and config.getoption("--impl") is None
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "clause(id): the spec clause this test checks (spec/clauses.py)")
+    config.addinivalue_line("markers", "component_kind(kind): the kind of component a check taking the "
+                                       "`component` fixture audits")
     try:
-        if hasattr(config, "workerinput"):  # an xdist worker takes its share of the CPUs
-            config._aiayn_threads = threads.apply(int(config.workerinput["workercount"]))
+        workerinput = getattr(config, "workerinput", None)
+        if workerinput is not None:  # an xdist worker takes its share of the CPUs
+            config.stash[THREADS] = threads.apply(int(workerinput["workercount"]))
         else:
             workers = getattr(config.option, "numprocesses", None)  # xdist's -n, resolved to a number
-            config._aiayn_threads = (threads.header_line(workers) if isinstance(workers, int) and workers > 0
+            config.stash[THREADS] = (threads.header_line(workers) if isinstance(workers, int) and workers > 0
                                      else threads.apply(None))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -144,12 +170,10 @@ def _selected_clauses(config: pytest.Config) -> list[str] | None:
     value = config.getoption("--clause")
     if not value:
         return None
-    ids = [c.strip() for c in value.split(",") if c.strip()]
-    unknown = [c for c in ids if c not in CLAUSES]
-    if unknown or not ids:
-        raise pytest.UsageError(f"--clause: unknown clause {', '.join(map(repr, unknown)) or repr(value)}; "
-                                f"known: {', '.join(CLAUSES)}")
-    return ids
+    try:
+        return parse_clause_ids(value)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--clause: {exc}") from None
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -157,7 +181,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return []
     import spec
 
-    impls = selected_implementations(config)
+    impls = [] if components_only(config) else selected_implementations(config)
     lines = [f"aiayn-conformance: spec {spec.SPEC_VERSION} ({spec.PAPER}), {len(CLAUSES)} clauses"]
     from implementations.availability import version_note
 
@@ -174,7 +198,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     errors = _registry(config).errors
     for err in errors:
         lines.append(f"  plugin error: {err}")
-    lines.append(f"  {config._aiayn_threads}")
+    lines.append(f"  {config.stash[THREADS]}")
     env = {k: v for k, v in os.environ.items() if k.startswith("AIAYN_")}
     if env:
         lines.append("  environment: " + ", ".join(f"{k}={v}" for k, v in sorted(env.items())))
@@ -182,19 +206,34 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``impl`` and ``component`` are parametrized per module (a module-scoped fixture builds once per
+    subject). A subject kind that is not selected gets one ``None`` parameter, dropped at collection."""
     if "impl" in metafunc.fixturenames:
-        impls = selected_implementations(metafunc.config)
-        # An implementation that cannot be built here (its library is not installed) is skipped with its reason.
-        params = [pytest.param(i, id=i.name, marks=[pytest.mark.skip(reason=f"{i.name} is unavailable: "
-                                                                           f"{i.unavailable}")]
-                               if i.unavailable else []) for i in impls]
-        metafunc.parametrize("impl", params, scope="module")
+        if components_only(metafunc.config):
+            metafunc.parametrize("impl", [pytest.param(None, id="no-impl-selected")], scope="module")
+        else:
+            impls = selected_implementations(metafunc.config)
+            # An implementation that cannot be built here (its library is not installed) is skipped with its
+            # reason.
+            impl_params = [pytest.param(i, id=i.name,
+                                        marks=[pytest.mark.skip(reason=f"{i.name} is unavailable: {i.unavailable}")]
+                                        if i.unavailable else []) for i in impls]
+            metafunc.parametrize("impl", impl_params, scope="module")
     if "component" in metafunc.fixturenames:
-        kind = getattr(metafunc.module, "COMPONENT_KIND", None)
+        kind = component_kind(metafunc.definition)
         comps = [c for c in selected_components(metafunc.config) if c.kind == kind]
-        # A module whose kind was not selected gets no items (see pytest_collection_modifyitems).
-        params = comps or [pytest.param(None, id=f"no-{kind}-selected")]
+        params: list[Any] = list(comps) or [pytest.param(None, id=f"no-{kind}-selected")]
         metafunc.parametrize("component", params, ids=[c.name for c in comps] or None, scope="module")
+
+
+def component_kind(item: pytest.Item) -> str | None:
+    """The kind of component a check taking ``component`` audits (its ``component_kind`` marker), or None when
+    the marker is missing or names no known kind (reported at collection)."""
+    from implementations import COMPONENT_KINDS
+
+    mark = item.get_closest_marker("component_kind")
+    kind = mark.args[0] if mark is not None and mark.args else None
+    return kind if kind in COMPONENT_KINDS else None
 
 
 def _is_conformance_item(item: pytest.Item) -> bool:
@@ -212,13 +251,35 @@ def item_clause(item: pytest.Item) -> str | None:
     return marks[0].args[0] if marks and marks[0].args else None
 
 
+def _is_hypothesis_test(item: pytest.Item) -> bool:
+    """A ``@given`` test (hypothesis's own ``hypothesis`` marker is added after this plugin's collection hook)."""
+    return hasattr(getattr(item, "obj", None), "hypothesis")
+
+
+def _params(item: pytest.Item) -> dict[str, Any]:
+    callspec = getattr(item, "callspec", None)
+    return dict(callspec.params) if callspec is not None else {}
+
+
+def _unselected(item: pytest.Item) -> bool:
+    """A check whose subject was not selected (a ``None`` parameter), or any other conformance check when only
+    components are audited."""
+    params = _params(item)
+    if ("impl" in params and params["impl"] is None) or ("component" in params and params["component"] is None):
+        return True
+    return components_only(item.config) and "component" not in params and _is_conformance_item(item)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    problems = []
-    unselected = [i for i in items if getattr(i, "callspec", None) is not None
-                  and "component" in i.callspec.params and i.callspec.params["component"] is None]
-    if unselected:
-        config.hook.pytest_deselected(items=unselected)
-        items[:] = [i for i in items if i not in unselected]
+    from implementations import COMPONENT_KINDS
+
+    problems = [f"{item.nodeid}: a check taking `component` needs @pytest.mark.component_kind(KIND), KIND one of "
+                f"{', '.join(COMPONENT_KINDS)}" for item in items
+                if "component" in getattr(item, "fixturenames", ()) and component_kind(item) is None]
+    # Checks of a subject kind that was not selected are dropped silently, as if never collected: they are not
+    # deselected by the user (--clause, -k), they simply have nothing to check.
+    items[:] = [i for i in items if not _unselected(i)]
     for item in items:
         marks = list(item.iter_markers("clause"))
         if not marks:
@@ -233,17 +294,17 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if clause_id not in CLAUSES:
             problems.append(f"{item.nodeid}: unknown clause {clause_id!r} (known: {', '.join(CLAUSES)})")
             continue
-        callspec = getattr(item, "callspec", None)
-        params = callspec.params if callspec is not None else {}
-        subject = params.get("impl") or params.get("component")
-        if params.get("impl") is not None:
-            item.user_properties.append(("aiayn_subject", f"impl:{subject.name}"))
-        elif params.get("component") is not None:
-            item.user_properties.append(("aiayn_subject", f"component:{subject.kind}:{subject.name}"))
-        why = getattr(subject, "deviations", {}).get(clause_id) if subject is not None else None
-        if why is None:
+        params = _params(item)
+        impl, comp = params.get("impl"), params.get("component")
+        if impl is not None:
+            item.user_properties.append(("aiayn_subject", f"impl:{impl.name}"))
+        elif comp is not None:
+            item.user_properties.append(("aiayn_subject", f"component:{comp.kind}:{comp.name}"))
+        subject = impl if impl is not None else comp
+        why = subject.deviations.get(clause_id) if subject is not None else None
+        if subject is None or why is None:
             continue
-        if item.get_closest_marker("hypothesis") is not None:
+        if _is_hypothesis_test(item):
             item.add_marker(pytest.mark.skip(
                 reason=f"declared deviation {clause_id} ({why}); the witness test checks it"))
         else:
@@ -253,7 +314,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                 strict=False, raises=AssertionError, reason=f"declared deviation {clause_id}: {why}"))
             item.user_properties.append(("aiayn_declared", f"{subject.name}::{clause_id}"))
     if problems:
-        raise pytest.UsageError("conformance tests with bad clause markers:\n  " + "\n  ".join(problems))
+        raise pytest.UsageError("conformance tests with bad markers:\n  " + "\n  ".join(problems))
     wanted = _selected_clauses(config)
     if wanted is not None:
         keep = [i for i in items if item_clause(i) in wanted]
@@ -270,7 +331,7 @@ class DeclaredDeviations:
 
     def record(self, report: pytest.TestReport) -> None:
         key = dict(report.user_properties).get("aiayn_declared")
-        if key is None or report.when != "call":
+        if not isinstance(key, str) or report.when != "call":
             return
         self.seen.setdefault(key, 0)
         self.unseen.setdefault(key, 0)
@@ -285,8 +346,8 @@ class DeclaredDeviations:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    session.config._aiayn_declared = DeclaredDeviations()
-    session.config.pluginmanager.register(_DeclaredRecorder(session.config._aiayn_declared), "aiayn-declared")
+    session.config.stash[DECLARED] = DeclaredDeviations()
+    session.config.pluginmanager.register(_DeclaredRecorder(session.config.stash[DECLARED]), "aiayn-declared")
 
 
 class _DeclaredRecorder:
@@ -298,15 +359,16 @@ class _DeclaredRecorder:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    tracker = getattr(session.config, "_aiayn_declared", None)
+    tracker = session.config.stash.get(DECLARED, None)
     missing = tracker.not_observed() if tracker is not None else []
-    session.config._aiayn_not_observed = missing
+    session.config.stash[NOT_OBSERVED] = missing
     if missing and session.exitstatus == 0:
         session.exitstatus = 1
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    missing = getattr(config, "_aiayn_not_observed", [])
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
+                            config: pytest.Config) -> None:
+    missing = config.stash.get(NOT_OBSERVED, [])
     if missing:
         terminalreporter.section("declared deviations not observed", sep="=", red=True, bold=True)
         for key in missing:
@@ -318,8 +380,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 def _timeout(config: pytest.Config) -> float:
     value = config.getoption("--check-timeout")
     if value is None:
-        value = float(os.environ.get("AIAYN_CHECK_TIMEOUT", DEFAULT_TIMEOUT))
-    return value
+        return float(os.environ.get("AIAYN_CHECK_TIMEOUT", DEFAULT_TIMEOUT))
+    return float(value)
 
 
 # After this many checks of one subject ran past the budget, its remaining checks error at once: a hanging
@@ -333,19 +395,20 @@ REFIRE_SECONDS = 1.0
 def _subject(item: pytest.Item) -> str | None:
     """The implementation or component under test (``NAME`` or ``KIND:NAME``), as recorded at collection."""
     subject = dict(item.user_properties).get("aiayn_subject")
-    return subject.split(":", 1)[1] if subject else None
+    return subject.split(":", 1)[1] if isinstance(subject, str) else None
 
 
-_TIMEOUTS = pytest.StashKey[dict]()  # subject -> how many of its checks ran past the budget
+_TIMEOUTS = pytest.StashKey[dict[str, int]]()  # subject -> how many of its checks ran past the budget
 
 
-def _budgeted_phase(item: pytest.Item, phase: str):
+def _budgeted_phase(item: pytest.Item, phase: str) -> Generator[None, object, object]:
     """Run a test phase (fixture setup or the call) under the per-check time budget (SIGALRM)."""
     budget = _timeout(item.config)
-    if (budget <= 0 or not hasattr(signal, "setitimer") or item.get_closest_marker("clause") is None
+    clause_id = item_clause(item)
+    if (budget <= 0 or not hasattr(signal, "setitimer") or clause_id is None
             or threading.current_thread() is not threading.main_thread()):
         return (yield)
-    subject, clause = _subject(item), get_clause(item_clause(item))
+    subject, clause = _subject(item), get_clause(clause_id)
     timeouts = item.config.stash.setdefault(_TIMEOUTS, {})
     if subject is not None and timeouts.get(subject, 0) >= TIMEOUTS_BEFORE_GIVING_UP:
         raise CheckTimeout(f"[{clause.id}] ({clause.citation}) could not be checked: not run, because "
@@ -353,7 +416,7 @@ def _budgeted_phase(item: pytest.Item, phase: str):
                            f"(--check-timeout); the implementation hangs or is far too slow")
     state = {"active": True, "spent": False}
 
-    def on_alarm(signum, frame):
+    def on_alarm(signum: int, frame: FrameType | None) -> None:
         if not state["active"]:  # the phase is ending: never raise into pytest's own code
             return
         signal.setitimer(signal.ITIMER_REAL, REFIRE_SECONDS)
@@ -377,14 +440,37 @@ def _budgeted_phase(item: pytest.Item, phase: str):
         signal.signal(signal.SIGALRM, previous)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_setup(item: pytest.Item):
-    return (yield from _budgeted_phase(item, "setup"))
+@contextlib.contextmanager
+def _under_its_clause(item: pytest.Item) -> Iterator[None]:
+    """The item's clause is the clause under test (``harness.current_clause``) while this is open, and its
+    implementation the one under test (``shapes.current``: its shape contract fits the witnesses and gates
+    forward calls)."""
+    clause_id = item_clause(item)
+    if clause_id not in CLAUSES:  # not a conformance check (or a bad marker, rejected at collection)
+        yield
+        return
+    with checking(clause_id), shapes.under_test(_params(item).get("impl"), inputs.CONFIG,
+                                                 lengths=inputs.WITNESS_LENGTHS, batches=inputs.WITNESS_BATCHES,
+                                                 witness=inputs.WITNESS_SHAPE):
+        yield
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item):
-    return (yield from _budgeted_phase(item, "the call"))
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, object, object]:
+    with _under_its_clause(item):
+        return (yield from _budgeted_phase(item, "setup"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    with _under_its_clause(item):
+        return (yield from _budgeted_phase(item, "the call"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
+    with _under_its_clause(item):
+        return (yield)
 
 
 def _interrupted_at(timeout: CheckTimeout) -> str:
@@ -421,11 +507,11 @@ class _SafeReports:
     """Registered in pytest_configure (pytest reads only ``pytest_*`` names, so this lives on an object)."""
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport | None:
         return _report_without_crashing(item, call)
 
 
-def _report_without_crashing(item: pytest.Item, call: pytest.CallInfo):
+def _report_without_crashing(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport | None:
     """pytest's own report, unless formatting the traceback fails or the check ran out of time.
 
     The time budget's alarm can land anywhere, hypothesis's tracer included, and pytest cannot format a
@@ -445,13 +531,15 @@ def _report_without_crashing(item: pytest.Item, call: pytest.CallInfo):
         except Exception as exc:  # pytest's formatter failed; the run must go on
             shown = found if found is not None else call.excinfo.value
             text = f"{shown}\n  (pytest could not format the traceback: {type(exc).__name__}: {exc})"
-    return pytest.TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, "failed", text, call.when,
+    when = cast(Any, call.when)  # "setup", "call" or "teardown": reports are made per phase
+    return pytest.TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, "failed", text, when,
                              duration=call.duration, start=call.start, stop=call.stop,
                              user_properties=list(item.user_properties))
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     clause_id = item_clause(item)
     if clause_id is not None:

@@ -8,14 +8,16 @@ pytest-xdist, which forwards every report)::
      "message": "first line of the diagnostic or skip reason", "detail": "the full diagnostic",
      "duration": seconds}
 
-OUTCOME is one of ``passed``, ``failed`` (a clause violation), ``error`` (the
-implementation crashed, returned the wrong shape or NaN, timed out, or the test
-errored in setup), ``skipped``, ``xfailed`` (a declared deviation observed),
+OUTCOME is one of ``passed``, ``failed`` (a clause violation; a wrong output
+type, shape or dtype is one in model.shape's own checks), ``error`` (the
+implementation could not be checked: it crashed, returned something unusable
+such as the wrong shape or NaN, or timed out; or the test errored in setup),
+``skipped``, ``xfailed`` (a declared deviation observed),
 ``xpassed`` (a declared deviation's witness passed). ``aiayn audit`` folds these
 per (subject, clause) into the statuses of its matrix.
 
 While the run goes on, ``PATH.progress`` holds one line ``total N`` once the tests
-are collected, then one line per finished test (its outcome), for progress displays.
+are collected, then one line ``done`` per finished test, for progress displays.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,7 +46,7 @@ def _message(report: pytest.TestReport) -> str:
     return str(longrepr)
 
 
-def record_of(report: pytest.TestReport) -> dict:
+def record_of(report: pytest.TestReport) -> dict[str, Any]:
     props = dict(report.user_properties)
     declared = "aiayn_declared" in props
     if report.skipped and hasattr(report, "wasxfail"):
@@ -60,7 +63,7 @@ def record_of(report: pytest.TestReport) -> dict:
     else:
         outcome = "skipped" if report.skipped else "passed"
     # A clause violation or implementation error carries its own diagnostic; else the report's text.
-    detail = props.get("aiayn_message") or _message(report)
+    detail = str(props.get("aiayn_message") or _message(report))
     first = next((line.strip() for line in detail.splitlines() if line.strip()), "")
     return {
         "nodeid": report.nodeid,
@@ -80,7 +83,7 @@ class ResultsRecorder:
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
         self.progress = self.path.with_name(self.path.name + ".progress")
-        self.records: dict[str, dict] = {}
+        self.records: dict[str, dict[str, Any]] = {}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.progress.write_text("")
 

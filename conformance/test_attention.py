@@ -1,59 +1,70 @@
-"""Attention structure (§3.2): the scale (attention.scale), the softmax axis (attention.softmax-over-keys),
-the head split and merge (attention.heads) and what cross-attention reads (attention.cross-source).
+"""Attention (§3.2): the scale (attention.scale), the softmax axis (attention.softmax-over-keys), the head
+split and merge (attention.heads) and what cross-attention reads (attention.cross-source).
 
-Each clause is judged on the implementation itself, holding the visible canonical weights: the reference
-variant that reproduces it (``conformance.variants``) must keep this clause's part as the paper has it,
-and the metamorphic probes below relate the implementation to itself under weight changes whose effect
-the paper fixes, so bugs in other clauses cannot make them fail.
+Three techniques, one room:
+
+* variant attribution: the implementation holding the visible canonical weights is matched against the
+  reference variants (``conformance.variants``); the clause fails when the variant that reproduces the
+  implementation departs from it in this clause's part, and the message names what it does instead;
+* metamorphic probes: the implementation against itself under weight changes whose effect the paper fixes,
+  so bugs in other clauses cannot make them fail;
+* attention kernels alone (``--component``, kind ``attention``): Eq. (1) against the float64 closed form.
+  Kernel contract (implementations/components.py): ``fn(q, k, v, mask)`` with q, k, v [B, h, L, d_k], a
+  boolean mask where True means "may attend", result [B, h, Lq, d_v]; a query with no allowed key gives zeros.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
 
+from implementations import Component, Implementation
 from spec.config import ModelConfig
+from spec.tolerance import Comparison, compare
 
+from . import oracles
 from .census import blocked_by_layers
-from .diagnosis import STATE_SEED, judge, transplanted
+from .components import DK, B, H, Kernel, call_kernel, from_factory, qkv
+from .diagnosis import fail_on_variant_departure
 from .harness import describe_call, run_forward, seeded, violation
 from .inputs import CONFIG, witness_batch
-from .probes import compare_real, log_probs
-from .weights import visible_state
+from .outputs import compare_real, log_probs
+from .transplant import STATE_SEED, transplanted, visible_state
 
 
 @pytest.mark.clause("attention.scale")
-def test_scale_variant(impl):
+def test_scale_variant(impl: Implementation) -> None:
     """§3.2.1, Eq. (1): the variant that reproduces the implementation divides scores by sqrt(d_k)."""
-    judge(impl, "attention.scale",
-          hint="scores divided by sqrt(d_model) instead of sqrt(d_k) is an extra factor 1/sqrt(h); "
-               "`scale = d ** -0.5` used as a divisor inverts it; forgetting the sqrt or the scale changes it")
+    fail_on_variant_departure(
+        impl, hint="scores divided by sqrt(d_model) instead of sqrt(d_k) is an extra factor 1/sqrt(h); "
+                   "`scale = d ** -0.5` used as a divisor inverts it; forgetting the sqrt or the scale changes it")
 
 
 @pytest.mark.clause("attention.softmax-over-keys")
-def test_softmax_axis_variant(impl):
+def test_softmax_axis_variant(impl: Implementation) -> None:
     """§3.2.1, Eq. (1): the softmax runs over the keys (the last axis of Q K^T)."""
-    judge(impl, "attention.softmax-over-keys",
-          hint="softmax(dim=-2) or dim=2 on (B, h, Lq, Lk) scores normalizes over the queries; in "
-               "einsum('bhqk,bkhd->bqhd', weights, v) the key letter must be the same in both operands")
+    fail_on_variant_departure(
+        impl, hint="softmax(dim=-2) or dim=2 on (B, h, Lq, Lk) scores normalizes over the queries; in "
+                   "einsum('bhqk,bkhd->bqhd', weights, v) the key letter must be the same in both operands")
 
 
 @pytest.mark.clause("attention.heads")
-def test_heads_variant(impl):
+def test_heads_variant(impl: Implementation) -> None:
     """§3.2.2: heads split and concatenated per position."""
-    judge(impl, "attention.heads",
-          hint="(B, L, h, d_k) must be transposed to (B, h, L, d_k) before attention and back before the "
-               "reshape to (B, L, d_model); view/reshape alone mixes positions")
+    fail_on_variant_departure(
+        impl, hint="(B, L, h, d_k) must be transposed to (B, h, L, d_k) before attention and back before the "
+                   "reshape to (B, L, d_model); view/reshape alone mixes positions")
 
 
 @pytest.mark.clause("attention.cross-source")
-def test_cross_source_variant(impl):
+def test_cross_source_variant(impl: Implementation) -> None:
     """§3.2.3: cross-attention queries from the previous decoder sub-layer, keys/values from the final encoder."""
-    judge(impl, "attention.cross-source",
-          hint="pass the output of the self-attention sub-layer (after its add & norm) as the query, and the "
-               "output of the LAST encoder layer as memory")
+    fail_on_variant_departure(
+        impl, hint="pass the output of the self-attention sub-layer (after its add & norm) as the query, and the "
+                   "output of the LAST encoder layer as memory")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -64,11 +75,11 @@ ATTENTION_PREFIXES = tuple(f"encoder.{i}.self_attn" for i in range(CONFIG.n_laye
 D_K = CONFIG.d_model // CONFIG.n_heads
 
 
-def outputs(impl, state, clause_id: str, config: ModelConfig = CONFIG) -> torch.Tensor:
+def outputs(impl: Implementation, state: dict[str, torch.Tensor], config: ModelConfig = CONFIG) -> torch.Tensor:
     """Log-probabilities [B, T, V] on the witness batch of the implementation built for config holding state."""
-    model = transplanted(impl, clause_id, state, config, cache=False)
+    model = transplanted(impl, state, config, cache=False)
     src, tgt = witness_batch()
-    return log_probs(model, impl, src, tgt, clause_id, config)
+    return log_probs(model, impl, src, tgt, config)
 
 
 def only_head_zero(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -96,20 +107,21 @@ SCALE_LAWS = {
 
 
 @pytest.mark.clause("attention.scale")
-def test_scale_follows_head_size(impl):
+def test_scale_follows_head_size(impl: Implementation) -> None:
     """§3.2.1: with only head 0 active, the h-head model equals the 1-head model (same d_model) whose W^Q is
     multiplied by sqrt(h): d_k shrinks by h, so 1/sqrt(d_k) grows by sqrt(h). Bugs elsewhere act alike in
     both models; merged-heads bugs make the probe inconclusive (attention.heads judges them)."""
     state = only_head_zero(visible_state(CONFIG, seed=STATE_SEED))
-    many = outputs(impl, state, "attention.scale")
+    many = outputs(impl, state)
     one_cfg = dataclasses.replace(CONFIG, n_heads=1)
     _, tgt = witness_batch()
-    found, gaps = [], {}
+    found: list[str] = []
+    gaps: dict[str, float] = {}
     for law, (factor, _) in SCALE_LAWS.items():
         one_state = dict(state)
         for prefix in ATTENTION_PREFIXES:
             one_state[f"{prefix}.q.weight"] = state[f"{prefix}.q.weight"] * factor
-        cmp = compare_real(outputs(impl, one_state, "attention.scale", one_cfg), many, tgt, CONFIG.pad_id)
+        cmp = compare_real(outputs(impl, one_state, one_cfg), many, tgt, CONFIG.pad_id)
         gaps[law] = cmp.max_abs
         if cmp.ok:
             found.append(law)
@@ -120,12 +132,11 @@ def test_scale_follows_head_size(impl):
         pytest.skip(f"attention.scale head-size probe inconclusive: the outputs do not depend on the scale (laws "
                     f"{', '.join(found)} all fit): attention scores do not reach the output")
     if "1/sqrt(d_k)" not in found:
-        violation("attention.scale",
-                  measured=f"the scale behaves as {SCALE_LAWS[found[0]][1]}: the {CONFIG.n_heads}-head model with only "
+        violation(measured=f"the scale behaves as {SCALE_LAWS[found[0]][1]}: the {CONFIG.n_heads}-head model with only "
                            f"head 0 active equals the 1-head model with W^Q multiplied by "
                            f"{SCALE_LAWS[found[0]][0]:.4g}",
                   expected=f"W^Q multiplied by sqrt(h) = {CONFIG.n_heads ** 0.5:.4g} (scores scaled by 1/sqrt(d_k), "
-                           f"d_k = {D_K} with h = {CONFIG.n_heads}, d_k = {CONFIG.d_model} with h = 1)",
+                           f"d_k = {DK} with h = {CONFIG.n_heads}, d_k = {CONFIG.d_model} with h = 1)",
                   call=f"witness batch, d_model {CONFIG.d_model}, n_heads {CONFIG.n_heads} vs 1, load_reference_state "
                        f"of visible weights with heads 1.. zeroed in every attention",
                   hint="divide by math.sqrt(d_k) with d_k = d_model // h (the per-head size), not sqrt(d_model); "
@@ -133,7 +144,7 @@ def test_scale_follows_head_size(impl):
 
 
 @pytest.mark.clause("attention.heads")
-def test_head_order_is_irrelevant(impl):
+def test_head_order_is_irrelevant(impl: Implementation) -> None:
     """§3.2.2: heads are independent and concatenated per position, so permuting the heads (row blocks of
     W^Q, W^K, W^V together with the column blocks of W^O) leaves every output unchanged."""
     state = visible_state(CONFIG, seed=STATE_SEED)
@@ -145,20 +156,19 @@ def test_head_order_is_irrelevant(impl):
             permuted[f"{prefix}.{p}.weight"] = state[f"{prefix}.{p}.weight"][rows]
         permuted[f"{prefix}.o.weight"] = state[f"{prefix}.o.weight"][:, rows]
     _, tgt = witness_batch()
-    cmp = compare_real(outputs(impl, permuted, "attention.heads"), outputs(impl, state, "attention.heads"),
-                       tgt, CONFIG.pad_id)
+    cmp = compare_real(outputs(impl, permuted), outputs(impl, state), tgt, CONFIG.pad_id)
     if not cmp.ok:
         src, tgt = witness_batch()
-        violation("attention.heads", measured=f"rotating the heads' weights changed the outputs: {cmp.describe()}",
+        violation(measured=f"rotating the heads' weights changed the outputs: {cmp.describe()}",
                   expected="identical outputs: heads attend separately and are concatenated per position before W^O",
                   call=f"{describe_call(src, tgt, CONFIG.pad_id)}, visible weights vs the same with heads rotated "
-                       f"(rows j*d_k..(j+1)*d_k of W^Q, W^K, W^V and the same columns of W^O, d_k = {D_K})",
+                       f"(rows j*d_k..(j+1)*d_k of W^Q, W^K, W^V and the same columns of W^O, d_k = {DK})",
                   hint="heads split or merged with view/reshape but without transpose(1, 2) mix positions into "
                        "heads; or head j does not use rows j*d_k..(j+1)*d_k")
 
 
 @pytest.mark.clause("attention.cross-source")
-def test_cross_attention_reads_the_last_encoder_layer(impl):
+def test_cross_attention_reads_the_last_encoder_layer(impl: Implementation) -> None:
     """§3.2.3: keys and values come from the final encoder output, so changing only the last encoder layer's
     FFN output bias must change the decoder's outputs."""
     blocked = blocked_by_layers(impl)
@@ -171,33 +181,31 @@ def test_cross_attention_reads_the_last_encoder_layer(impl):
         changed[name] = state[name] + torch.randn(CONFIG.d_model)
     src, tgt = witness_batch()
 
-    def raw(weights):  # the raw outputs: any change counts, whatever the declared output kind
-        model = transplanted(impl, "attention.cross-source", weights, cache=False)
-        log_probs(model, impl, src, tgt, "attention.cross-source", CONFIG)  # skips a non-deterministic model
-        return run_forward(model, src, tgt, "attention.cross-source", vocab=CONFIG.tgt_vocab,
-                           pad_id=CONFIG.pad_id).double()
+    def raw(weights: dict[str, torch.Tensor]) -> torch.Tensor:  # any change counts, whatever the output kind
+        model = transplanted(impl, weights, cache=False)
+        log_probs(model, impl, src, tgt)  # skips a non-deterministic model
+        return run_forward(model, src, tgt, vocab=CONFIG.tgt_vocab, pad_id=CONFIG.pad_id).double()
 
     cmp = compare_real(raw(changed), raw(state), tgt, CONFIG.pad_id)
     if cmp.ok:
-        violation("attention.cross-source",
-                  measured=f"changing {name} by N(0, 1) left every output unchanged ({cmp.describe()})",
+        violation(measured=f"changing {name} by N(0, 1) left every output unchanged ({cmp.describe()})",
                   expected="different outputs: cross-attention reads the output of the last encoder layer",
                   call=f"{describe_call(src, tgt, CONFIG.pad_id)} with visible weights vs the same with {name} changed",
                   hint="memory taken from the first or an intermediate encoder layer, or the encoder stack's output "
                        "discarded")
 
 
-def positions_equal(impl, state, clause_id: str):
+def positions_equal(impl: Implementation, state: dict[str, torch.Tensor]) -> tuple[bool, Comparison]:
     """(every real target position of each row has position 0's log-probabilities, the worst comparison)."""
     src, tgt = witness_batch()
-    model = transplanted(impl, clause_id, state, cache=False)
-    lp = log_probs(model, impl, src, tgt, clause_id, CONFIG)
+    model = transplanted(impl, state, cache=False)
+    lp = log_probs(model, impl, src, tgt)
     first = lp[:, :1].expand_as(lp)  # (B, T, V)
     cmp = compare_real(lp, first, tgt, CONFIG.pad_id)
     return cmp.ok, cmp
 
 
-def constant_norm(state, name: str) -> dict[str, torch.Tensor]:
+def constant_norm(state: dict[str, torch.Tensor], name: str) -> dict[str, torch.Tensor]:
     """The state with norm ``name`` at gain 0 (its output is its bias, the same at every position)."""
     out = dict(state)
     out[f"{name}.weight"] = torch.zeros(CONFIG.d_model)
@@ -205,23 +213,22 @@ def constant_norm(state, name: str) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.clause("attention.cross-source")
-def test_cross_attention_queries_come_from_the_previous_sublayer(impl):
+def test_cross_attention_queries_come_from_the_previous_sublayer(impl: Implementation) -> None:
     """§3.2.3: the queries are the self-attention sub-layer's output. With decoder layer 0's first norm at gain 0
     that output is the same vector at every position, and so (keys and values being the encoder's) is everything
     after it: all target positions get the same distribution. Queries taken from the layer input (embedding +
     PE) keep the positions apart. Gate: with the second norm at gain 0 instead the positions must already
     agree (post-norm around the cross-attention, per-position heads); otherwise the probe is inconclusive."""
     state = visible_state(CONFIG, seed=STATE_SEED)
-    gate_ok, gate = positions_equal(impl, constant_norm(state, "decoder.0.norm2"), "attention.cross-source")
+    gate_ok, gate = positions_equal(impl, constant_norm(state, "decoder.0.norm2"))
     if not gate_ok:
         pytest.skip("cross-attention query probe inconclusive: with decoder.0.norm2 at gain 0 the target positions "
                     f"still differ ({gate.describe()}), so the layer is not post-norm around its cross-attention "
                     "(norm.post-norm, attention.heads and layers.independent judge that)")
-    ok, cmp = positions_equal(impl, constant_norm(state, "decoder.0.norm1"), "attention.cross-source")
+    ok, cmp = positions_equal(impl, constant_norm(state, "decoder.0.norm1"))
     if not ok:
         src, tgt = witness_batch()
-        violation("attention.cross-source",
-                  measured=f"with decoder.0.norm1 at gain 0 the target positions still get different distributions "
+        violation(measured=f"with decoder.0.norm1 at gain 0 the target positions still get different distributions "
                            f"({cmp.describe()}, position vs position 0 of its row)",
                   expected="the same distribution at every real target position: the cross-attention queries are the "
                            "self-attention sub-layer's (constant) output",
@@ -229,3 +236,75 @@ def test_cross_attention_queries_come_from_the_previous_sublayer(impl):
                        "decoder.0.norm1.weight = 0); with decoder.0.norm2.weight = 0 instead, all positions agree",
                   hint="the cross-attention query is taken from the decoder layer's input (x) instead of the "
                        "output of the masked self-attention sub-layer after its add & norm")
+
+
+# --------------------------------------------------------------------------------------------------
+# Attention kernels alone (--component, kind attention)
+# --------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def kernel(component: Component) -> Kernel:
+    """The attention kernel the component's factory makes, once per module."""
+    made: Kernel = from_factory(component)
+    return made
+
+
+def fitted_scale(kernel: Kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> float | None:
+    """The s for which the kernel equals softmax(s q k^T) v, if one exists (log-space search)."""
+    out = call_kernel(kernel, q, k, v, None)
+    best, best_err = 1.0, float("inf")
+    for log_s in torch.linspace(math.log(1e-3), math.log(1e2), 400).tolist():
+        err = (out.double() - oracles.attention(q, k, v, scale=math.exp(log_s))).abs().max().item()
+        if err < best_err:
+            best, best_err = math.exp(log_s), err
+    lo, hi = best / 1.03, best * 1.03
+    for _ in range(60):  # golden-section refinement
+        m1, m2 = lo + (hi - lo) * 0.382, lo + (hi - lo) * 0.618
+        e1 = (out.double() - oracles.attention(q, k, v, scale=m1)).abs().max().item()
+        e2 = (out.double() - oracles.attention(q, k, v, scale=m2)).abs().max().item()
+        lo, hi = (lo, m2) if e1 < e2 else (m1, hi)
+    s = (lo + hi) / 2
+    err = (out.double() - oracles.attention(q, k, v, scale=s)).abs().max().item()
+    return s if err < 1e-4 else None
+
+
+@pytest.mark.clause("attention.scale")
+@pytest.mark.component_kind("attention")
+def test_kernel_scale_is_one_over_sqrt_dk(kernel: Kernel) -> None:
+    q, k, v = qkv()
+    out = call_kernel(kernel, q, k, v, None)
+    cmp = compare(out, oracles.attention(q, k, v))
+    if cmp.ok:
+        return
+    s = fitted_scale(kernel, q, k, v)
+    if s is None:
+        pytest.skip("the kernel does not compute softmax(s QK^T)V for any scale s; attention.softmax-over-keys "
+                    "judges its form")
+    names = {1 / math.sqrt(DK): "1/sqrt(d_k)", 1 / DK: "1/d_k", 1.0: "1 (no scaling)", math.sqrt(DK): "sqrt(d_k)",
+             1 / math.sqrt(DK * H): "1/sqrt(h*d_k) = 1/sqrt(d_model)"}
+    label = min(names, key=lambda c: abs(math.log(c / s)))
+    named = names[label] if abs(math.log(label / s)) < 0.01 else f"{s:.4g}"
+    violation(measured=f"scores multiplied by {s:.6g} ({named}); {cmp.describe()}",
+              expected=f"1/sqrt(d_k) = {1 / math.sqrt(DK):.6g} with d_k = {DK}",
+              call=f"kernel(q, k, v [{B}, {H}, L, {DK}] float64, mask=None)",
+              hint="divide QK^T by sqrt(d_k), the per-head size, not sqrt(d_model) and not d_k")
+
+
+@pytest.mark.clause("attention.softmax-over-keys")
+@pytest.mark.component_kind("attention")
+def test_kernel_weights_sum_to_one_over_keys(kernel: Kernel) -> None:
+    """With V = I (Lk = d_v), the output rows are the attention weights."""
+    q, k, _ = qkv(1, lk=DK)
+    v = torch.eye(DK, dtype=torch.float64).expand(B, H, DK, DK)  # (B, h, Lk, d_v) = identity
+    weights = call_kernel(kernel, q, k, v, None).double()  # (B, h, Lq, Lk)
+    sums = weights.sum(-1)
+    if not torch.allclose(sums, torch.ones_like(sums), atol=1e-6) or bool((weights < -1e-9).any()):
+        over_queries = oracles.attention(q, k, v, axis="queries")
+        hint = ("the softmax runs over the query axis (dim=-2)" if compare(weights, over_queries).ok
+                else "the weights are not a softmax over the keys")
+        worst = (sums - 1).abs().argmax().item()
+        violation(measured=f"row sums of the weights range {sums.min().item():.4g}..{sums.max().item():.4g} "
+                           f"(worst flat index {worst})",
+                  expected="every query's weights are >= 0 and sum to 1 over the keys",
+                  call=f"kernel(q [{B}, {H}, {q.size(2)}, {DK}], k [{B}, {H}, {DK}, {DK}], v = identity, "
+                       "mask=None)",
+                  hint=hint)

@@ -7,39 +7,39 @@ from collections import Counter
 import pytest
 import torch
 
-from spec.config import BASE
+from implementations import Implementation
+from spec.config import BASE, ModelConfig
 from spec.schema import parameter_count, parameter_schema, tied_groups
 
 from .harness import build_model, violation
 from .inputs import CONFIG
 
-CLAUSE = "config.parameters"
 TABLE_3_BASE = 65e6
 
 
-def distinct_parameters(model) -> list[torch.Tensor]:
+def distinct_parameters(model: torch.nn.Module) -> list[torch.Tensor]:
     seen: dict[int, torch.Tensor] = {}
     for p in model.parameters():
         seen.setdefault(id(p), p)
     return list(seen.values())
 
 
-def schema_shapes(config) -> Counter:
+def schema_shapes(config: ModelConfig) -> Counter[tuple[int, ...]]:
     """Shapes of the schema's distinct tensors (tied names counted once)."""
     tied = {name for group in tied_groups(config) for name in group[1:]}
     return Counter(shape for name, shape in parameter_schema(config).items() if name not in tied)
 
 
-@pytest.mark.clause(CLAUSE)
-def test_parameter_count_matches_the_schema(impl):
-    model = build_model(impl, CONFIG, CLAUSE)
+@pytest.mark.clause("config.parameters")
+def test_parameter_count_matches_the_schema(impl: Implementation) -> None:
+    model = build_model(impl, CONFIG)
     params = distinct_parameters(model)
     got = sum(p.numel() for p in params)
     expected = parameter_count(CONFIG)
     if got != expected:
         extra = Counter(tuple(p.shape) for p in params) - schema_shapes(CONFIG)
         missing = schema_shapes(CONFIG) - Counter(tuple(p.shape) for p in params)
-        violation(CLAUSE, measured=f"{got:,} parameters ({got - expected:+,} against the schema); shapes beyond the "
+        violation(measured=f"{got:,} parameters ({got - expected:+,} against the schema); shapes beyond the "
                   f"schema: {dict(extra) or 'none'}; schema shapes absent: {dict(missing) or 'none'}",
                   expected=f"{expected:,} parameters, the canonical schema for d_model={CONFIG.d_model}, "
                            f"h={CONFIG.n_heads}, d_ff={CONFIG.d_ff}, N={CONFIG.n_layers}, tied embeddings",
@@ -48,17 +48,17 @@ def test_parameter_count_matches_the_schema(impl):
                        "(+2*d_model each), untied embeddings (+vocab*d_model each) or scalar norm gains")
 
 
-@pytest.mark.clause(CLAUSE)
-def test_base_model_size_matches_table_3(impl):
+@pytest.mark.clause("config.parameters")
+def test_base_model_size_matches_table_3(impl: Implementation) -> None:
     """Built on the meta device when the implementation allows it (no memory is allocated)."""
     try:
         with torch.device("meta"):
-            model = build_model(impl, BASE, CLAUSE)
+            model = build_model(impl, BASE)
     except Exception:
-        model = build_model(impl, BASE, CLAUSE)
+        model = build_model(impl, BASE)
     got = sum(p.numel() for p in distinct_parameters(model))
     if abs(got / TABLE_3_BASE - 1) > 0.05:
-        violation(CLAUSE, measured=f"the base preset has {got / 1e6:.2f}M parameters "
+        violation(measured=f"the base preset has {got / 1e6:.2f}M parameters "
                   f"({100 * (got / TABLE_3_BASE - 1):+.1f}% against Table 3)",
                   expected=f"65M within 5% (the schema gives {parameter_count(BASE) / 1e6:.2f}M at a 37000-token "
                            "shared vocabulary)", call=f"{impl.name}.build(BASE)",

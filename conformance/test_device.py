@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import pytest
 import torch
 
+from implementations import Implementation
 from spec.tolerance import compare
 
 from .harness import build_model, describe_call, run_forward, violation
 from .inputs import CONFIG, witness_batch
-from .probes import compare_real, log_probs
+from .outputs import compare_real, log_probs
 
 PAD = CONFIG.pad_id
 
@@ -25,21 +29,21 @@ def plain_tensor_attributes(model: torch.nn.Module) -> list[str]:
 
 
 @pytest.mark.clause("device.portable")
-def test_no_tensor_is_left_behind_by_to(impl):
-    model = build_model(impl, CONFIG, "device.portable")
+def test_no_tensor_is_left_behind_by_to(impl: Implementation) -> None:
+    model = build_model(impl, CONFIG)
     stranded = plain_tensor_attributes(model)
     if stranded:
-        violation("device.portable", measured=f"tensors kept as plain attributes: {', '.join(stranded[:4])}",
+        violation(measured=f"tensors kept as plain attributes: {', '.join(stranded[:4])}",
                   expected="every tensor the model uses is a parameter or a registered buffer, so .to(device) and "
                            ".half() move it", call=f"{impl.name}.build(config); vars() of every sub-module",
                   hint="self.register_buffer('pe', table, persistent=False) instead of self.pe = table")
 
 
 @pytest.mark.clause("device.portable")
-def test_forward_on_the_meta_device(impl):
+def test_forward_on_the_meta_device(impl: Implementation) -> None:
     """module.to('meta') and meta inputs: a tensor met on the CPU was left behind or created in forward
     without the input's device (e.g. torch.ones(T, T) for the causal mask)."""
-    model = build_model(impl, CONFIG, "device.portable").to("meta")
+    model = build_model(impl, CONFIG).to("meta")
     src, tgt = witness_batch()
     try:
         with torch.no_grad():
@@ -48,7 +52,7 @@ def test_forward_on_the_meta_device(impl):
         text = str(exc)
         if "meta" in text and ("cpu" in text.lower() or "device" in text.lower()):
             stranded = plain_tensor_attributes(model)
-            violation("device.portable", measured=f"forward on the meta device met a CPU tensor: "
+            violation(measured=f"forward on the meta device met a CPU tensor: "
                       f"{text.strip().splitlines()[0][:200]}"
                       + (f"; plain tensor attributes: {', '.join(stranded[:3])}" if stranded else ""),
                       expected="every tensor follows module.to(device); tensors made in forward use the input's device",
@@ -60,19 +64,19 @@ def test_forward_on_the_meta_device(impl):
 
 
 @pytest.mark.clause("device.portable")
-def test_float64_agrees_with_float32(impl):
-    model = build_model(impl, CONFIG, "device.portable")
+def test_float64_agrees_with_float32(impl: Implementation) -> None:
+    model = build_model(impl, CONFIG)
     src, tgt = witness_batch()
-    a = log_probs(model, impl, src, tgt, "device.portable", CONFIG)
+    a = log_probs(model, impl, src, tgt)
     try:
         model64 = model.double()
     except Exception as exc:  # pragma: no cover - nn.Module.double() does not raise for plain modules
-        violation("device.portable", measured=f"model.double() raised {type(exc).__name__}: {exc}",
+        violation(measured=f"model.double() raised {type(exc).__name__}: {exc}",
                   expected="the model converts to float64", call=f"{impl.name}.double()", hint="")
-    b = log_probs(model64, impl, src, tgt, "device.portable", CONFIG)
+    b = log_probs(model64, impl, src, tgt)
     cmp = compare_real(a, b, tgt, PAD)
     if not cmp.ok:
-        violation("device.portable", measured=f"float64 differs from float32 beyond rounding: {cmp.describe()}",
+        violation(measured=f"float64 differs from float32 beyond rounding: {cmp.describe()}",
                   expected="float64 and float32 agree within the float32 model tolerance",
                   call=f"{describe_call(src, tgt, PAD)} in float32, then after model.double()",
                   hint="a table or mask kept in float32 and mixed in, or a finite mask fill that depends on dtype")
@@ -87,37 +91,64 @@ def accelerators() -> list[str]:
     return found
 
 
+@contextlib.contextmanager
+def tf32_off(device: str) -> Iterator[None]:
+    """TF32 matmuls and convolutions off on CUDA while open (float32 means float32), restored afterwards."""
+    if device != "cuda":
+        yield
+        return
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def gradients(model: torch.nn.Module, src: torch.Tensor, tgt: torch.Tensor) -> dict[str, torch.Tensor | None]:
+    """Every parameter's gradient (None where it got none) after one backward pass of a scalar loss."""
+    model.zero_grad()
+    with torch.random.fork_rng(devices=[]):
+        out = model(src, tgt)
+    out.float().logsumexp(-1).mean().backward()
+    return {n: (p.grad.detach().cpu() if p.grad is not None else None) for n, p in model.named_parameters()}
+
+
 @pytest.mark.clause("device.parity")
 @pytest.mark.parametrize("device", accelerators() or [pytest.param("none", marks=pytest.mark.skip(
     reason="no CUDA or MPS device on this machine: CPU/accelerator parity cannot be checked here"))])
-def test_accelerator_matches_cpu(impl, device):
-    if device == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+def test_accelerator_matches_cpu(impl: Implementation, device: str) -> None:
     cfg = CONFIG.replace(dropout=0.0)  # the training step below must be deterministic
-    model = build_model(impl, cfg, "device.parity")
-    accel = build_model(impl, cfg, "device.parity")
-    accel.load_state_dict(model.state_dict())
-    accel = accel.to(device)
-    src, tgt = witness_batch()
-    a = run_forward(model, src, tgt, "device.parity", vocab=CONFIG.tgt_vocab, pad_id=PAD)
-    b = run_forward(accel, src.to(device), tgt.to(device), "device.parity", vocab=CONFIG.tgt_vocab, pad_id=PAD)
-    cmp = compare_real(torch.log_softmax(a.double(), -1), torch.log_softmax(b.cpu().double(), -1), tgt, PAD)
-    if not cmp.ok:
-        violation("device.parity", measured=f"{device} differs from CPU: {cmp.describe()}",
-                  expected="the same outputs within the float32 model tolerance (TF32 off)",
-                  call=f"{describe_call(src, tgt, PAD)} on cpu and {device}", hint="device-dependent kernels or masks")
-    model.train()
-    accel.train()
-    grads = []
-    for m, dev in ((model, "cpu"), (accel, device)):
-        m.zero_grad()
-        with torch.random.fork_rng(devices=[]):
-            out = m(src.to(dev), tgt.to(dev))
-        out.float().logsumexp(-1).mean().backward()
-        grads.append({n: p.grad.detach().cpu() for n, p in m.named_parameters() if p.grad is not None})
-    for name, g in grads[0].items():
-        if name in grads[1] and not compare(grads[1][name], g, dtype=torch.float32, scope="model").ok:
-            violation("device.parity", measured=f"gradient of {name} differs between cpu and {device}",
-                      expected="the same gradients within tolerance", call="one training step (dropout off)",
+    with tf32_off(device):
+        model = build_model(impl, cfg)
+        accel = build_model(impl, cfg)
+        accel.load_state_dict(model.state_dict())
+        accel = accel.to(device)
+        src, tgt = witness_batch()
+        a = run_forward(model, src, tgt, vocab=CONFIG.tgt_vocab, pad_id=PAD)
+        b = run_forward(accel, src.to(device), tgt.to(device), vocab=CONFIG.tgt_vocab, pad_id=PAD)
+        cmp = compare_real(torch.log_softmax(a.double(), -1), torch.log_softmax(b.cpu().double(), -1), tgt, PAD)
+        if not cmp.ok:
+            violation(measured=f"{device} differs from CPU: {cmp.describe()}",
+                      expected="the same outputs within the float32 model tolerance (TF32 off)",
+                      call=f"{describe_call(src, tgt, PAD)} on cpu and {device}",
+                      hint="device-dependent kernels or masks")
+        on_cpu = gradients(model.train(), src, tgt)
+        on_device = gradients(accel.train(), src.to(device), tgt.to(device))
+    call = "one training step (dropout off): logsumexp of the outputs, backward()"
+    one_sided = [n for n in on_cpu if (on_cpu[n] is None) != (on_device.get(n) is None)]
+    if one_sided:
+        n = one_sided[0]
+        has, lacks = ("cpu", device) if on_cpu[n] is not None else (device, "cpu")
+        violation(measured=f"{len(one_sided)} parameter(s) get a gradient on {has} but none on {lacks}, e.g. {n}",
+                  expected="the same parameters get gradients on every device", call=call,
+                  hint="a device-dependent code path (a fused kernel, or a branch on the device type)")
+    compared = [(n, g, d) for n, g in on_cpu.items() if g is not None and (d := on_device.get(n)) is not None]
+    if not compared:
+        pytest.skip("no parameter gets a gradient on either device, so there are no gradients to compare "
+                    "(train.gradients judges that)")
+    for name, g_cpu, g_dev in compared:
+        if not compare(g_dev, g_cpu, dtype=torch.float32, scope="model").ok:
+            violation(measured=f"gradient of {name} differs between cpu and {device}",
+                      expected="the same gradients within tolerance", call=call,
                       hint="device-dependent backward kernels")

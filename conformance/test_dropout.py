@@ -5,23 +5,25 @@ from __future__ import annotations
 import pytest
 import torch
 
-from . import readout as ro
+from implementations import Implementation
+from spec.contract import has_capability
+
+from . import readout_probes as ro
 from .harness import build_model, describe_call, run_forward, violation
 from .inputs import CONFIG, witness_batch
-from .weights import has_method, load_into, visible_state
+from .outputs import log_probs
+from .transplant import load_into, visible_state
 
-CLAUSE = "dropout.residual"
 
-
-@pytest.mark.clause(CLAUSE)
-def test_no_randomness_when_p_drop_is_zero(impl):
-    model = build_model(impl, CONFIG.replace(dropout=0.0), CLAUSE, train=True)
+@pytest.mark.clause("dropout.residual")
+def test_no_randomness_when_p_drop_is_zero(impl: Implementation) -> None:
+    model = build_model(impl, CONFIG.replace(dropout=0.0), train=True)
     src, tgt = witness_batch()
-    a = run_forward(model, src, tgt, CLAUSE, vocab=CONFIG.tgt_vocab, pad_id=CONFIG.pad_id)
-    b = run_forward(model, src, tgt, CLAUSE, vocab=CONFIG.tgt_vocab, pad_id=CONFIG.pad_id)
+    a = run_forward(model, src, tgt, vocab=CONFIG.tgt_vocab, pad_id=CONFIG.pad_id)
+    b = run_forward(model, src, tgt, vocab=CONFIG.tgt_vocab, pad_id=CONFIG.pad_id)
     if not torch.equal(a, b):
         diff = (a - b).abs().max().item()
-        violation(CLAUSE, measured=f"two train-mode calls with dropout=0 differ by up to {diff:.3g}",
+        violation(measured=f"two train-mode calls with dropout=0 differ by up to {diff:.3g}",
                   expected="no randomness at all when P_drop = 0", call=describe_call(src, tgt) + " twice, train mode",
                   hint="a dropout rate hard-coded instead of taken from the configuration")
 
@@ -40,34 +42,32 @@ def dropped_fraction(h: torch.Tensor) -> float:
     return sum(shares) / len(shares)
 
 
-@pytest.mark.clause(CLAUSE)
-def test_embedding_sum_dropout_rate(impl):
+@pytest.mark.clause("dropout.residual")
+def test_embedding_sum_dropout_rate(impl: Implementation) -> None:
     """Sub-layers off, unit norms, train mode at P_drop = 0.5: about half of each position's embedding+PE
     features are dropped before the (first) norm."""
     p = 0.5
     cfg = CONFIG.replace(dropout=p)
-    model = build_model(impl, cfg, CLAUSE, train=True)
-    if not has_method(model, "load_reference_state"):
+    model = build_model(impl, cfg, train=True)
+    if not has_capability(model, "load_reference_state"):
         pytest.skip(f"{impl.name} has no load_reference_state")
     state = ro.sublayers_off(visible_state(cfg, seed=71, unit_norms=True), "decoder")
-    load_into(model, state, CLAUSE, impl.name)
+    load_into(model, state, impl.name)
     torch.manual_seed(72)
-    from .probes import log_probs
-
-    logp = log_probs(model, impl, ro.SRC, ro.TGT, CLAUSE, cfg)
+    logp = log_probs(model, impl, *ro.witness(), cfg)
     h, residual = ro.readout(logp, state["generator.weight"])
     if residual > 1e-3:
         pytest.skip("the hidden state cannot be read back")
     rate = dropped_fraction(h)
     if abs(rate - p) > 0.15:
-        violation(CLAUSE, measured=f"about {rate:.0%} of the decoder's embedding+PE features are dropped in train mode",
+        violation(measured=f"about {rate:.0%} of the decoder's embedding+PE features are dropped in train mode",
                   expected=f"P_drop = {p:.0%} of them (dropout on the sums of embeddings and positional encodings)",
                   call=f"forward in train mode, dropout={p}, every decoder sub-layer output zeroed, unit norms",
                   hint="dropout missing on the embedding sum, or a rate that ignores config.dropout")
 
 
-@pytest.mark.clause(CLAUSE)
-def test_sublayer_output_dropout_rate(impl):
+@pytest.mark.clause("dropout.residual")
+def test_sublayer_output_dropout_rate(impl: Implementation) -> None:
     """The last decoder sub-layer's output is dropped at P_drop before the residual addition.
 
     With the last layer's norm2 at gain 0 and bias 0, the FFN's input is the zero vector at every position,
@@ -76,8 +76,8 @@ def test_sublayer_output_dropout_rate(impl):
     value, so about P_drop of each position's features coincide; without that dropout none do."""
     p = 0.5
     cfg = CONFIG.replace(dropout=p)
-    model = build_model(impl, cfg, CLAUSE, train=True)
-    if not has_method(model, "load_reference_state"):
+    model = build_model(impl, cfg, train=True)
+    if not has_capability(model, "load_reference_state"):
         pytest.skip(f"{impl.name} has no load_reference_state")
     post, why = ro.post_norm_probe(impl)
     if not post:
@@ -85,18 +85,17 @@ def test_sublayer_output_dropout_rate(impl):
     state = visible_state(cfg, seed=73, unit_norms=True)
     state[f"{ro.LAST}.norm2.weight"] = torch.zeros(cfg.d_model)
     state[f"{ro.LAST}.norm2.bias"] = torch.zeros(cfg.d_model)
-    load_into(model, state, CLAUSE, impl.name)
+    load_into(model, state, impl.name)
     torch.manual_seed(74)
-    from .probes import log_probs
-
-    logp = log_probs(model, impl, ro.SRC, ro.TGT, CLAUSE, cfg)
+    src, tgt = ro.witness()
+    logp = log_probs(model, impl, src, tgt, cfg)
     h, residual = ro.readout(logp, state["generator.weight"])
     if residual > 1e-3:
         pytest.skip("the hidden state cannot be read back")
-    h = h[ro.TGT != cfg.pad_id]
+    h = h[tgt != cfg.pad_id]
     rate = dropped_fraction(h)
     if abs(rate - p) > 0.15:
-        violation(CLAUSE, measured=f"about {rate:.0%} of the features of the last sub-layer's output are dropped "
+        violation(measured=f"about {rate:.0%} of the features of the last sub-layer's output are dropped "
                   "in train mode", expected=f"P_drop = {p:.0%} (dropout on every sub-layer output, §5.4)",
                   call=f"forward in train mode, dropout={p}, {ro.LAST}.norm2 gain 0 and bias 0, unit norms",
                   hint="LayerNorm(x + Sublayer(x)) without the Dropout: apply dropout to each sub-layer's output "

@@ -1,16 +1,39 @@
-"""embedding.shared-weights (§3.4): one matrix for both embeddings and the pre-softmax projection."""
+"""Embeddings (§3.4): scaled by sqrt(d_model) (embedding.scale), one matrix for both embeddings and the
+pre-softmax projection (embedding.shared-weights).
+
+embedding.scale is judged by variant attribution (``conformance.variants``) and by a readout probe of each
+stack's input path (``readout_probes.check_input_path``); embedding.shared-weights by a parameter census of
+the built model.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from implementations import Implementation
+
+from .diagnosis import fail_on_variant_departure
 from .harness import build_model, violation
 from .inputs import CONFIG
+from .readout_probes import check_input_path
 
-CLAUSE = "embedding.shared-weights"
+
+@pytest.mark.clause("embedding.scale")
+def test_embedding_scale_variant(impl: Implementation) -> None:
+    """§3.4: the embedding lookup is multiplied by sqrt(d_model) before PE is added."""
+    fail_on_variant_departure(impl, hint="x = embedding(tokens) * math.sqrt(d_model), in both stacks")
 
 
-def vocab_parameters(model, vocab: int, d_model: int) -> dict[int, list[str]]:
+@pytest.mark.clause("embedding.scale")
+@pytest.mark.parametrize("stack", ["decoder", "encoder"])
+def test_embeddings_multiplied_by_sqrt_d_model(impl: Implementation, stack: str) -> None:
+    """Every sub-layer output zeroed, unit norms: the stack's input in closed form."""
+    check_input_path(impl, stack, part="scale", hint="multiply the embedding lookup by sqrt(d_model) (§3.4)")
+
+
+def vocab_parameters(model: Any, vocab: int, d_model: int) -> dict[int, list[str]]:
     """Distinct parameter tensors of shape [vocab, d_model] or [d_model, vocab], with their names."""
     found: dict[int, list[str]] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
@@ -19,32 +42,32 @@ def vocab_parameters(model, vocab: int, d_model: int) -> dict[int, list[str]]:
     return found
 
 
-@pytest.mark.clause(CLAUSE)
-def test_shared_when_configured(impl):
-    model = build_model(impl, CONFIG, CLAUSE)
+@pytest.mark.clause("embedding.shared-weights")
+def test_shared_when_configured(impl: Implementation) -> None:
+    model = build_model(impl, CONFIG)
     mats = vocab_parameters(model, CONFIG.tgt_vocab, CONFIG.d_model)
     if len(mats) != 1:
         names = ["/".join(v) for v in mats.values()]
-        violation(CLAUSE, measured=f"{len(mats)} distinct [{CONFIG.tgt_vocab}, {CONFIG.d_model}] matrices: "
+        violation(measured=f"{len(mats)} distinct [{CONFIG.tgt_vocab}, {CONFIG.d_model}] matrices: "
                   f"{', '.join(names) or 'none'}", expected="one matrix shared by the source embedding, the target "
                   "embedding and the pre-softmax projection (share_embeddings=True)",
                   call=f"{impl.name}.build(config with share_embeddings=True)",
                   hint="tie generator.weight and both embeddings to one nn.Parameter")
     biases = [n for n, p in model.named_parameters() if tuple(p.shape) == (CONFIG.tgt_vocab,)]
     if biases:
-        violation(CLAUSE, measured=f"a [{CONFIG.tgt_vocab}] bias: {', '.join(biases)}",
+        violation(measured=f"a [{CONFIG.tgt_vocab}] bias: {', '.join(biases)}",
                   expected="no bias on the pre-softmax projection (logits = h E^T)",
                   call=f"{impl.name}.build(config)", hint="nn.Linear(d_model, vocab, bias=False)")
 
 
-@pytest.mark.clause(CLAUSE)
-def test_separate_when_not_configured(impl):
+@pytest.mark.clause("embedding.shared-weights")
+def test_separate_when_not_configured(impl: Implementation) -> None:
     cfg = CONFIG.replace(src_vocab=41, tgt_vocab=43, share_embeddings=False)
-    model = build_model(impl, cfg, CLAUSE)
+    model = build_model(impl, cfg)
     src = vocab_parameters(model, cfg.src_vocab, cfg.d_model)
     tgt = vocab_parameters(model, cfg.tgt_vocab, cfg.d_model)
     if len(src) != 1 or len(tgt) != 2:
-        violation(CLAUSE, measured=f"{len(src)} source matrix(es) and {len(tgt)} distinct target-vocabulary "
+        violation(measured=f"{len(src)} source matrix(es) and {len(tgt)} distinct target-vocabulary "
                   "matrices", expected="with share_embeddings=False: a source embedding, and a target embedding "
                   "distinct from the pre-softmax projection", call=f"{impl.name}.build(share_embeddings=False, "
                   f"src_vocab={cfg.src_vocab}, tgt_vocab={cfg.tgt_vocab})",

@@ -1,24 +1,97 @@
-"""ffn.formula (§3.3, Eq. 2): max(0, x W1 + b1) W2 + b2, probed in closed form on the last decoder layer."""
+"""The position-wise feed-forward network (§3.3, Eq. 2): max(0, x W1 + b1) W2 + b2 (ffn.formula).
+
+Three techniques, one room: variant attribution (``conformance.variants``), a readout probe of the last
+decoder layer in closed form (``conformance.readout_probes``), and feed-forward components alone
+(``--component``, kind ``feed_forward``) against the float64 closed form.
+"""
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
-from . import readout as ro
-from .harness import violation
+import pytest
+import torch
+
+from implementations import Component, Implementation
+from spec.tolerance import compare
+
+from . import oracles
+from . import readout_probes as ro
+from .components import from_factory
+from .diagnosis import fail_on_variant_departure
+from .harness import CheckTimeout, could_not_check, violation
 
 NAMES = {"gelu": "GELU instead of ReLU", "identity": "no activation", "relu-after-w2": "a ReLU after W2 as well"}
 
 
 @pytest.mark.clause("ffn.formula")
-def test_feed_forward_matches_equation_2(impl):
+def test_ffn_variant(impl: Implementation) -> None:
+    """§3.3, Eq. (2): ReLU between the two affine maps, and nowhere else."""
+    fail_on_variant_departure(
+        impl, hint="nn.Sequential(Linear, ReLU, Linear): not GELU, not a missing activation, not ReLU after the "
+                   "second Linear")
+
+
+@pytest.mark.clause("ffn.formula")
+def test_feed_forward_matches_equation_2(impl: Implementation) -> None:
+    """The last decoder layer's FFN in closed form: with its norm2 at gain 0 the FFN's input is norm2's bias."""
     matches, why = ro.last_sublayer_diagnosis(impl)
     if why:
         pytest.skip(why)
     if not matches:
         pytest.skip("the last decoder sub-layer matches no closed-form candidate: blocked by the norm clauses")
     if all(act != "relu" for act, _, _ in matches):
-        violation("ffn.formula", measured=f"the feed-forward sub-layer computes {NAMES[matches[0][0]]}",
+        violation(measured=f"the feed-forward sub-layer computes {NAMES[matches[0][0]]}",
                   expected="max(0, x W1 + b1) W2 + b2",
                   call="forward after load_reference_state with the last norm2 gain 0 (the FFN input is its bias), "
                        "hidden state read back", hint="one ReLU between the two affine maps and none after W2")
+
+
+# --------------------------------------------------------------------------------------------------
+# Feed-forward components alone (--component, kind feed_forward)
+# --------------------------------------------------------------------------------------------------
+D, D_FF = 8, 16
+
+
+def ffn_module(component: Component) -> tuple[Any, dict[str, torch.Tensor]]:
+    """(the component's FFN for (D, D_FF) in eval mode with random weights, its parameters); fails ffn.formula
+    when W1, b1, W2, b2 are not there in the nn.Linear layout."""
+    module = from_factory(component, D, D_FF)
+    shapes = {"w1.weight": (D_FF, D), "w1.bias": (D_FF,), "w2.weight": (D, D_FF), "w2.bias": (D,)}
+    params = dict(module.named_parameters())
+    for name, shape in shapes.items():
+        if name not in params or tuple(params[name].shape) != shape:
+            got = list(params[name].shape) if name in params else "missing"
+            violation(measured=f"parameter {name} is {got}", expected=f"{name} of shape {list(shape)}",
+                      call=f"factory({D}, {D_FF})", hint="Eq. (2) has W1, b1, W2 and b2 (nn.Linear layout)")
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, shape in shapes.items():
+            params[name].copy_(torch.randn(shape, generator=g))
+    return module.eval(), params
+
+
+@pytest.mark.clause("ffn.formula")
+@pytest.mark.component_kind("feed_forward")
+def test_ffn_component_matches_equation_2(component: Component) -> None:
+    module, p = ffn_module(component)
+    x = torch.randn(3, 4, D, generator=torch.Generator().manual_seed(1))
+    try:
+        with torch.no_grad():
+            got = module(x)
+    except CheckTimeout:
+        raise
+    except Exception as exc:
+        could_not_check(f"module(x [3, 4, {D}]) raised", exc)
+    args = (x, p["w1.weight"], p["w1.bias"], p["w2.weight"], p["w2.bias"])
+    cmp = compare(got, oracles.feed_forward(*args), dtype=torch.float32)
+    if cmp.ok:
+        return
+    alternatives: dict[str, dict[str, Any]] = {
+        "GELU instead of ReLU": {"activation": "gelu"}, "no activation": {"activation": "identity"},
+        "a ReLU after W2 as well": {"after_w2": True}}
+    named = [label for label, kw in alternatives.items()
+             if compare(got, oracles.feed_forward(*args, **kw), dtype=torch.float32).ok]
+    violation(measured=cmp.describe() + (f"; the output matches {named[0]}" if named else ""),
+              expected="max(0, x W1 + b1) W2 + b2", call=f"factory({D}, {D_FF})(x [3, 4, {D}]) with random weights",
+              hint="one ReLU between the two affine maps, none after W2")

@@ -4,27 +4,27 @@ from __future__ import annotations
 
 import pytest
 
+from implementations import Implementation
+
 from .census import DEAD, census, shared_parameters
 from .harness import build_model, violation
 from .inputs import CONFIG
 
-CLAUSE = "layers.independent"
 
-
-@pytest.mark.clause(CLAUSE)
-def test_no_parameter_is_shared_between_layers_or_sublayers(impl):
-    model = build_model(impl, CONFIG, CLAUSE)
+@pytest.mark.clause("layers.independent")
+def test_no_parameter_is_shared_between_layers_or_sublayers(impl: Implementation) -> None:
+    model = build_model(impl, CONFIG)
     shared = shared_parameters(model, {(CONFIG.src_vocab, CONFIG.d_model), (CONFIG.tgt_vocab, CONFIG.d_model)})
     if shared:
-        violation(CLAUSE, measured="one parameter tensor serves several modules: "
+        violation(measured="one parameter tensor serves several modules: "
                   + "; ".join(" = ".join(n) for n in shared[:3]),
                   expected="each layer and each sub-layer owns its parameters (only the §3.4 embedding tie is shared)",
                   call=f"{impl.name}.build(config) parameter census",
                   hint="a module instance reused ([layer] * N instead of copies, or one LayerNorm for two sub-layers)")
 
 
-@pytest.mark.clause(CLAUSE)
-def test_every_layer_parameter_matters(impl):
+@pytest.mark.clause("layers.independent")
+def test_every_layer_parameter_matters(impl: Implementation) -> None:
     """Perturbing any canonical parameter group of any layer changes the output (except those that
     only reach the decoder through the final encoder layer: attention.cross-source judges those)."""
     effect, why = census(impl)
@@ -33,7 +33,7 @@ def test_every_layer_parameter_matters(impl):
     last = f"encoder.{CONFIG.n_layers - 1}."
     dead = [m for m, e in effect.items() if e <= DEAD and not m.startswith(last)]
     if dead:
-        violation(CLAUSE, measured=f"perturbing these canonical parameters changes no output: {', '.join(dead[:6])}",
+        violation(measured=f"perturbing these canonical parameters changes no output: {', '.join(dead[:6])}",
                   expected="every layer's parameters take part, each stack's layers applied in sequence and the "
                            "decoder's output taken from its last layer",
                   call="load_reference_state(visible weights), then each group perturbed by N(0, 0.5^2) in turn",

@@ -1,66 +1,79 @@
-"""Masks (§3.2.3): causality, source and target padding, finiteness. Black-box unless stated."""
+"""Masks (§3.2.3): causality (mask.causal), source and target padding (mask.source-padding,
+mask.target-padding), finite outputs for fully padded rows (mask.finite).
+
+Whole-model checks are black-box unless stated (a transplant probe for the diagonal); attention kernels alone
+(``--component``, kind ``attention``) are checked against the float64 closed form with masks of every
+pattern. Mask polarity everywhere: True = "may attend".
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
-from .harness import build_model, describe_call, run_forward, violation
-from .inputs import CONFIG, random_tokens, witness_batch
-from .probes import compare_real, log_probs, other_token
-from .weights import has_method, load_into, visible_state
+from implementations import Component, Implementation
+from spec.contract import has_capability
+from spec.tolerance import compare
+
+from . import oracles, strategies
+from .components import DK, LK, B, H, Kernel, call_kernel, from_factory, key_padding, qkv
+from .harness import build_model, describe_call, first_nonfinite, run_forward, violation
+from .inputs import CONFIG, fitted, other_token, random_tokens, shape_need, witness_batch
+from .outputs import compare_real, log_probs
+from .transplant import load_into, visible_state
 
 PAD = CONFIG.pad_id
 
 
 @pytest.fixture(scope="module")
-def model(impl):
-    return build_model(impl, CONFIG, "mask.causal")
+def model(impl: Implementation) -> Any:
+    """The implementation built once per module for CONFIG, in eval mode."""
+    return build_model(impl, CONFIG)
 
 
-def check_causal(model, impl, src, tgt, j: int) -> None:
+def check_causal(model: Any, impl: Implementation, src: torch.Tensor, tgt: torch.Tensor, j: int) -> None:
     """Changing target token j leaves positions < j unchanged and changes position j."""
     changed = tgt.clone()
     changed[:, j] = torch.tensor([other_token(int(t), CONFIG.tgt_vocab, PAD) for t in tgt[:, j]])
-    a = log_probs(model, impl, src, tgt, "mask.causal", CONFIG)
-    b = log_probs(model, impl, src, changed, "mask.causal", CONFIG)
+    a = log_probs(model, impl, src, tgt)
+    b = log_probs(model, impl, src, changed)
     call = f"{describe_call(src, tgt, PAD)}, then target token {j} changed in every row"
     if j > 0:
         before = compare_real(a, b, tgt, PAD, positions=slice(0, j))
         if not before.ok:
-            violation("mask.causal", measured=f"outputs before position {j} changed: {before.describe()}",
+            violation(measured=f"outputs before position {j} changed: {before.describe()}",
                       expected=f"outputs at positions 0..{j - 1} independent of target token {j}",
                       call=call, hint="the decoder self-attention sees future tokens: causal mask missing, "
                                       "added as a 0/1 float, or built with triu/tril swapped")
     at_j = (a[:, j] - b[:, j]).abs().max().item()
     if at_j <= 1e-6:
-        violation("mask.causal", measured=f"the output at position {j} moved by only {at_j:.2g}",
+        violation(measured=f"the output at position {j} moved by only {at_j:.2g}",
                   expected=f"the output at position {j} depends on target token {j} (up to and including)",
                   call=call, hint="the decoder ignores its own input at position j")
 
 
 @pytest.mark.clause("mask.causal")
 @pytest.mark.parametrize("j", [0, 2, 5])
-def test_causal_witness(impl, model, j):
-    src = random_tokens(CONFIG, [7, 4], 7, vocab=CONFIG.src_vocab, seed=3)
-    tgt = random_tokens(CONFIG, [6, 6], 6, vocab=CONFIG.tgt_vocab, seed=4)
+def test_causal_witness(impl: Implementation, model: Any, j: int) -> None:
+    src, tgt = fitted(random_tokens(CONFIG, [7, 4], 7, vocab=CONFIG.src_vocab, seed=3),
+                      random_tokens(CONFIG, [6, 6], 6, vocab=CONFIG.tgt_vocab, seed=4))
+    if j >= tgt.size(1):
+        pytest.skip(shape_need(f"changing target position {j} needs target length {j + 1}", "tgt"))
     check_causal(model, impl, src, tgt, j)
 
 
 @pytest.mark.clause("mask.causal")
-@given(t_len=st.integers(1, CONFIG.max_len), s_len=st.integers(1, CONFIG.max_len), data=st.data())
-def test_causal_explored(impl, model, t_len, s_len, data):
-    j = data.draw(st.integers(0, t_len - 1), label="j (changed position)")
-    seed = data.draw(st.integers(0, 1000), label="seed")
-    src = random_tokens(CONFIG, [s_len], s_len, vocab=CONFIG.src_vocab, seed=seed)
-    tgt = random_tokens(CONFIG, [t_len], t_len, vocab=CONFIG.tgt_vocab, seed=seed + 1)
-    check_causal(model, impl, src, tgt, j)
+@given(case=strategies.causal_case(CONFIG))
+def test_causal_explored(impl: Implementation, model: Any, case: tuple[torch.Tensor, torch.Tensor, int]) -> None:
+    """Hypothesis over the lengths, the tokens and the changed position j (one unpadded sample)."""
+    check_causal(model, impl, *case)
 
 
 @pytest.mark.clause("mask.causal")
-def test_position_zero_attends_to_itself(impl):
+def test_position_zero_attends_to_itself(impl: Implementation) -> None:
     """§3.2.3 "up to and including": decoder position 0 attends to key 0 (transplant probe).
 
     The residual path carries token 0 to position 0 even when the diagonal is
@@ -69,41 +82,41 @@ def test_position_zero_attends_to_itself(impl):
     its self-attention output was W_o W_v x_0 != 0, so the output moves; with
     the diagonal masked it attends to nothing and nothing moves.
     """
-    model = build_model(impl, CONFIG, "mask.causal")
-    if not has_method(model, "load_reference_state"):
+    model = build_model(impl, CONFIG)
+    if not has_capability(model, "load_reference_state"):
         pytest.skip("needs load_reference_state (the adapter lacks it)")
     state = visible_state(CONFIG, seed=5)
     zeroed = {k: (torch.zeros_like(v) if ".self_attn.v." in k and k.startswith("decoder") else v)
               for k, v in state.items()}
-    src = random_tokens(CONFIG, [5, 7], 7, vocab=CONFIG.src_vocab, seed=6)
-    tgt = random_tokens(CONFIG, [4, 4], 4, vocab=CONFIG.tgt_vocab, seed=7)
-    load_into(model, state, "mask.causal", impl.name)
-    a = log_probs(model, impl, src, tgt, "mask.causal", CONFIG)
-    load_into(model, zeroed, "mask.causal", impl.name)
-    b = log_probs(model, impl, src, tgt, "mask.causal", CONFIG)
+    src, tgt = fitted(random_tokens(CONFIG, [5, 7], 7, vocab=CONFIG.src_vocab, seed=6),
+                      random_tokens(CONFIG, [4, 4], 4, vocab=CONFIG.tgt_vocab, seed=7))
+    load_into(model, state, impl.name)
+    a = log_probs(model, impl, src, tgt)
+    load_into(model, zeroed, impl.name)
+    b = log_probs(model, impl, src, tgt)
     moved = (a[:, 0] - b[:, 0]).abs().max().item()
     if moved <= 1e-6:
-        violation("mask.causal",
-                  measured=f"zeroing W_v of every decoder self-attention moved position 0 by {moved:.2g}",
+        violation(measured=f"zeroing W_v of every decoder self-attention moved position 0 by {moved:.2g}",
                   expected="position 0 attends to itself, so its self-attention output (and the model output) changes",
                   call=f"{describe_call(src, tgt, PAD)} with canonical weights, then decoder self_attn.v zeroed",
                   hint="the causal mask excludes the diagonal (torch.triu(..., diagonal=0) / tril(..., -1))")
 
 
 def appended(tokens: torch.Tensor, extra: int) -> torch.Tensor:
+    """tokens with ``extra`` pad tokens appended to every row."""
     return torch.cat([tokens, torch.full((tokens.size(0), extra), PAD, dtype=tokens.dtype)], dim=1)
 
 
 @pytest.mark.clause("mask.source-padding")
 @pytest.mark.parametrize("extra", [1, 5])
-def test_source_padding_witness(impl, model, extra):
-    src, tgt = witness_batch()
-    a = log_probs(model, impl, src, tgt, "mask.source-padding", CONFIG)
+def test_source_padding_witness(impl: Implementation, model: Any, extra: int) -> None:
+    src, tgt = witness_batch(src_room=extra)
+    a = log_probs(model, impl, src, tgt)
     longer = appended(src, extra)
-    b = log_probs(model, impl, longer, tgt, "mask.source-padding", CONFIG)
+    b = log_probs(model, impl, longer, tgt)
     cmp = compare_real(a, b, tgt, PAD)
     if not cmp.ok:
-        violation("mask.source-padding", measured=f"appending {extra} source pad token(s) moved the outputs: "
+        violation(measured=f"appending {extra} source pad token(s) moved the outputs: "
                   f"{cmp.describe()}", expected="outputs at real target positions unchanged by source padding",
                   call=f"{describe_call(src, tgt, PAD)} vs src padded to {longer.size(1)}",
                   hint="padded keys keep weight: the mask is missing (often in cross-attention), filled with a "
@@ -111,59 +124,149 @@ def test_source_padding_witness(impl, model, extra):
 
 
 @pytest.mark.clause("mask.source-padding")
-@given(s_real=st.integers(1, CONFIG.max_len - 1), t_len=st.integers(1, 8), data=st.data())
-def test_source_padding_explored(impl, model, s_real, t_len, data):
-    extra = data.draw(st.integers(1, CONFIG.max_len - s_real), label="extra source padding")
-    seed = data.draw(st.integers(0, 1000), label="seed")
-    src = random_tokens(CONFIG, [s_real], s_real, vocab=CONFIG.src_vocab, seed=seed)
-    tgt = random_tokens(CONFIG, [t_len], t_len, vocab=CONFIG.tgt_vocab, seed=seed + 1)
-    a = log_probs(model, impl, src, tgt, "mask.source-padding", CONFIG)
-    b = log_probs(model, impl, appended(src, extra), tgt, "mask.source-padding", CONFIG)
+@given(case=strategies.source_padding_case(CONFIG))
+def test_source_padding_explored(impl: Implementation, model: Any,
+                                 case: tuple[torch.Tensor, torch.Tensor, int]) -> None:
+    """Hypothesis over the lengths, the tokens and how much source padding is appended (one sample)."""
+    src, tgt, extra = case
+    a = log_probs(model, impl, src, tgt)
+    b = log_probs(model, impl, appended(src, extra), tgt)
     cmp = compare_real(a, b, tgt, PAD)
     if not cmp.ok:
-        violation("mask.source-padding", measured=cmp.describe(), expected="outputs unchanged by source padding",
+        violation(measured=cmp.describe(), expected="outputs unchanged by source padding",
                   call=f"{describe_call(src, tgt, PAD)} vs {extra} pad token(s) appended to src",
                   hint="padded keys keep weight in encoder self-attention or cross-attention")
 
 
 @pytest.mark.clause("mask.target-padding")
 @pytest.mark.parametrize("extra", [1, 4])
-def test_target_padding_witness(impl, model, extra):
-    src, tgt = witness_batch()
-    a = log_probs(model, impl, src, tgt, "mask.target-padding", CONFIG)
-    b = log_probs(model, impl, src, appended(tgt, extra), "mask.target-padding", CONFIG)[:, : tgt.size(1)]
+def test_target_padding_witness(impl: Implementation, model: Any, extra: int) -> None:
+    src, tgt = witness_batch(tgt_room=extra)
+    a = log_probs(model, impl, src, tgt)
+    b = log_probs(model, impl, src, appended(tgt, extra))[:, : tgt.size(1)]
     cmp = compare_real(a, b, tgt, PAD)
     if not cmp.ok:
-        violation("mask.target-padding", measured=f"appending {extra} target pad token(s) moved earlier outputs: "
+        violation(measured=f"appending {extra} target pad token(s) moved earlier outputs: "
                   f"{cmp.describe()}", expected="outputs at real target positions unchanged by target padding",
                   call=f"{describe_call(src, tgt, PAD)} vs tgt padded to {tgt.size(1) + extra}",
                   hint="the target mask lets real positions see padding, or the padding mask is built on the "
                        "wrong axis / with the source's pad id")
 
 
-@pytest.mark.clause("mask.finite")
-def test_fully_padded_source_row_is_finite(impl, model):
-    src = random_tokens(CONFIG, [6, 0, 3], 6, vocab=CONFIG.src_vocab, seed=8)  # row 1 is all padding
-    tgt = random_tokens(CONFIG, [4, 4, 2], 4, vocab=CONFIG.tgt_vocab, seed=9)
-    out = run_forward(model, src, tgt, "mask.finite", vocab=CONFIG.tgt_vocab, pad_id=PAD, check_finite=False)
-    check_finite(out, tgt, f"{describe_call(src, tgt, PAD)} (row 1 of src is all padding)",
-                 "softmax over a row that is entirely -inf gives NaN: a query with no key should attend to nothing")
+def require_finite(out: torch.Tensor, tgt: torch.Tensor, call: str, hint: str) -> None:
+    """Fail mask.finite when ``out`` holds a non-finite value at a real target position."""
+    bad = first_nonfinite(out, tgt, PAD)
+    if bad is not None:
+        count, idx, value = bad
+        violation(measured=f"{count} non-finite value(s) at real positions, first {value} at "
+                  f"[batch, position, token] = {idx}",
+                  expected="finite outputs for every padded input", call=call, hint=hint)
 
 
 @pytest.mark.clause("mask.finite")
-def test_bfloat16_autocast_is_finite(impl, model):
+def test_fully_padded_source_row_is_finite(impl: Implementation, model: Any) -> None:
+    src, tgt = fitted(random_tokens(CONFIG, [6, 0, 3], 6, vocab=CONFIG.src_vocab, seed=8),  # row 1: all padding
+                      random_tokens(CONFIG, [4, 4, 2], 4, vocab=CONFIG.tgt_vocab, seed=9), keep=(1,))
+    out = run_forward(model, src, tgt, vocab=CONFIG.tgt_vocab, pad_id=PAD, check_finite=False)
+    empty = int((src == PAD).all(dim=1).nonzero()[0])  # row 1, or row 0 when fitted to one row (model.shape)
+    require_finite(out, tgt, f"{describe_call(src, tgt, PAD)} (row {empty} of src is all padding)",
+                   "softmax over a row that is entirely -inf gives NaN: a query with no key should attend to nothing")
+
+
+@pytest.mark.clause("mask.finite")
+def test_bfloat16_autocast_is_finite(impl: Implementation, model: Any) -> None:
     src, tgt = witness_batch()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = run_forward(model, src, tgt, "mask.finite", vocab=CONFIG.tgt_vocab, pad_id=PAD, check_finite=False)
-    check_finite(out, tgt, f"{describe_call(src, tgt, PAD)} under torch.autocast('cpu', bfloat16)",
-                 "a mask fill that the low-precision dtype cannot hold (e.g. -1e9 cast to half) or an overflow")
+        out = run_forward(model, src, tgt, vocab=CONFIG.tgt_vocab, pad_id=PAD, check_finite=False)
+    require_finite(out, tgt, f"{describe_call(src, tgt, PAD)} under torch.autocast('cpu', bfloat16)",
+                   "a mask fill that the low-precision dtype cannot hold (e.g. -1e9 cast to half) or an overflow")
 
 
-def check_finite(out: torch.Tensor, tgt: torch.Tensor, call: str, hint: str) -> None:
-    real = (tgt != PAD)[..., None].expand_as(out)
-    bad = ~torch.isfinite(out.detach().float()) & real
-    if bool(bad.any()):
-        idx = bad.nonzero()[0].tolist()
-        violation("mask.finite", measured=f"{int(bad.sum())} non-finite value(s) at real positions, first "
-                  f"{out[tuple(idx)].item()} at [batch, position, token] = {idx}",
-                  expected="finite outputs for every padded input", call=call, hint=hint)
+# --------------------------------------------------------------------------------------------------
+# Attention kernels alone (--component, kind attention)
+# --------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def kernel(component: Component) -> Kernel:
+    """The attention kernel the component's factory makes, once per module."""
+    made: Kernel = from_factory(component)
+    return made
+
+
+@pytest.mark.clause("mask.source-padding")
+@pytest.mark.component_kind("attention")
+def test_kernel_key_padding_mask_semantics_and_polarity(kernel: Kernel) -> None:
+    q, k, v = qkv(2)
+    lengths = [LK, 3]
+    mask = key_padding(lengths)
+    out = call_kernel(kernel, q, k, v, mask)
+    expected = oracles.attention(q, k, v, mask)
+    cmp = compare(out, expected)
+    if cmp.ok:
+        return
+    inverted = oracles.attention(q, k, v, ~mask)
+    if compare(out, inverted).ok:
+        violation(measured="the output equals attention over the keys where the mask is False: mask polarity inverted",
+                  expected="True in the mask means 'may attend' (the component contract); False keys get zero weight",
+                  call=f"kernel(q, k, v, key-padding mask with real lengths {lengths})",
+                  hint="the kernel treats True as 'masked out' (nn.MultiheadAttention's key_padding_mask convention); "
+                       "invert the mask before filling with -inf")
+    violation(measured=cmp.describe(),
+              expected="masked keys receive zero weight (scores set to -inf before the softmax)",
+              call=f"kernel(q, k, v, key-padding mask with real lengths {lengths})",
+              hint="a mask filled with a small value (1e-9) or applied by multiplication leaves weight on masked keys")
+
+
+@pytest.mark.clause("mask.causal")
+@pytest.mark.component_kind("attention")
+def test_kernel_causal_mask_includes_the_diagonal(kernel: Kernel) -> None:
+    q, k, v = qkv(3, lq=LK)
+    causal = torch.ones(LK, LK, dtype=torch.bool).tril()[None, None]  # (1, 1, L, L)
+    out = call_kernel(kernel, q, k, v, causal)
+    cmp = compare(out, oracles.attention(q, k, v, causal))
+    if not cmp.ok:
+        strict = torch.ones(LK, LK, dtype=torch.bool).tril(-1)[None, None]
+        hint = ("the diagonal is excluded" if compare(out, oracles.attention(q, k, v, strict)).ok
+                else "future keys keep weight, or the mask is read with the wrong polarity")
+        violation(measured=cmp.describe(), expected="query i attends to keys 0..i, nothing after",
+                  call=f"kernel(q, k, v [{B}, {H}, {LK}, {DK}], causal mask (1, 1, {LK}, {LK}) "
+                       "lower-triangular)",
+                  hint=hint)
+
+
+@pytest.mark.clause("mask.finite")
+@pytest.mark.component_kind("attention")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_kernel_fully_masked_row_gives_zeros(kernel: Kernel, dtype: torch.dtype) -> None:
+    q, k, v = qkv(4, dtype=dtype)
+    mask = key_padding([LK, 0])  # the second sample has no key at all
+    out = call_kernel(kernel, q, k, v, mask)
+    if not bool(torch.isfinite(out).all()):
+        bad = (~torch.isfinite(out)).nonzero()[0].tolist()
+        violation(measured=f"non-finite output {out[tuple(bad)].item()} at {bad} ({dtype})",
+                  expected="finite outputs; a query with no allowed key attends to nothing (zeros)",
+                  call=f"kernel(q, k, v {dtype}, key-padding mask with real lengths [{LK}, 0])",
+                  hint="softmax over a row of -inf is NaN: detect empty rows and return zeros, or use a finite fill "
+                       "that the dtype can represent")
+    if out[1].abs().max().item() != 0.0:
+        violation(measured=f"fully masked queries return values up to {out[1].abs().max().item():.4g}",
+                  expected="zeros for a query with no allowed key (spec: it attends to nothing)",
+                  call=f"kernel(q, k, v {dtype}, key-padding mask with real lengths [{LK}, 0])",
+                  hint="a finite fill such as -1e9 makes the softmax uniform over masked keys instead of empty")
+
+
+@pytest.mark.clause("mask.source-padding")
+@pytest.mark.component_kind("attention")
+@given(case=strategies.kernel_case())
+def test_kernel_mask_patterns_explored(kernel: Kernel,
+                                       case: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
+    """Random shapes, dtypes and masks: masked keys never influence the output; allowed ones follow Eq. (1)."""
+    q, k, v, mask = case
+    (b, h, lq, d), lk, dtype = q.shape, k.size(2), q.dtype
+    out = call_kernel(kernel, q, k, v, mask)
+    cmp = compare(out.double(), oracles.attention(q, k, v, mask), tol=None, dtype=dtype)
+    if not cmp.ok:
+        violation(measured=cmp.describe(),
+                  expected="Eq. (1) over the allowed keys, zeros for rows with none",
+                  call=f"kernel(q [{b}, {h}, {lq}, {d}], k/v [{b}, {h}, {lk}, {d}] {dtype}, "
+                       f"mask {mask.int().tolist()})",
+                  hint="check mask polarity (True = may attend) and broadcasting over heads")

@@ -1,62 +1,118 @@
-"""Normalization (§3.1, §5.4): post-norm residuals, one norm per sub-layer and no other, the LN formula.
+"""Normalization (§3.1): post-norm residuals (norm.post-norm), one norm per sub-layer and no other
+(norm.no-extra-norm), the layer-norm formula (norm.layer-norm) and its epsilon (norm.epsilon).
 
-These probes load canonical weights and read the decoder's final hidden
-state back from the output (``conformance/readout.py``); a norm gain of zero
-makes the next sub-layer's input a known constant, so each probe has a
-closed form in the paper's model.
+Three techniques, one room:
+
+* variant attribution (``conformance.variants``): the clause fails when the reference variant that
+  reproduces the implementation departs from it in this clause's part;
+* readout probes (``conformance.readout_probes``): canonical weights are loaded and the decoder's final
+  hidden state is read back from the output; a norm gain of zero makes the next sub-layer's input a known
+  constant, so each probe has a closed form in the paper's model;
+* layer-norm components alone (``--component``, kind ``layer_norm``): §3.1 against the float64 closed form.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
-from . import readout as ro
-from .census import blocked_by_layers
-from .harness import violation
-from .inputs import CONFIG
-from .weights import visible_state
+from implementations import Component, Implementation
+from spec.contract import has_capability
+from spec.tolerance import compare
 
-CALL = f"forward(src {list(ro.SRC.shape)}, tgt {list(ro.TGT.shape)}) after load_reference_state, hidden state read back"
+from . import oracles
+from . import readout_probes as ro
+from .census import blocked_by_layers
+from .components import from_factory
+from .diagnosis import fail_on_variant_departure
+from .harness import CheckTimeout, build_model, could_not_check, current_clause, violation
+from .inputs import CONFIG
+from .transplant import load_into, visible_state
+
+NORMS = [f"{stack}.{i}.norm{k}" for stack, n in (("encoder", 2), ("decoder", 3))
+         for i in range(CONFIG.n_layers) for k in range(1, n + 1)]
+
+
+# --------------------------------------------------------------------------------------------------
+# Variant attribution
+# --------------------------------------------------------------------------------------------------
+@pytest.mark.clause("norm.post-norm")
+def test_post_norm_variant(impl: Implementation) -> None:
+    """§3.1: LayerNorm(x + Sublayer(x)) around every sub-layer, x the sub-layer's input."""
+    fail_on_variant_departure(
+        impl, hint="pre-norm computes x + Sublayer(LayerNorm(x)); the residual must add the sub-layer's input x "
+                   "(not the sub-layer's output to itself: ffn_out + dropout(ffn_out))")
+
+
+@pytest.mark.clause("norm.no-extra-norm")
+def test_no_extra_norm_variant(impl: Implementation) -> None:
+    """§3.1: no norm after the embeddings and none at the top of either stack."""
+    fail_on_variant_departure(
+        impl, hint="nn.TransformerEncoder/Decoder(norm=...) and nn.Transformer add a final LayerNorm; a LayerNorm "
+                   "right after embedding + PE is not in the paper")
+
+
+@pytest.mark.clause("norm.layer-norm")
+def test_layer_norm_variant(impl: Implementation) -> None:
+    """§3.1 (Ba et al. 2016): biased variance, eps inside the square root, per-feature gain and bias."""
+    blocked = blocked_by_layers(impl, *NORMS)
+    if blocked:
+        pytest.skip(blocked)
+    fail_on_variant_departure(
+        impl, hint="(x - mean) / (x.std() + eps) uses the unbiased std and eps outside the sqrt; use "
+                   "torch.nn.functional.layer_norm")
+
+
+# --------------------------------------------------------------------------------------------------
+# Readout probes
+# --------------------------------------------------------------------------------------------------
+def probe_call() -> str:
+    """The probes' forward call (on ``readout_probes.witness()``), for messages."""
+    src, tgt = ro.witness()
+    return f"forward(src {list(src.shape)}, tgt {list(tgt.shape)}) after load_reference_state, hidden state read back"
 
 
 @pytest.mark.clause("norm.post-norm")
-def test_each_sublayer_output_is_normalized(impl):
+def test_each_sublayer_output_is_normalized(impl: Implementation) -> None:
     post, why = ro.post_norm_probe(impl)
     if post is None:
         pytest.skip(why)
     if not post:
-        violation("norm.post-norm", measured="with the last decoder layer's last norm at gain 0, the final hidden "
+        violation(measured="with the last decoder layer's last norm at gain 0, the final hidden "
                   "states still differ between positions", expected="LayerNorm(x + Sublayer(x)): the layer's output is "
                   "its norm's output, the norm's bias at every position when the gain is 0",
-                  call=CALL + f"; {ro.LAST}.norm3.weight = 0",
+                  call=probe_call() + f"; {ro.LAST}.norm3.weight = 0",
                   hint="pre-norm x + Sublayer(LayerNorm(x)): the residual stream bypasses the norms")
 
 
 @pytest.mark.clause("norm.post-norm")
-def test_residual_adds_the_sublayer_input(impl):
+def test_residual_adds_the_sublayer_input(impl: Implementation) -> None:
     matches, why = ro.last_sublayer_diagnosis(impl)
     if why:
         pytest.skip(why)
     if not matches:
         pytest.skip("the last decoder sub-layer matches no closed-form candidate: other clauses judge it")
     if all(res != "x + F(x)" for _, _, res in matches):
-        violation("norm.post-norm", measured=f"the last feed-forward sub-layer computes LayerNorm({matches[0][2]})",
-                  expected="LayerNorm(x + FFN(x)) with x the sub-layer's input", call=CALL + "; last norm2 gain 0",
+        violation(measured=f"the last feed-forward sub-layer computes LayerNorm({matches[0][2]})",
+                  expected="LayerNorm(x + FFN(x)) with x the sub-layer's input",
+                  call=probe_call() + "; last norm2 gain 0",
                   hint="the residual adds the wrong tensor (e.g. ffn_out + dropout(ffn_out))")
 
 
-def top_probe(impl, clause: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+def top_probe(impl: Implementation) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(h with unit norms, h with the last decoder norm at gain 2 and bias 0.25), sub-layers of the last
     decoder layer left on."""
     unit = visible_state(CONFIG, seed=45, unit_norms=True)
-    h1 = ro.hidden_states(impl, unit, clause)
+    h1 = ro.hidden_states(impl, unit)
     if h1 is None:
         return None
     scaled = dict(unit)
     scaled[f"{ro.LAST}.norm3.weight"] = torch.full((CONFIG.d_model,), 2.0)
     scaled[f"{ro.LAST}.norm3.bias"] = torch.full((CONFIG.d_model,), 0.25)
-    return h1, ro.hidden_states(impl, scaled, clause)
+    h2 = ro.hidden_states(impl, scaled)
+    return None if h2 is None else (h1, h2)
 
 
 def normalized(h: torch.Tensor, tol: float = 1e-3) -> bool:
@@ -65,8 +121,8 @@ def normalized(h: torch.Tensor, tol: float = 1e-3) -> bool:
 
 
 @pytest.mark.clause("norm.no-extra-norm")
-def test_nothing_after_the_last_sublayer_norm(impl):
-    probe = top_probe(impl, "norm.no-extra-norm")
+def test_nothing_after_the_last_sublayer_norm(impl: Implementation) -> None:
+    probe = top_probe(impl)
     if probe is None:
         pytest.skip(f"{impl.name}: the hidden state cannot be read back (needs load_reference_state and tied E)")
     h1, h2 = probe
@@ -78,23 +134,19 @@ def test_nothing_after_the_last_sublayer_norm(impl):
     err = (h2 - expected).abs().max().item()
     if err > 1e-3:
         renormalized = normalized(h2)
-        violation("norm.no-extra-norm",
-                  measured=f"setting the last decoder norm's gain to 2 and bias to 0.25 moved the "
+        violation(measured=f"setting the last decoder norm's gain to 2 and bias to 0.25 moved the "
                   f"output hidden state off 2 h + 0.25 by {err:.3g}"
                   + ("; the result is normalized again" if renormalized else ""),
                   expected="the last sub-layer's norm is the decoder's last operation: h' = 2 h + 0.25",
-                  call=CALL + f"; {ro.LAST}.norm3 gain 2, bias 0.25 vs unit norms",
+                  call=probe_call() + f"; {ro.LAST}.norm3 gain 2, bias 0.25 vs unit norms",
                   hint="an extra LayerNorm at the top of the stack (nn.Transformer's decoder.norm, or a pre-norm "
                        "design's final norm)")
 
 
 @pytest.mark.clause("norm.no-extra-norm")
-def test_nothing_after_the_last_encoder_norm(impl):
-    from .harness import build_model
-    from .weights import has_method, load_into
-
-    model = build_model(impl, CONFIG, "norm.no-extra-norm")
-    if not (has_method(model, "encode") and has_method(model, "load_reference_state")):
+def test_nothing_after_the_last_encoder_norm(impl: Implementation) -> None:
+    model = build_model(impl, CONFIG)
+    if not (has_capability(model, "encode") and has_capability(model, "load_reference_state")):
         pytest.skip(f"{impl.name}: needs encode and load_reference_state")
     last = f"encoder.{CONFIG.n_layers - 1}.norm2"
     blocked = blocked_by_layers(impl, last)
@@ -104,68 +156,165 @@ def test_nothing_after_the_last_encoder_norm(impl):
     scaled = dict(unit, **{f"{last}.weight": torch.full((CONFIG.d_model,), 2.0),
                            f"{last}.bias": torch.full((CONFIG.d_model,), 0.25)})
     outs = []
+    src = ro.witness()[0]
     for state in (unit, scaled):
-        load_into(model, state, "norm.no-extra-norm", impl.name)
+        load_into(model, state, impl.name)
         with torch.no_grad():
-            out, again = model.encode(ro.SRC), model.encode(ro.SRC)
+            out, again = model.encode(src), model.encode(src)
         out, again = ((o[0] if isinstance(o, (tuple, list)) else o).double() for o in (out, again))
         if not torch.equal(out, again):
             pytest.skip("blocked by model.eval-determinism: two eval-mode encode() calls differ")
         outs.append(out)
-    real = (ro.SRC != CONFIG.pad_id)[..., None]
+    real = (src != CONFIG.pad_id)[..., None]
     h1, h2 = (torch.where(real, o, 0.0) for o in outs)
     if not normalized(h1[0]):
         pytest.skip("blocked by norm.post-norm: the encoder output is not a layer norm's output")
     err = (h2 - torch.where(real, 2 * h1 + 0.25, 0.0)).abs().max().item()
     if err > 1e-3:
-        violation("norm.no-extra-norm", measured=f"encode() moved off 2 h + 0.25 by {err:.3g} when the last encoder "
+        violation(measured=f"encode() moved off 2 h + 0.25 by {err:.3g} when the last encoder "
                   "norm's gain became 2 and bias 0.25",
                   expected="the last encoder norm is the encoder's last operation",
-                  call=f"encode(src {list(ro.SRC.shape)}) with {last} gain 2, bias 0.25 vs unit norms",
+                  call=f"encode(src {list(src.shape)}) with {last} gain 2, bias 0.25 vs unit norms",
                   hint="an extra LayerNorm at the top of the encoder stack")
 
 
 @pytest.mark.clause("norm.layer-norm")
-def test_unit_norm_output_has_mean_0_and_biased_variance_1(impl):
-    h = ro.hidden_states(impl, visible_state(CONFIG, seed=47, unit_norms=True), "norm.layer-norm")
+def test_unit_norm_output_has_mean_0_and_biased_variance_1(impl: Implementation) -> None:
+    h = ro.hidden_states(impl, visible_state(CONFIG, seed=47, unit_norms=True))
     if h is None:
         pytest.skip(f"{impl.name}: the hidden state cannot be read back (needs load_reference_state and tied E)")
     d = CONFIG.d_model
     var = h.var(-1, unbiased=False)
     if bool(((var - (d - 1) / d).abs() < 1e-3).all()):
-        violation("norm.layer-norm", measured=f"with gain 1 and bias 0 the normalized vectors have biased variance "
+        violation(measured=f"with gain 1 and bias 0 the normalized vectors have biased variance "
                   f"{var.mean().item():.5f} = (d-1)/d", expected="biased variance 1 (eps aside): (x - mean) / "
-                  "sqrt(mean((x - mean)^2) + eps)", call=CALL + "; unit norms",
+                  "sqrt(mean((x - mean)^2) + eps)", call=probe_call() + "; unit norms",
                   hint="x.std() is the unbiased estimate; use the biased variance with eps inside the sqrt")
     if not normalized(h):
         post, _ = ro.post_norm_probe(impl)
         if post is False:
             pytest.skip("blocked by norm.post-norm: the top of the decoder is not a layer norm")
-        violation("norm.layer-norm", measured=f"per-position mean up to {h.mean(-1).abs().max().item():.3g}, "
+        violation(measured=f"per-position mean up to {h.mean(-1).abs().max().item():.3g}, "
                   f"variance {var.min().item():.4g}..{var.max().item():.4g}",
-                  expected="mean 0 and biased variance 1 over the d_model features", call=CALL + "; unit norms",
+                  expected="mean 0 and biased variance 1 over the d_model features", call=probe_call() + "; unit norms",
                   hint="normalization over the wrong axis, or scalar statistics")
 
 
-@pytest.mark.clause("norm.layer-norm")
-@pytest.mark.parametrize("scale", [1.0, 0.01], ids=["unit-variance", "variance-near-eps"])
-def test_formula_with_per_feature_gain_and_bias(impl, scale):
-    """The last norm in closed form. At unit variance the unbiased std shows; with the norm's input shrunk so that
-    its variance is near eps (1e-4 vs 1e-6), eps outside the square root shows too."""
+FORMS = {"paper": "(x - mean) / sqrt(biased var + eps)", "unbiased-std": "(x - mean) / (unbiased std + eps)",
+         "eps-outside": "(x - mean) / (std + eps)", "unbiased-var": "(x - mean) / sqrt(unbiased var + eps)"}
+
+
+def last_norm_forms(impl: Implementation, scale: float) -> list[str]:
+    """The layer-norm forms that reproduce the last decoder sub-layer in closed form (skips when none can)."""
     matches, why = ro.last_sublayer_diagnosis(impl, scale)
     if why:
         pytest.skip(why)
     if not matches:
         pytest.skip("the last decoder sub-layer matches no closed-form candidate (e.g. a gain that cannot be "
                     "per-feature, an eps other than config.norm_eps, or another structure): other clauses judge it")
-    forms = sorted({form for _, form, _ in matches})
+    return sorted({form for _, form, _ in matches})
+
+
+@pytest.mark.clause("norm.layer-norm")
+def test_formula_with_per_feature_gain_and_bias(impl: Implementation) -> None:
+    """The last norm in closed form at unit variance, where the unbiased std shows (and eps does not)."""
+    forms = last_norm_forms(impl, 1.0)
     if "paper" not in forms:
-        described = {"unbiased-std": "(x - mean) / (unbiased std + eps)", "eps-outside": "(x - mean) / (std + eps)",
-                     "unbiased-var": "(x - mean) / sqrt(unbiased var + eps)"}
-        violation("norm.layer-norm", measured="the last norm computes " + " or ".join(described[f] for f in forms)
-                  + " * g + b", expected="(x - mean) / sqrt(biased var + eps) * g + b, per-feature g and b",
-                  call=CALL + f"; last norm2 gain 0, the FFN input and output scaled by {scale:g}",
-                  hint="x.std() is the unbiased estimate and eps belongs inside the square root "
-                       "(torch.nn.functional.layer_norm)" + ("; at this variance an eps much smaller than "
-                       f"config.norm_eps (e.g. a fixed 1e-12) looks the same: check that {CONFIG.norm_eps:g} reaches "
-                       "the norm" if scale < 1 and forms == ["eps-outside"] else ""))
+        violation(measured="the last norm computes " + " or ".join(FORMS[f] for f in forms) + " * g + b",
+                  expected=f"{FORMS['paper']} * g + b, per-feature g and b",
+                  call=probe_call() + "; last norm2 gain 0",
+                  hint="x.std() is the unbiased estimate: use the biased variance (torch.nn.functional.layer_norm)")
+
+
+@pytest.mark.clause("norm.epsilon")
+def test_epsilon_inside_the_square_root(impl: Implementation) -> None:
+    """With the norm's input shrunk so that its variance is near eps (1e-4 vs 1e-6), eps outside the square root,
+    or an eps other than config.norm_eps, shows."""
+    forms = last_norm_forms(impl, 0.01)
+    if "paper" in forms:
+        return
+    if not {"eps-outside", "unbiased-std"} & set(forms):
+        pytest.skip("blocked by norm.layer-norm: the last norm uses the unbiased variance, eps inside the root")
+    violation(measured="near eps the last norm computes " + " or ".join(FORMS[f] for f in forms) + " * g + b",
+              expected=f"{FORMS['paper']} * g + b with eps = config.norm_eps = {CONFIG.norm_eps:g}",
+              call=probe_call() + "; last norm2 gain 0, the FFN input and output scaled by 0.01",
+              hint="eps belongs inside the square root (torch.nn.functional.layer_norm); an eps much smaller than "
+                   f"config.norm_eps (e.g. a fixed 1e-12) looks the same here: check that {CONFIG.norm_eps:g} "
+                   "reaches the norm")
+
+
+# --------------------------------------------------------------------------------------------------
+# Layer-norm components alone (--component, kind layer_norm)
+# --------------------------------------------------------------------------------------------------
+D, EPS = 16, 1e-6
+
+
+def norm_module(component: Component, d_model: int = D, eps: float = EPS, seed: int = 0) -> Any:
+    """The component's norm for (d_model, eps), in eval mode, holding a per-feature gain and bias drawn from
+    ``seed``; fails norm.layer-norm when it has no per-feature ``weight`` and ``bias`` (and skips the other
+    clauses' checks as blocked by it)."""
+    module = from_factory(component, d_model, eps)
+    for name in ("weight", "bias"):
+        p = getattr(module, name, None)
+        if not isinstance(p, torch.Tensor) or tuple(p.shape) != (d_model,):
+            got = list(p.shape) if isinstance(p, torch.Tensor) else type(p).__name__
+            if current_clause() != "norm.layer-norm":
+                pytest.skip(f"blocked by norm.layer-norm: parameter {name!r} is {got}, not per-feature")
+            violation(measured=f"parameter {name!r} is {got}", expected=f"a per-feature {name} of shape [{d_model}]",
+                      call=f"factory({d_model}, {eps})", hint="the gain and bias are per feature, not scalars")
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        module.weight.copy_(torch.rand(d_model, generator=g) + 0.5)
+        module.bias.copy_(torch.rand(d_model, generator=g) - 0.5)
+    return module.eval()
+
+
+def normalized_by(module: Any, x: torch.Tensor) -> torch.Tensor:
+    """``module(x)``; a crash means norm.layer-norm could not be checked."""
+    try:
+        with torch.no_grad():
+            out: torch.Tensor = module(x)
+    except CheckTimeout:
+        raise
+    except Exception as exc:
+        could_not_check(f"module(x {list(x.shape)}) raised", exc)
+    return out
+
+
+@pytest.mark.clause("norm.layer-norm")
+@pytest.mark.component_kind("layer_norm")
+def test_norm_component_matches_the_closed_form(component: Component) -> None:
+    module = norm_module(component)
+    x = torch.randn(2, 5, D, generator=torch.Generator().manual_seed(1)) * 3 + 1
+    got = normalized_by(module, x)
+    cmp = compare(got, oracles.layer_norm(x, module.weight, module.bias, EPS), dtype=torch.float32)
+    if not cmp.ok:
+        unbiased = oracles.layer_norm(x, module.weight, module.bias, EPS, form="unbiased-std")
+        hint = ("(x - mean) / (unbiased std + eps): use the biased variance and put eps inside the sqrt"
+                if compare(got, unbiased, dtype=torch.float32).ok else "normalize over the last (feature) axis")
+        violation(measured=cmp.describe(),
+                  expected="(x - mean) / sqrt(biased var + eps) * weight + bias over the d_model features",
+                  call=f"factory({D}, {EPS})(x [2, 5, {D}])", hint=hint)
+
+
+@pytest.mark.clause("norm.epsilon")
+@pytest.mark.component_kind("layer_norm")
+@pytest.mark.parametrize("eps", [1e-6, 1e-5])
+def test_norm_component_uses_the_given_eps(component: Component, eps: float) -> None:
+    """Rows of variance 1e-6 separate eps = 1e-6 from 1e-5 by a factor sqrt(2) vs sqrt(11)."""
+    module = norm_module(component, eps=eps)
+    with torch.no_grad():
+        module.weight.fill_(1.0)
+        module.bias.zero_()
+    x = torch.tensor([[1.0, -1.0] * (D // 2)]) * 1e-3  # variance 1e-6
+    got = normalized_by(module, x)
+    expected = oracles.layer_norm(x, module.weight, module.bias, eps)
+    cmp = compare(got, expected, dtype=torch.float32)
+    if not cmp.ok:
+        ratio = got.abs().max().item() * 1e-3
+        used = 1e-6 / max(ratio**2, 1e-30) - 1e-6
+        violation(measured=f"{cmp.describe()}; output scale implies eps ~ {used:.2g}",
+                  expected=f"eps = {eps:g} inside the square root, as passed to the factory",
+                  call=f"factory({D}, {eps})(x with variance 1e-6)",
+                  hint="pass the configured eps through, inside the square root (PyTorch's default is 1e-5, "
+                       "tensor2tensor's 1e-6; the paper gives none)")

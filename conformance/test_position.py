@@ -1,53 +1,135 @@
-"""position.formula (§3.5): the table the implementation adds, against the closed form in float64."""
+"""Positional encoding (§3.5): the sinusoid table (position.formula), added once at the bottom of both stacks
+(position.added).
+
+position.formula is judged on the table the adapter exposes (``positional_encoding(length)``) and on
+positional-encoding components alone (``--component``, kind ``positional_encoding``), both against the
+float64 closed form; position.added by variant attribution (``conformance.variants``) and by a readout probe
+of each stack's input path (``readout_probes.check_input_path``).
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
+from hypothesis import given
 
+from implementations import Component, Implementation
+from spec.contract import has_capability
 from spec.tolerance import compare
 
-from . import oracles
-from .harness import ImplementationError, build_model, violation
+from . import oracles, strategies
+from .components import from_factory
+from .diagnosis import fail_on_variant_departure
+from .harness import CheckTimeout, build_model, could_not_check, violation
 from .inputs import CONFIG
+from .readout_probes import check_input_path
 
-CLAUSE = "position.formula"
 CONFIGS = {"d32": CONFIG, "d48": CONFIG.replace(d_model=48, n_heads=4, max_len=64)}
+PE_EXPECTED = ("PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same), pos from 0 "
+               "(PE[1, 1] = cos(1) = 0.540302)")
 
 
-def table_of(model, length: int, impl_name: str) -> torch.Tensor:
+def check_table(got: torch.Tensor, length: int, d_model: int, call: str,
+                tolerance: torch.dtype = torch.float32) -> None:
+    """Fail position.formula when ``got`` [length, d_model] is not the §3.5 table (within the tolerance of
+    dtype ``tolerance``), naming the variant it is."""
+    expected = oracles.pe_table(length, d_model)
+    cmp = compare(got.double(), expected, dtype=tolerance)
+    if cmp.ok:
+        return
+    instead = [f for f in oracles.PE_FORMS if f != "paper"
+               and compare(got.double(), oracles.pe_table(length, d_model, form=f), dtype=torch.float32).ok]
+    named = f"; the table matches {oracles.PE_FORMS[instead[0]]}" if instead else ""
+    violation(measured=f"{cmp.describe()}{named}", expected=PE_EXPECTED, call=call,
+              hint="interleave sin (even dims) and cos (odd dims) sharing one frequency per pair")
+
+
+def table_of(model: Any, length: int, d_model: int, impl_name: str) -> torch.Tensor:
+    """``model.positional_encoding(length)`` as [length, d_model]; anything else could not be checked."""
     try:
         table = model.positional_encoding(length)
+    except CheckTimeout:
+        raise
     except Exception as exc:
-        raise ImplementationError(f"[{CLAUSE}] {impl_name}: positional_encoding({length}) raised "
-                                  f"{type(exc).__name__}: {exc}") from exc
+        could_not_check(f"{impl_name}: positional_encoding({length}) raised", exc)
     if not isinstance(table, torch.Tensor):
-        raise ImplementationError(f"[{CLAUSE}] positional_encoding({length}) returned {type(table).__name__}")
+        could_not_check(f"positional_encoding({length}) returned {type(table).__name__}")
     table = table.detach().squeeze(0) if table.dim() == 3 and table.size(0) == 1 else table.detach()
+    if tuple(table.shape) != (length, d_model):
+        could_not_check(f"positional_encoding({length}) returned shape {list(table.shape)}, "
+                        f"expected [{length}, {d_model}]")
     return table
 
 
-@pytest.mark.clause(CLAUSE)
+@pytest.mark.clause("position.formula")
 @pytest.mark.parametrize("which", list(CONFIGS))
-def test_table_matches_section_3_5(impl, which):
+def test_table_matches_section_3_5(impl: Implementation, which: str) -> None:
     cfg = CONFIGS[which]
-    model = build_model(impl, cfg, CLAUSE)
-    if not callable(getattr(model, "positional_encoding", None)):
+    model = build_model(impl, cfg)
+    if not has_capability(model, "positional_encoding"):
         pytest.skip(f"{impl.name} has no positional_encoding(length): the table cannot be read")
     for length in (1, 7, cfg.max_len):
-        table = table_of(model, length, impl.name)
-        if tuple(table.shape) != (length, cfg.d_model):
-            raise ImplementationError(f"[{CLAUSE}] positional_encoding({length}) returned shape {list(table.shape)}, "
-                                      f"expected [{length}, {cfg.d_model}]")
-        expected = oracles.pe_table(length, cfg.d_model)
-        cmp = compare(table.double(), expected, dtype=torch.float32)
-        if cmp.ok:
-            continue
-        instead = [f for f in oracles.PE_FORMS if f != "paper"
-                   and compare(table.double(), oracles.pe_table(length, cfg.d_model, form=f), dtype=torch.float32).ok]
-        named = f"; the table matches {oracles.PE_FORMS[instead[0]]}" if instead else ""
-        violation(CLAUSE, measured=f"{cmp.describe()}{named}",
-                  expected="PE(pos, 2i) = sin(pos/10000^(2i/d_model)), PE(pos, 2i+1) = cos(same), pos from 0; "
-                           "e.g. PE[1, 1] = cos(1) = 0.540302",
-                  call=f"positional_encoding({length}) with d_model={cfg.d_model}",
-                  hint="interleave sin (even dims) and cos (odd dims) sharing one frequency per pair")
+        check_table(table_of(model, length, cfg.d_model, impl.name), length, cfg.d_model,
+                    f"positional_encoding({length}) with d_model={cfg.d_model}")
+
+
+@pytest.mark.clause("position.added")
+def test_position_added_variant(impl: Implementation) -> None:
+    """§3.5: x = sqrt(d_model) E[tokens] + PE, once, in the encoder and in the decoder."""
+    fail_on_variant_departure(
+        impl, hint="add the table once per stack (a module that returns x + PE must not be added to x again), "
+                   "in both the encoder and the decoder")
+
+
+@pytest.mark.clause("position.added")
+@pytest.mark.parametrize("stack", ["decoder", "encoder"])
+def test_positional_table_added_once(impl: Implementation, stack: str) -> None:
+    """Every sub-layer output zeroed, unit norms: the stack's input in closed form."""
+    check_input_path(impl, stack, part="pe",
+                     hint="add the positional table once, at the bottom of each stack (§3.5)")
+
+
+# --------------------------------------------------------------------------------------------------
+# Positional-encoding components alone (--component, kind positional_encoding)
+# --------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def table_fn(component: Component) -> Any:
+    """The table function the component's factory makes: fn(length, d_model) -> [length, d_model]."""
+    return from_factory(component)
+
+
+def component_table(fn: Any, length: int, d_model: int) -> torch.Tensor:
+    """``fn(length, d_model)`` as a tensor [length, d_model]; anything else could not be checked."""
+    try:
+        out = torch.as_tensor(fn(length, d_model))
+    except CheckTimeout:
+        raise
+    except Exception as exc:
+        could_not_check(f"fn({length}, {d_model}) raised", exc)
+    if tuple(out.shape) != (length, d_model):
+        could_not_check(f"fn({length}, {d_model}) returned shape {list(out.shape)}, expected [{length}, {d_model}]")
+    return out
+
+
+def tolerance_of(table: torch.Tensor) -> torch.dtype:
+    """A component's table is held to the tolerance of its own dtype (float32 for non-float tables)."""
+    return table.dtype if table.is_floating_point() else torch.float32
+
+
+@pytest.mark.clause("position.formula")
+@pytest.mark.component_kind("positional_encoding")
+@pytest.mark.parametrize("length, d_model", [(2, 512), (50, 32), (7, 6)])
+def test_pe_component_matches_the_closed_form(table_fn: Any, length: int, d_model: int) -> None:
+    got = component_table(table_fn, length, d_model)
+    check_table(got, length, d_model, f"fn({length}, {d_model})", tolerance_of(got))
+
+
+@pytest.mark.clause("position.formula")
+@pytest.mark.component_kind("positional_encoding")
+@given(size=strategies.table_size())
+def test_pe_component_explored(table_fn: Any, size: tuple[int, int]) -> None:
+    length, d_model = size
+    got = component_table(table_fn, length, d_model)
+    check_table(got, length, d_model, f"fn({length}, {d_model})", tolerance_of(got))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from implementations import Implementation
+
 from .harness import build_model, describe_call, run_forward, violation
 from .inputs import CONFIG, witness_batch
 
@@ -20,11 +22,11 @@ def differentiable_log_probs(out: torch.Tensor, kind: str) -> torch.Tensor:
 
 
 @pytest.mark.clause("train.gradients")
-def test_every_parameter_gets_a_finite_nonzero_gradient(impl):
-    model = build_model(impl, CONFIG.replace(dropout=0.0), "train.gradients", train=True)
+def test_every_parameter_gets_a_finite_nonzero_gradient(impl: Implementation) -> None:
+    model = build_model(impl, CONFIG.replace(dropout=0.0), train=True)
     src, tgt = witness_batch()
     labels = torch.roll(tgt, shifts=-1, dims=1).masked_fill(tgt == PAD, -100)  # next tokens; pads ignored
-    out = run_forward(model, src, tgt, "train.gradients", vocab=CONFIG.tgt_vocab, pad_id=PAD, grad=True)
+    out = run_forward(model, src, tgt, vocab=CONFIG.tgt_vocab, pad_id=PAD, grad=True)
     logp = differentiable_log_probs(out.float(), impl.output)
     loss = torch.nn.functional.nll_loss(logp.flatten(0, 1), labels.flatten(), ignore_index=-100)
     loss.backward()
@@ -40,12 +42,12 @@ def test_every_parameter_gets_a_finite_nonzero_gradient(impl):
         elif not bool((p.grad != 0).any()):
             zero.append(name)
     if nonfinite:
-        violation("train.gradients", measured=f"non-finite gradients in {', '.join(nonfinite[:5])}",
+        violation(measured=f"non-finite gradients in {', '.join(nonfinite[:5])}",
                   expected="finite gradients for every parameter", call=call,
                   hint="NaN from fully masked softmax rows or an overflowing mask constant")
     if missing or zero:
         names = ", ".join((missing + zero)[:6]) + (" ..." if len(missing + zero) > 6 else "")
-        violation("train.gradients", measured=f"{len(missing)} parameter(s) get no gradient and {len(zero)} an "
+        violation(measured=f"{len(missing)} parameter(s) get no gradient and {len(zero)} an "
                   f"all-zero gradient: {names}", expected="every parameter takes part in the computation",
                   call=call, hint="a module built but never called (e.g. a layer norm that is defined but another "
                                   "one reused), or a path cut by detach()")

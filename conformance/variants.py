@@ -4,7 +4,8 @@
 (§3) functionally, in float64, from a canonical state dict (``spec.schema``
 names), with each ``Knobs`` field switching one part to a departure seen in
 real code. The default ``Knobs()`` is the paper's model (it agrees with
-``reference/model.py``; a test keeps them equal). Variants exist to *name* a
+``reference/model.py``: tests/test_variants.py keeps them equal, and the
+reference's own diagnosis would show any difference as a departure). Variants exist to *name* a
 failure ("matches the reference with attention scale 1/sqrt(d_model)"),
 never to accept one; the reference itself holds no flags.
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -103,17 +104,45 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
         "no": "the declared output", "yes": "a softmax applied to the declared logits (probabilities returned)"}),
 )}
 
-PAPER = {name: next(iter(k.values)) for name, k in KNOBS.items()}
+PAPER: dict[str, str] = {name: next(iter(k.values)) for name, k in KNOBS.items()}
 
-Knobs = dataclasses.make_dataclass(
-    "Knobs", [(name, str, field(default=value)) for name, value in PAPER.items()], frozen=True,
-    namespace={
-        "__doc__": "One variant: a value per knob (``KNOBS``); the defaults are the paper's.",
-        "departures": lambda self: {n: v for n, v in dataclasses.asdict(self).items() if v != PAPER[n]},
-        "describe": lambda self: "; ".join(KNOBS[n].values[v] for n, v in self.departures().items())
-        or "the paper's model",
-    },
-)
+
+@dataclass(frozen=True)
+class Knobs:
+    """One variant: a value per knob (``KNOBS``); the defaults are the paper's."""
+
+    scale: str = "1/sqrt(d_k)"
+    softmax_axis: str = "keys"
+    weights: str = "per key"
+    heads: str = "transpose"
+    cross_memory: str = "final"
+    cross_query: str = "previous"
+    norm_place: str = "post"
+    ffn_residual: str = "input"
+    final_norm: str = "no"
+    embed_norm: str = "no"
+    ln_form: str = "paper"
+    cross_norm: str = "own"
+    activation: str = "relu"
+    embed_scale: str = "sqrt(d_model)"
+    pe: str = "once"
+    pe_form: str = "paper"
+    mask_fill: str = "-inf"
+    causal: str = "inclusive"
+    cross_mask: str = "yes"
+    logit_scale: str = "1"
+    output_softmax: str = "no"
+
+    def departures(self) -> dict[str, str]:
+        """knob -> value for every knob that is not the paper's."""
+        return {n: v for n, v in dataclasses.asdict(self).items() if v != PAPER[n]}
+
+    def describe(self) -> str:
+        return "; ".join(KNOBS[n].values[v] for n, v in self.departures().items()) or "the paper's model"
+
+
+if {f.name: f.default for f in dataclasses.fields(Knobs)} != PAPER:  # one list of knobs, two spellings
+    raise RuntimeError("conformance.variants: Knobs' fields and defaults must be KNOBS' names and first values")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -122,20 +151,17 @@ Knobs = dataclasses.make_dataclass(
 class _Run:
     """One forward pass of a variant over a canonical state dict, in float64."""
 
-    def __init__(self, knobs, state: Mapping[str, Tensor], config: ModelConfig):
+    def __init__(self, knobs: Knobs, state: Mapping[str, Tensor], config: ModelConfig) -> None:
         self.k, self.cfg = knobs, config
         self.p = {name: t.detach().to(torch.float64) for name, t in state.items()}
 
     def norm(self, x: Tensor, prefix: str | None) -> Tensor:
         """§3.1 layer norm (``ln_form``); prefix None: a parameter-free norm (gain 1, bias 0)."""
-        mean = x.mean(-1, keepdim=True)
-        if self.k.ln_form == "paper":
-            normed = (x - mean) / torch.sqrt((x - mean).pow(2).mean(-1, keepdim=True) + self.cfg.norm_eps)
-        else:
-            normed = (x - mean) / (x.std(-1, keepdim=True, unbiased=True) + self.cfg.norm_eps)
         if prefix is None:
-            return normed
-        return normed * self.p[f"{prefix}.weight"] + self.p[f"{prefix}.bias"]
+            weight, bias = torch.ones(x.size(-1), dtype=x.dtype), torch.zeros(x.size(-1), dtype=x.dtype)
+        else:
+            weight, bias = self.p[f"{prefix}.weight"], self.p[f"{prefix}.bias"]
+        return oracles.layer_norm(x, weight, bias, self.cfg.norm_eps, form=self.k.ln_form)
 
     def attention(self, prefix: str, query: Tensor, memory: Tensor, mask: Tensor | None) -> Tensor:
         """§3.2.2 multi-head attention; mask (B|1, 1, Lq|1, Lk), True = may attend."""
@@ -153,17 +179,8 @@ class _Run:
         v = split(memory @ self.p[f"{prefix}.v.weight"].T, Lk)
         scale = {"1/sqrt(d_k)": d_k ** -0.5, "1/sqrt(d_model)": d ** -0.5, "1": 1.0,
                  "sqrt(d_k)": d_k ** 0.5}[self.k.scale]
-        scores = q @ k.transpose(-2, -1) * scale  # (B, h, Lq, Lk)
-        axis = -1 if self.k.softmax_axis == "keys" else -2
-        if mask is None:
-            weights = torch.softmax(scores, dim=axis)
-        elif self.k.mask_fill == "~0":
-            weights = torch.softmax(scores.masked_fill(~mask, 1e-9), dim=axis)
-        else:
-            mask = mask.expand_as(scores)
-            allowed = mask.any(dim=axis, keepdim=True)
-            weights = torch.softmax(scores.masked_fill(~(mask | ~allowed), float("-inf")), dim=axis)
-            weights = weights.masked_fill(~allowed, 0.0)
+        weights = oracles.attention_weights(q, k, mask, scale=scale, axis=self.k.softmax_axis,
+                                            fill=1e-9 if self.k.mask_fill == "~0" else None)  # (B, h, Lq, Lk)
         if self.k.weights == "per key":
             heads = weights @ v  # (B, h, Lq, d_k)
         else:
@@ -175,10 +192,11 @@ class _Run:
         return concat @ self.p[f"{prefix}.o.weight"].T
 
     def ffn(self, prefix: str, x: Tensor) -> Tensor:
-        act = "identity" if self.k.activation == "relu-after-w2" else self.k.activation
-        inner = oracles.ACTIVATIONS[act](x @ self.p[f"{prefix}.w1.weight"].T + self.p[f"{prefix}.w1.bias"])
-        out = inner @ self.p[f"{prefix}.w2.weight"].T + self.p[f"{prefix}.w2.bias"]
-        return torch.relu(out) if self.k.activation == "relu-after-w2" else out
+        """§3.3, Eq. (2) with ``activation``; "relu-after-w2" is no activation inside and a ReLU after W2."""
+        after_w2 = self.k.activation == "relu-after-w2"
+        return oracles.feed_forward(x, self.p[f"{prefix}.w1.weight"], self.p[f"{prefix}.w1.bias"],
+                                    self.p[f"{prefix}.w2.weight"], self.p[f"{prefix}.w2.bias"],
+                                    activation="identity" if after_w2 else self.k.activation, after_w2=after_w2)
 
     def sublayer(self, x: Tensor, norm: str, fn: Callable[[Tensor], Tensor]) -> Tensor:
         """§3.1 residual and norm around fn (post-norm or pre-norm)."""
@@ -201,15 +219,20 @@ class _Run:
     def encoder(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """(final encoder output, first layer's output), each (B, S, d_model)."""
         mask = (src != self.cfg.pad_id)[:, None, None, :]  # (B, 1, 1, S)
-        x, first = self.embed(src, "src_embed", "encoder"), None
+        x = self.embed(src, "src_embed", "encoder")
+        outputs = []
         for i in range(self.cfg.n_layers):
             pre = f"encoder.{i}"
-            x = self.sublayer(x, f"{pre}.norm1", lambda t, pre=pre: self.attention(f"{pre}.self_attn", t, t, mask))
+
+            def self_attention(t: Tensor, pre: str = pre) -> Tensor:
+                return self.attention(f"{pre}.self_attn", t, t, mask)
+
+            x = self.sublayer(x, f"{pre}.norm1", self_attention)
             x = self.ffn_sublayer(x, pre, "norm2")
-            first = x if first is None else first
+            outputs.append(x)
         if self.k.final_norm == "yes":
             x = self.norm(x, None)
-        return x, first
+        return x, outputs[0]
 
     def ffn_sublayer(self, x: Tensor, pre: str, norm: str) -> Tensor:
         if self.k.ffn_residual == "sublayer-output" and self.k.norm_place == "post":
@@ -230,14 +253,16 @@ class _Run:
         for i in range(self.cfg.n_layers):
             pre = f"decoder.{i}"
             layer_in = y
-            y = self.sublayer(y, f"{pre}.norm1", lambda t, pre=pre: self.attention(f"{pre}.self_attn", t, t, tgt_mask))
+
+            def self_attention(t: Tensor, pre: str = pre) -> Tensor:
+                return self.attention(f"{pre}.self_attn", t, t, tgt_mask)
+
+            def cross(t: Tensor, pre: str = pre, layer_in: Tensor = layer_in) -> Tensor:
+                query = layer_in if self.k.cross_query == "layer-input" else t
+                return self.attention(f"{pre}.cross_attn", query, memory, src_mask)
+
+            y = self.sublayer(y, f"{pre}.norm1", self_attention)
             norm2 = f"{pre}.norm1" if self.k.cross_norm == "self-attention's" else f"{pre}.norm2"
-            if self.k.cross_query == "layer-input":
-                def cross(t, pre=pre, layer_in=layer_in):
-                    return self.attention(f"{pre}.cross_attn", layer_in, memory, src_mask)
-            else:
-                def cross(t, pre=pre):
-                    return self.attention(f"{pre}.cross_attn", t, memory, src_mask)
             y = self.sublayer(y, norm2, cross)
             y = self.ffn_sublayer(y, pre, "norm3")
         if self.k.final_norm == "yes":
@@ -250,7 +275,8 @@ class _Run:
         return torch.log_softmax(logits, dim=-1), final
 
 
-def run_variant(knobs, state: Mapping[str, Tensor], config: ModelConfig, src: Tensor, tgt: Tensor):
+def run_variant(knobs: Knobs, state: Mapping[str, Tensor], config: ModelConfig, src: Tensor,
+                tgt: Tensor) -> tuple[Tensor, Tensor]:
     """(log-probabilities [B, T, V], final encoder output [B, S, d_model]) of the variant, float64."""
     with torch.no_grad():
         return _Run(knobs, state, config).forward(src, tgt)
@@ -269,7 +295,7 @@ class Diagnosis:
     ``weights`` the canonical weights it was found on.
     """
 
-    knobs: object
+    knobs: Knobs
     exact: bool
     distance: float
     detail: str
@@ -291,7 +317,7 @@ _PAIRED_MOVES: tuple[dict[str, str], ...] = (
 )
 
 
-def _moves(current) -> list:
+def _moves(current: Knobs) -> list[Knobs]:
     out = []
     for name, knob in KNOBS.items():
         for value in knob.values:
@@ -326,12 +352,13 @@ def diagnose(observe: Callable[[Tensor, Tensor], tuple[Tensor, Tensor | None]], 
     real_s = (src != config.pad_id)[..., None]  # (B, S, 1)
     tried = 0
 
-    def score_encoder(knobs) -> tuple[float, bool, str]:
+    def score_encoder(knobs: Knobs) -> tuple[float, bool, str]:
         nonlocal tried
         tried += 1
+        assert got_enc is not None
         return _gap(got_enc, run_variant(knobs, state, config, src, tgt)[1], real_s)
 
-    def score(knobs) -> tuple[float, bool, str]:
+    def score(knobs: Knobs) -> tuple[float, bool, str]:
         nonlocal tried
         tried += 1
         lp, enc = run_variant(knobs, state, config, src, tgt)
@@ -341,7 +368,7 @@ def diagnose(observe: Callable[[Tensor, Tensor], tuple[Tensor, Tensor | None]], 
         d_enc, ok_enc, desc_enc = _gap(got_enc, enc, real_s)
         return d_lp + d_enc, ok_lp and ok_enc, desc if not ok_lp else desc_enc
 
-    def climb(start, measure):
+    def climb(start: Knobs, measure: Callable[[Knobs], tuple[float, bool, str]]) -> tuple[Knobs, float, bool, str]:
         best = start
         best_d, best_ok, best_desc = measure(best)
         for _ in range(max_departures):

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,7 +86,9 @@ def _quiet_logger(name: str):
 
 
 def _export(module: nn.Module, args: tuple, dynamic: tuple, names: tuple[list[str], list[str]], path: Path,
-            progress: Callable[[str], None]) -> Path:
+            progress: Callable[[str], None], symbolic: Mapping[str, Sequence[int]] | None = None) -> Path:
+    """Export ``module`` on ``args``, save it as one file, check it; ``symbolic`` maps graph input and
+    output names to the axes that must have stayed symbolic (default: axes 0 and 1 of every input)."""
     import onnx
 
     path = Path(path)
@@ -103,6 +105,8 @@ def _export(module: nn.Module, args: tuple, dynamic: tuple, names: tuple[list[st
             warnings.simplefilter("ignore")
             program = torch.onnx.export(module, args, dynamo=True, dynamic_shapes=dynamic, opset_version=OPSET,
                                         input_names=names[0], output_names=names[1], verbose=False)
+        if program is None:  # only the legacy exporter (dynamo=False) returns None
+            raise ExportError("torch.onnx.export returned no program")
         program.save(str(path), external_data=False)
     except Exception as exc:
         raise ExportError(f"export failed: {_short(exc)}") from exc
@@ -113,10 +117,16 @@ def _export(module: nn.Module, args: tuple, dynamic: tuple, names: tuple[list[st
         onnx.shape_inference.infer_shapes(model, strict_mode=False)
     except Exception as exc:
         raise ExportError(f"onnx.checker rejected the exported model: {_short(exc)}") from exc
-    for inp in model.graph.input:  # batch and length axes must stay symbolic (size-1 specialization)
-        dims = [d.dim_param or d.dim_value for d in inp.type.tensor_type.shape.dim]
-        if not all(isinstance(d, str) and d for d in dims[:2]):
-            raise ExportError(f"input {inp.name} was exported with static batch/length dimensions {dims}")
+    # Batch and length axes must stay symbolic: an example dimension of size 0 or 1, or a guard the
+    # exporter could not prove, specializes them silently.
+    values = {v.name: v for v in [*model.graph.input, *model.graph.output]}
+    expected = symbolic if symbolic is not None else {i.name: (0, 1) for i in model.graph.input}
+    for name, axes in expected.items():
+        if name not in values:
+            raise ExportError(f"the exported graph has no input or output named {name!r}")
+        dims = [d.dim_param or d.dim_value for d in values[name].type.tensor_type.shape.dim]
+        if not all(a < len(dims) and isinstance(dims[a], str) and dims[a] for a in axes):
+            raise ExportError(f"{name} was exported with static dimensions {dims} (axes {list(axes)} must be symbolic)")
     return path
 
 
@@ -132,10 +142,14 @@ def export_onnx(impl_or_model: Any, path: str | Path, config: ModelConfig, *,
                    progress)
 
 
-def session(path: str | Path):
+def session(path: str | Path, *, threads: int | None = None):
+    """An onnxruntime session on the CPU provider (asserted); ``threads`` sets its intra-op thread count."""
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    sess = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
     if sess.get_providers()[0] != "CPUExecutionProvider":  # ORT falls back silently otherwise
         raise ExportError(f"onnxruntime chose {sess.get_providers()} instead of the CPU provider")
     return sess
@@ -162,7 +176,7 @@ def verify(path: str | Path, impl_or_model: Any, config: ModelConfig, *, shapes=
     """Compare onnxruntime with PyTorch on shapes other than the export example, right-padded, real positions."""
     model, _ = resolve_model(impl_or_model, config)
     sess = session(path)
-    worst = (0.0, (0, 0, 0), ())
+    worst: tuple[float, tuple[int, int, int], tuple[int, ...]] = (0.0, (0, 0, 0), ())
     ok = True
     for n, (b, s, t) in enumerate(shapes):
         s, t = min(s, config.max_len), min(t, config.max_len)
@@ -254,6 +268,7 @@ def _ort_greedy(enc, dec, src: torch.Tensor, *, bos_id: int, eos_id: int, pad_id
     done = np.zeros(src_np.shape[0], dtype=bool)
     for _ in range(max_new_tokens):
         logits = dec.run(None, {"memory": memory, "src": src_np, "ys": ys})[0]
+        logits[:, pad_id] = -np.inf  # padding is never generated (reference.decoding)
         nxt = np.where(done, pad_id, logits.argmax(-1))
         ys = np.concatenate([ys, nxt[:, None]], axis=1)
         done |= nxt == eos_id

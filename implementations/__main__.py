@@ -30,7 +30,8 @@ unexpected pass, so these reasons cannot go stale silently. Run one subject with
 The plugins that transcribe a public implementation (their source names the upstream repository, file
 and commit) reproduce what it computes, quirks included; each plugin module's docstring lists what was
 reproduced, with the upstream file and line, every repair that lets it run and every completion where the
-upstream is silent.
+upstream is silent. They transcribe the model, not a decoding procedure: none offers the optional decoding
+methods, so their `decode.*` checks skip, naming the missing method.
 
 The plugins that wrap an installed library (`hf-marian`, `hf-fsmt`, `hf-bart`, `x-transformers`; install
 them with `pip install 'aiayn-conformance[libraries]'`) build the library's own model class from its own

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from reference.decoding import beam_search, gnmt_length_penalty
 from reference.model import (
     LayerNorm,
     PositionwiseFeedForward,
@@ -22,9 +23,11 @@ from reference.model import (
 from .declarations import Component, ComponentUnavailable
 from .hookspecs import hookimpl
 
-__all__ = ["ComponentUnavailable", "GELUFeedForward", "sdpa_attention", "t2t_timing_signal"]
+__all__ = ["ComponentUnavailable", "GELUFeedForward", "length_power_penalty", "no_length_penalty", "sdpa_attention",
+           "t2t_timing_signal"]
 
 REFERENCE_SOURCE = "aiayn-conformance reference/model.py"
+DECODING_SOURCE = "aiayn-conformance reference/decoding.py"
 
 
 # -- attention ---------------------------------------------------------------
@@ -74,6 +77,18 @@ def _torch_layer_norm(d_model: int, eps: float) -> nn.Module:
     return nn.LayerNorm(d_model, eps=eps)
 
 
+# -- length penalties (lp(|Y|, alpha), the divisor of a hypothesis's summed log-probabilities) ---------------
+def length_power_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor:
+    """|Y|^alpha: the length normalization of fairseq (``--lenpen``), Hugging Face ``generate``
+    (``length_penalty``) and CTranslate2 (``length_penalty``), not GNMT's ((5 + |Y|) / 6)^alpha."""
+    return length.to(torch.float32) ** alpha
+
+
+def no_length_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor:
+    """1 for every length: hypotheses ranked by their summed log-probabilities (alpha ignored)."""
+    return torch.ones_like(length, dtype=torch.float32)
+
+
 @hookimpl
 def register_components(register):
     register(Component("attention", "reference", lambda: scaled_dot_product_attention,
@@ -103,3 +118,21 @@ def register_components(register):
     register(Component("feed_forward", "gelu", GELUFeedForward,
                        summary="GELU instead of ReLU between the two linear maps", source="BERT-style FFN",
                        deviations={"ffn.formula": "GELU instead of the ReLU max(0, .) of Eq. (2)"}))
+    register(Component("length_penalty", "reference", lambda: gnmt_length_penalty,
+                       summary="GNMT's ((5 + |Y|) / 6)^alpha (§6.1), |Y| counting the end symbol",
+                       source=DECODING_SOURCE))
+    register(Component("length_penalty", "length-power", lambda: length_power_penalty,
+                       summary="|Y|^alpha, the length normalization of fairseq, Hugging Face and CTranslate2",
+                       source="fairseq SequenceGenerator (normalize_scores, len_penalty); transformers generate "
+                              "(length_penalty); CTranslate2 translate_batch (length_penalty)",
+                       deviations={"decode.beam": "hypotheses divided by |Y|^alpha instead of GNMT's "
+                                                  "((5 + |Y|) / 6)^alpha: long outputs gain more"}))
+    register(Component("length_penalty", "none", lambda: no_length_penalty,
+                       summary="no length penalty: summed log-probabilities ranked as they are (alpha ignored)",
+                       source="fairseq --unnormalized; transformers generate(length_penalty=0)",
+                       deviations={"decode.beam": "alpha ignored: short outputs win where §6.1's penalty "
+                                                  "prefers a longer one"}))
+    register(Component("search", "reference", lambda: beam_search,
+                       summary="tensor2tensor's beam search (§6.1): 2K candidates, K alive, K finished kept aside, "
+                               "early stop when no alive hypothesis can win",
+                       source=DECODING_SOURCE))

@@ -2,7 +2,9 @@
 
 The registry resolves such a name with ``parse_composition`` and ``compose``; the model is
 the reference (``reference/model.py``) with each named component swapped in, and it inherits
-the deviations its components declare.
+the deviations its components declare. A ``search`` or ``length_penalty`` component replaces
+the reference's beam search or GNMT penalty in the model's ``generate`` (``reference+search=NAME``
+audits a third party's beam search driving the reference's key/value cache).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from .declarations import COMPONENT_KINDS, Component, Implementation, validated
 
 __all__ = ["compose", "parse_composition"]
 
-_CALL_FACTORY = ("attention", "positional_encoding")  # factory() -> a function; the others are module factories
+# factory() -> a function; layer_norm and feed_forward are module factories, called by the model per layer
+_CALL_FACTORY = ("attention", "positional_encoding", "length_penalty", "search")
 
 
 def parse_composition(name: str) -> list[tuple[str, str]]:

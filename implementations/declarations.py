@@ -20,7 +20,8 @@ from .availability import parse_written_for
 
 __all__ = ["COMPONENT_KINDS", "Component", "ComponentUnavailable", "Implementation", "validated"]
 
-COMPONENT_KINDS: tuple[str, ...] = ("attention", "positional_encoding", "layer_norm", "feed_forward")
+COMPONENT_KINDS: tuple[str, ...] = ("attention", "positional_encoding", "layer_norm", "feed_forward",
+                                     "length_penalty", "search")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=\-]*$")
 
 

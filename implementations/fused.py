@@ -23,6 +23,14 @@ one: such rows are opened to every key, which keeps the softmax finite, and
 their output is multiplied by 0 afterwards. No data-dependent Python branch
 is taken, so the model traces and exports as it runs.
 
+Incremental decoding (``begin_decoding``, ``decode_step``, ``reorder_state``,
+``generate``): a key/value cache of plain tensors (``FusedCache``): per decoder
+layer the self-attention keys/values of the prefix (N, h, t, d_k), grown by
+one fused Q|K|V matmul per step, and the cross-attention keys/values of the
+encoder output (N, h, S, d_k), one fused K|V matmul per source; the new token
+sits at position t. ``generate`` runs ``reference.decoding``'s searches (§6.1
+beam search, greedy search) over this cache.
+
 Decoder self-attention uses SDPA's ``is_causal`` path without a target
 padding mask: inputs are right-padded (``spec.contract``), so every key a
 real query i may see (0..i) is a real token, and the padding mask would only
@@ -34,18 +42,22 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from typing import NamedTuple, cast
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from reference.decoding import LayerCache, generate
 from reference.model import sinusoid_table
 from spec.config import ModelConfig
+from spec.decoding import DecodeConfig
 from spec.schema import CanonicalKey, Target, load_canonical, parameter_schema
 
 from .declarations import Implementation
 from .hookspecs import hookimpl
 
-__all__ = ["FusedTransformer", "build"]
+__all__ = ["FusedTransformer", "FusedCache", "build"]
 
 
 def _split_heads(x: Tensor, parts: int, h: int) -> tuple[Tensor, ...]:
@@ -82,6 +94,13 @@ class SelfAttention(nn.Module):
             concat = concat * gate  # queries with no admissible key attend to nothing
         return F.linear(concat, self.o.weight)
 
+    def step(self, x: Tensor, past_k: Tensor, past_v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """One new position x (N, 1, d_model) against the cached prefix (N, h, t, d_k): (out, keys, values)."""
+        q, k, v = _split_heads(F.linear(x, self.qkv.weight), 3, self.h)  # 3 x (N, h, 1, d_k)
+        k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)  # (N, h, t + 1, d_k)
+        heads = F.scaled_dot_product_attention(q, k, v)  # positions 0..t: all visible to the new query
+        return F.linear(_merge_heads(heads), self.o.weight), k, v
+
 
 class CrossAttention(nn.Module):
     """§3.2.3 encoder-decoder attention: Q from the decoder, K|V (one fused projection) from the encoder output."""
@@ -93,11 +112,18 @@ class CrossAttention(nn.Module):
         self.kv = nn.Linear(d_model, 2 * d_model, bias=False)
         self.o = nn.Linear(d_model, d_model, bias=False)
 
-    def forward(self, y: Tensor, memory: Tensor, mask: Tensor, gate: Tensor) -> Tensor:
+    def keys_values(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """K and V of the encoder output, (B, h, S, d_k) each: computed once per source when decoding."""
+        k, v = _split_heads(F.linear(memory, self.kv.weight), 2, self.h)
+        return k, v
+
+    def attend(self, y: Tensor, k: Tensor, v: Tensor, mask: Tensor, gate: Tensor) -> Tensor:
         (q,) = _split_heads(F.linear(y, self.q.weight), 1, self.h)  # (B, h, T, d_k)
-        k, v = _split_heads(F.linear(memory, self.kv.weight), 2, self.h)  # 2 x (B, h, S, d_k)
         heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, h, T, d_k)
         return F.linear(_merge_heads(heads) * gate, self.o.weight)  # (B, T, d_model)
+
+    def forward(self, y: Tensor, memory: Tensor, mask: Tensor, gate: Tensor) -> Tensor:
+        return self.attend(y, *self.keys_values(memory), mask, gate)
 
 
 class FeedForward(nn.Module):
@@ -153,6 +179,28 @@ class DecoderLayer(nn.Module):
         return F.layer_norm(y + F.dropout(self.ffn(y), p, train), n3.normalized_shape,
                             n3.weight, n3.bias, n3.eps)  # (B, T, d_model)
 
+    def step(self, y: Tensor, cache: LayerCache, src_mask: Tensor, src_gate: Tensor) -> tuple[Tensor, LayerCache]:
+        """The layer on one new position y (N, 1, d_model), reading and growing its cache."""
+        n1, n2, n3, p, train = self.norm1, self.norm2, self.norm3, self.p, self.training
+        a, k, v = self.self_attn.step(y, cache.self_k, cache.self_v)
+        y = F.layer_norm(y + F.dropout(a, p, train), n1.normalized_shape, n1.weight, n1.bias, n1.eps)
+        a = self.cross_attn.attend(y, cache.cross_k, cache.cross_v, src_mask, src_gate)
+        y = F.layer_norm(y + F.dropout(a, p, train), n2.normalized_shape, n2.weight, n2.bias, n2.eps)
+        y = F.layer_norm(y + F.dropout(self.ffn(y), p, train), n3.normalized_shape, n3.weight, n3.bias, n3.eps)
+        return y, LayerCache(k, v, cache.cross_k, cache.cross_v)
+
+
+class FusedCache(NamedTuple):
+    """The decoder state: per decoder layer its self/cross keys and values, the source mask and gate."""
+
+    layers: tuple[LayerCache, ...]
+    src_mask: Tensor  # (N, 1, 1, S) True = may attend (a fully padded source opened, see _source_masks)
+    src_gate: Tensor  # (N, 1, 1) 0 for a fully padded source
+
+    @property
+    def length(self) -> int:
+        return self.layers[0].self_k.size(2)
+
 
 class FusedTransformer(nn.Module):
     """§3, Figure 1, with fused projections and SDPA; returns logits (B, T, tgt_vocab).
@@ -198,10 +246,10 @@ class FusedTransformer(nn.Module):
             return self.pe[:length]
         return sinusoid_table(length, self.config.d_model, device=self.pe.device)
 
-    def _embed(self, tokens: Tensor, weight: Tensor) -> Tensor:
-        """§3.4, §3.5, §5.4: Dropout(sqrt(d_model) * E[tokens] + PE). (B, L, d_model)."""
+    def _embed(self, tokens: Tensor, weight: Tensor, start: int = 0) -> Tensor:
+        """§3.4, §3.5, §5.4: Dropout(sqrt(d_model) * E[tokens] + PE), positions from start. (B, L, d_model)."""
         x = F.embedding(tokens, weight) * self.scale  # (B, L, d_model)
-        x = x + self.positional_encoding(tokens.size(1)).to(x.dtype)
+        x = x + self.positional_encoding(start + tokens.size(1))[start:].to(x.dtype)
         return F.dropout(x, self.config.dropout, self.training)
 
     def _source_masks(self, src: Tensor) -> tuple[Tensor, Tensor]:
@@ -236,6 +284,38 @@ class FusedTransformer(nn.Module):
             y = layer(y, memory, mask, gate)
         return F.linear(y, self.generator.weight)  # (B, T, tgt_vocab)
 
+    # -- incremental decoding (§6.1) -----------------------------------------------------
+    def _layers(self) -> list[DecoderLayer]:
+        return cast("list[DecoderLayer]", list(self.decoder))
+
+    def begin_decoding(self, src: Tensor) -> FusedCache:
+        """Encode src (B, S) once; every layer's cross-attention K|V from the final encoder output."""
+        mask, gate = self._source_masks(src)
+        memory = self._encode(src, mask, gate)  # (B, S, d_model)
+        empty = memory.new_zeros(src.size(0), self.config.n_heads, 0, self.config.d_k)  # (B, h, 0, d_k)
+        layers = tuple(LayerCache(empty, empty, *layer.cross_attn.keys_values(memory)) for layer in self._layers())
+        return FusedCache(layers, mask, gate)
+
+    def decode_step(self, state: FusedCache, tokens: Tensor) -> tuple[Tensor, FusedCache]:
+        """Feed tokens (N,) at position t (the prefix length): next-token logits (N, V) and the grown cache."""
+        y = self._embed(tokens[:, None], self.tgt_embed.weight, start=state.length)  # (N, 1, d_model)
+        layers = []
+        for layer, cache in zip(self._layers(), state.layers):
+            y, cache = layer.step(y, cache, state.src_mask, state.src_gate)
+            layers.append(cache)
+        return F.linear(y[:, 0], self.generator.weight), FusedCache(tuple(layers), state.src_mask, state.src_gate)
+
+    def reorder_state(self, state: FusedCache, indices: Tensor) -> FusedCache:
+        """Row i of the new state is row indices[i] of ``state`` (beams)."""
+        layers = tuple(LayerCache(*(x.index_select(0, indices) for x in layer)) for layer in state.layers)
+        return FusedCache(layers, state.src_mask.index_select(0, indices), state.src_gate.index_select(0, indices))
+
+    def generate(self, src: Tensor, *, bos_id: int, eos_id: int, beam_size: int = 4, alpha: float = 0.6,
+                 max_len: int | None = None) -> Tensor:
+        """§6.1 beam search (greedy when beam_size is 1) over this cache: (B, L) tokens without bos_id."""
+        config = DecodeConfig(beam_size=beam_size, alpha=alpha, bos_id=bos_id, eos_id=eos_id)
+        return generate(self, src, config, pad_id=self.config.pad_id, max_len=max_len).tokens
+
     # -- adapter contract -----------------------------------------------------------
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
         """Load a canonical-schema state dict: this model's names are the schema's, except the fused
@@ -260,7 +340,9 @@ NOTES = (
     "boolean \"may attend\" mask, `F.layer_norm`, masks built once per forward). It declares no deviation and "
     "must pass every clause. A fully padded source row is opened to every key and its attention output "
     "multiplied by 0, so it attends to nothing on every backend; decoder self-attention uses SDPA's causal path "
-    "without a target padding mask, which changes nothing at real positions of right-padded inputs."
+    "without a target padding mask, which changes nothing at real positions of right-padded inputs. It decodes "
+    "with its own key/value cache (one fused Q|K|V matmul per step, cross-attention K|V once per source) and "
+    "`generate` runs `reference/decoding.py`'s greedy and beam searches over it: every `decode.*` clause applies."
 )
 
 

@@ -73,7 +73,8 @@ def register_implementations(register):
 
 @hookspec
 def register_components(register):
-    """Register reusable parts (attention kernels, positional encodings, norms, feed-forwards).
+    """Register reusable parts (attention kernels, positional encodings, norms, feed-forwards, and the
+    decoding parts of §6.1: length penalties and beam searches).
 
     Call ``register`` once per component, with a ``Component(kind, name, factory, summary=...,
     source=..., deviations=...)``. What ``factory`` must return depends on ``kind``:
@@ -97,10 +98,31 @@ def register_components(register):
         ``factory(d_model, d_ff) -> nn.Module`` mapping [..., d_model] to the same
         shape, with ``nn.Linear``-like sub-modules ``w1`` (d_model -> d_ff) and
         ``w2`` (d_ff -> d_model), each with ``weight`` and ``bias``.
+    ``length_penalty``
+        ``factory() -> fn`` with ``fn(length, alpha) -> lp``: ``length`` is a
+        LongTensor of output lengths |Y| (any shape; |Y| counts y_1 .. y_m, the
+        end symbol included, the start symbol not) and ``alpha`` a float >= 0;
+        ``lp`` is a floating tensor of the same shape, the divisor of a
+        hypothesis's summed log-probabilities (§6.1: GNMT's ((5 + |Y|) / 6)^alpha).
+    ``search``
+        ``factory() -> fn``, a beam search with ``reference.decoding.beam_search``'s
+        signature: ``fn(decoder, src, *, bos_id, eos_id, pad_id, beam_size, alpha,
+        max_len, length_penalty)``. It drives any step decoder (``begin_decoding``,
+        ``decode_step``, ``reorder_state``; ``spec.contract``) over ``src`` [B, S],
+        ranks hypotheses with ``length_penalty`` (a ``length_penalty`` component's
+        ``fn``) and returns a ``reference.decoding.Hypotheses`` or just its tokens:
+        a LongTensor [B, L], each row y_1 .. y_m without the start symbol, ending
+        with ``eos_id`` when produced, right-padded with ``pad_id``. ``max_len`` is
+        an int, a LongTensor [B], or None for the search's own default, which §6.1
+        sets to each source's real (non-pad) length + 50.
 
     Components are audited alone with ``pytest conformance/ --component=NAME``
     (``NAME``, ``KIND:NAME`` or ``all``) and, composed into the reference, as a
     whole model: ``--impl 'reference+attention=NAME'`` (several parts chain:
     ``reference+attention=a+layer_norm=b``). A composed implementation inherits
-    the deviations its components declare.
+    the deviations its components declare. A ``search`` or ``length_penalty``
+    component replaces the reference's beam search or GNMT penalty in the
+    composed model's ``generate`` for beam sizes above 1 (greedy decoding stays
+    the reference's): ``--impl 'reference+search=NAME'`` audits a beam search
+    driving the reference's key/value cache.
     """

@@ -352,7 +352,7 @@ DEVIATIONS: dict[str, str] = {
         "(README.md:34-35: self.encoding = torch.zeros(..., device=device)), not a buffer: module.to(...) and "
         ".half() leave it behind"
     ),
-    "norm.layer-norm": (
+    "norm.epsilon": (
         "the README's LayerNorm has eps inside the square root and the biased variance (README.md:183, :186) but "
         "eps fixed at 1e-12 (README.md:175): the layers construct it without eps (:227, :231, :287, :291, :295), "
         "so config.norm_eps is ignored; at the suite's near-eps probe (variance ~1e-4, norm_eps 1e-6) "

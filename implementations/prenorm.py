@@ -12,6 +12,11 @@ query with no admissible key attends to nothing, Eq. (2) FFN, tied embeddings
 scaled by sqrt(d_model) (§3.4), interleaved sinusoids (§3.5) and §5.4's
 dropout sites.
 
+Decoding: the step-level interface only (``begin_decoding``, ``decode_step``,
+``reorder_state`` from ``reference.decoding.PrefixDecoding``), each step
+recomputing the whole prefix with ``forward``: a layout variant, not a library with
+a decoder of its own, so the adapter offers no search (no ``generate``) and invents no cache.
+
 ``load_reference_state`` puts each canonical ``normK`` on the input of the
 K-th sub-layer of its layer (the same position in the sub-layer order) and
 gives the final stack norms gain 1 and bias 0.
@@ -25,6 +30,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
+from reference.decoding import PrefixDecoding
 from reference.model import causal_mask, padding_mask, sinusoid_table
 from spec.config import ModelConfig
 from spec.schema import load_canonical, parameter_schema
@@ -115,7 +121,7 @@ class DecoderLayer(nn.Module):
         return y + self.dropout(self.ffn(self.norm3(y)))  # (B, T, d_model)
 
 
-class PreNormTransformer(nn.Module):
+class PreNormTransformer(PrefixDecoding, nn.Module):
     """§3 with pre-norm residuals and a final LayerNorm per stack; returns logits (B, T, tgt_vocab)."""
 
     pe: Tensor  # (max_len, d_model), a non-persistent buffer
@@ -203,7 +209,8 @@ DEVIATIONS: dict[str, str] = {
 NOTES = (
     "The layout of tensor2tensor's `transformer_base` from v2 on, of the Annotated Transformer and of "
     "`nn.Transformer(norm_first=True)`: each sub-layer normalizes its input, and each stack ends with a LayerNorm "
-    "that brings the residual stream back to unit scale. Everything else is the paper's."
+    "that brings the residual stream back to unit scale. Everything else is the paper's.\n\n"
+    "Decoding: as `torch-nn`, the step-level interface by recomputing the prefix, and no `generate`."
 )
 
 

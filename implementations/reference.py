@@ -6,7 +6,8 @@ from .declarations import Implementation
 from .hookspecs import hookimpl
 
 NOTES = ("The oracle: every other subject is compared with it (`reference/model.py`, the paper to the letter). "
-         "It declares no deviation and must pass every clause.")
+         "It declares no deviation and must pass every clause. It decodes with `reference/decoding.py`: a key/value "
+         "cache of plain tensors, greedy search and tensor2tensor's beam search with GNMT's length penalty (§6.1).")
 
 
 @hookimpl

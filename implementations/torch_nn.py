@@ -20,6 +20,11 @@ present, even post-norm; biases on the Q/K/V and output projections
 (``in_proj_bias``, ``out_proj.bias``), loaded as zeros; dropout on the
 attention weights and between the two FFN linears, both at ``dropout``.
 
+Decoding: the step-level interface only (``begin_decoding``, ``decode_step``,
+``reorder_state`` from ``reference.decoding.PrefixDecoding``), each step
+recomputing the whole prefix with ``forward``: PyTorch documents no decoder,
+so the adapter offers no search of its own (no ``generate``) and invents no cache.
+
 Canonical schema mapping (``load_reference_state``): ``in_proj_weight`` is
 cat(q, k, v) along the output rows, ``out_proj.weight`` is o, ``linear1`` and
 ``linear2`` are the FFN's w1 and w2; the final stack norms get gain 1 and
@@ -34,6 +39,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
+from reference.decoding import PrefixDecoding
 from reference.model import sinusoid_table
 from spec.config import ModelConfig
 from spec.schema import CanonicalKey, Target, load_canonical
@@ -44,7 +50,7 @@ from .hookspecs import hookimpl
 __all__ = ["TorchNNTransformer", "build", "DEVIATIONS"]
 
 
-class TorchNNTransformer(nn.Module):
+class TorchNNTransformer(PrefixDecoding, nn.Module):
     """Embeddings, positions, ``nn.Transformer`` and a tied generator; returns logits (B, T, tgt_vocab)."""
 
     pe: Tensor  # (max_len, d_model), a non-persistent buffer
@@ -164,7 +170,11 @@ NOTES = (
     "`load_reference_state` sets to 0. The encoder is built with `enable_nested_tensor=False`: with nested tensors "
     "(the default) eval-mode inference without autograd crashes under CPU autocast (\"expected scalar type Float "
     "but found BFloat16\", the guard `torch.is_autocast_enabled()` sees only CUDA autocast) and zeroes padded "
-    "encoder positions."
+    "encoder positions.\n\n"
+    "Decoding: the step-level interface only (`begin_decoding`, `decode_step`, `reorder_state` from "
+    "`reference.decoding.PrefixDecoding`), each step recomputing the whole prefix with `forward`; PyTorch documents "
+    "no decoder for `nn.Transformer`, so the adapter offers no `generate` and the search clauses (`decode.greedy`, "
+    "`decode.beam`, `decode.max-length`) skip."
 )
 
 

@@ -27,6 +27,20 @@ import torch
 from torch import Tensor, nn
 
 from spec.config import ModelConfig
+from spec.decoding import DecodeConfig
+
+from .decoding import (
+    KVCache,
+    LengthPenalty,
+    SearchFn,
+    beam_search,
+    decode_step,
+    gnmt_length_penalty,
+    greedy_search,
+    init_cache,
+    reorder,
+    search_tokens,
+)
 
 __all__ = [
     "sinusoid_table",
@@ -206,7 +220,13 @@ def sinusoid_table(length: int, d_model: int, *, dtype: torch.dtype = torch.floa
 # Masks (§3.2.3); True means "may attend"
 # ---------------------------------------------------------------------------
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
-    """Key-padding mask (B, 1, 1, L): True at real tokens, False at padding."""
+    """Key-padding mask (B, 1, 1, L): True at real tokens, False at padding.
+
+    The paper never mentions padding (it defines the model on sequences; padding is batching).
+    Masking padded keys in encoder self-attention and cross-attention, as tensor2tensor does,
+    makes every output independent of the padding. The decoder masks padded target keys too;
+    with right padding the causal mask already hides them from every real position.
+    """
     return (tokens != pad_id)[:, None, None, :]  # (B, 1, 1, L)
 
 
@@ -231,8 +251,12 @@ class Transformer(nn.Module):
 
     The keyword arguments swap in components (see ``implementations``
     components): an attention kernel, a positional table, a norm factory or
-    a feed-forward factory. Left at None they are this file's own.
+    a feed-forward factory, and for ``generate`` a beam search or a length
+    penalty. Left at None they are this file's own (and
+    ``reference/decoding.py``'s: tensor2tensor's beam search, GNMT's penalty).
     """
+
+    pe: Tensor  # (max_len, d_model), the §3.5 table: a buffer registered in __init__
 
     def __init__(
         self,
@@ -242,9 +266,13 @@ class Transformer(nn.Module):
         positional_encoding: PositionalFn | None = None,
         layer_norm: NormFactory | None = None,
         feed_forward: FeedForwardFactory | None = None,
+        search: SearchFn | None = None,
+        length_penalty: LengthPenalty | None = None,
     ):
         super().__init__()
         self.config = cfg = config
+        self._search: SearchFn = search or beam_search
+        self._length_penalty: LengthPenalty = length_penalty or gnmt_length_penalty
         attention = attention or scaled_dot_product_attention
         norm = layer_norm or LayerNorm
         ffn = feed_forward or PositionwiseFeedForward
@@ -274,7 +302,8 @@ class Transformer(nn.Module):
     def reset_parameters(self) -> None:
         """Initialization (the paper is silent): tensor2tensor's embedding init
         N(0, d_model^-0.5), so scaled embeddings have unit variance; Xavier-uniform
-        matrices; zero biases; unit norm gains."""
+        matrices (PyTorch's nn.Transformer; tensor2tensor used uniform unit scaling);
+        zero biases; unit norm gains."""
         for name, p in self.named_parameters():
             if name.endswith("embed.weight"):
                 nn.init.normal_(p, mean=0.0, std=self.config.d_model ** -0.5)
@@ -292,10 +321,13 @@ class Transformer(nn.Module):
             return self.pe[:length]
         return self._table(length).to(self.pe.device)  # beyond max_len: §3.5 extrapolates
 
-    def embed(self, tokens: Tensor, embedding: nn.Embedding) -> Tensor:
-        """§3.4 and §3.5: Dropout(sqrt(d_model) * E[tokens] + PE). (B, L, d_model)."""
+    def embed(self, tokens: Tensor, embedding: nn.Embedding, start: int = 0) -> Tensor:
+        """§3.4 and §3.5: Dropout(sqrt(d_model) * E[tokens] + PE). (B, L, d_model).
+
+        The tokens sit at positions start .. start + L - 1 (incremental decoding
+        embeds one token at a time, at the position after the prefix)."""
         x = embedding(tokens) * math.sqrt(self.config.d_model)  # (B, L, d_model)
-        pe = self.positional_encoding(tokens.size(1)).to(dtype=x.dtype)  # (L, d_model)
+        pe = self.positional_encoding(start + tokens.size(1))[start:].to(dtype=x.dtype)  # (L, d_model)
         return self.dropout(x + pe)
 
     # -- §3.1 ---------------------------------------------------------------
@@ -328,27 +360,48 @@ class Transformer(nn.Module):
         """Load a canonical-schema state dict; this model's keys are the schema's."""
         self.load_state_dict(dict(state), strict=True)
 
+    # -- decoding (§6.1), adapter contract: see reference/decoding.py -----------
+    def begin_decoding(self, src: Tensor) -> KVCache:
+        """Encode src (B, S) once; the key/value cache for an empty prefix."""
+        return init_cache(self, src)
+
+    def decode_step(self, state: KVCache, tokens: Tensor) -> tuple[Tensor, KVCache]:
+        """Feed tokens (N,) at the next position: next-token logits (N, V) and the grown cache."""
+        return decode_step(self, state, tokens)
+
+    def reorder_state(self, state: KVCache, indices: Tensor) -> KVCache:
+        """Row i of the new cache is row indices[i] of ``state`` (beams)."""
+        return reorder(state, indices)
+
+    def generate(self, src: Tensor, *, bos_id: int, eos_id: int, beam_size: int = 4, alpha: float = 0.6,
+                 max_len: int | None = None) -> Tensor:
+        """§6.1: beam search with GNMT's length penalty (greedy when beam_size is 1), cached.
+
+        Returns (B, L) output tokens without the start symbol, right-padded with
+        pad_id; max_len None means each source's real length + 50 (§6.1). A
+        ``search`` or ``length_penalty`` given to the constructor runs instead of
+        ``reference.decoding.beam_search`` or ``gnmt_length_penalty`` (beam_size > 1).
+        """
+        DecodeConfig(beam_size=beam_size, alpha=alpha, bos_id=bos_id, eos_id=eos_id)  # one-line errors
+        pad_id = self.config.pad_id
+        if beam_size == 1:
+            return greedy_search(self, src, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, max_len=max_len).tokens
+        with torch.no_grad():
+            return search_tokens(self._search(self, src, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id,
+                                              beam_size=beam_size, alpha=alpha, max_len=max_len,
+                                              length_penalty=self._length_penalty))
+
     @torch.no_grad()
     def greedy_decode(self, src: Tensor, *, bos_id: int, eos_id: int, max_new_tokens: int | None = None) -> Tensor:
         """Greedy decoding (§6.1 without the beam): (B, S) to (B, 1 + n) tokens starting with bos_id.
 
         Stops when every sequence has emitted eos_id or after max_new_tokens
-        (default: source length + 50, §6.1). Finished sequences are padded.
+        (default: each source's real length + 50, §6.1). Finished sequences are
+        padded. ``reference.decoding.greedy_search`` with the key/value cache.
         """
-        src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
-        memory = self.encode(src, src_mask)  # (B, S, d_model)
-        limit = src.size(1) + 50 if max_new_tokens is None else max_new_tokens
-        ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
-        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
-        for _ in range(limit):
-            logits = self.generator(self.decode(memory, src_mask, ys)[:, -1])  # (B, V)
-            nxt = logits.argmax(dim=-1)
-            nxt = torch.where(done, torch.full_like(nxt, self.config.pad_id), nxt)
-            ys = torch.cat([ys, nxt[:, None]], dim=1)  # (B, t + 1)
-            done = done | (nxt == eos_id)
-            if bool(done.all()):
-                break
-        return ys
+        ys = greedy_search(self, src, bos_id=bos_id, eos_id=eos_id, pad_id=self.config.pad_id,
+                           max_len=max_new_tokens).tokens  # (B, n)
+        return torch.cat([ys.new_full((src.size(0), 1), bos_id), ys], dim=1)  # (B, 1 + n)
 
 
 def build(config: ModelConfig) -> Transformer:

@@ -3,6 +3,7 @@
 from .clauses import AREAS, CLAUSES, Clause, clauses_in_area, get_clause
 from .config import BASE, BIG, PRESETS, TINY, ModelConfig, preset
 from .contract import OPTIONAL_METHODS, OUTPUT_KINDS, Adapter, OutputKind, has_capability
+from .decoding import DECODE_PRESETS, PARSING, TRANSLATION, DecodeConfig, decode_preset
 from .schema import copy_canonical, load_canonical, parameter_count, parameter_schema, tied_groups
 from .tolerance import ELEMENTWISE, MODEL, Tolerance, compare, tolerance
 
@@ -12,7 +13,9 @@ __all__ = [
     "clauses_in_area", "compare", "copy_canonical", "get_clause", "has_capability", "load_canonical",
     "parameter_count",
     "parameter_schema", "preset", "tied_groups", "tolerance",
+    "DECODE_PRESETS", "DecodeConfig", "PARSING", "TRANSLATION", "decode_preset",
 ]
 
 PAPER = "arXiv:1706.03762v7"
-SPEC_VERSION = "1"
+# 2: severities audited against the paper (mask.finite became should); norm.epsilon split from norm.layer-norm.
+SPEC_VERSION = "2"

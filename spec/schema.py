@@ -3,7 +3,9 @@
 Names follow ``torch.nn.Linear`` layout ([out_features, in_features]).
 Attention projections carry no bias (§3.2.2 has none); the feed-forward
 network has both biases (Eq. 2); each layer norm has a per-feature weight
-(gain) and bias; the pre-softmax projection ``generator`` has no bias (§3.4).
+(gain) and bias; the pre-softmax projection ``generator`` has no bias (§3.4
+shares the embedding matrix with it and names no bias; tensor2tensor has
+none).
 For ``q``, ``k`` and ``v``, head j owns output rows ``j*d_k`` to
 ``(j+1)*d_k``; ``o`` takes the heads concatenated in head order.
 """

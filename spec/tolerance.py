@@ -6,7 +6,8 @@ Comparisons use ``torch.testing.assert_close`` semantics: a value passes when
 comparison accumulates rounding through many layers (``MODEL``), which is
 measured in log-probability space. A check may use a looser entry only with
 a reason written next to it; every message reports the largest difference
-and where it occurred.
+and the element that exceeds the tolerance most (where the largest
+difference occurred, when nothing exceeds it).
 """
 
 from __future__ import annotations
@@ -69,8 +70,11 @@ class Comparison:
     tol: Tolerance
 
     def describe(self) -> str:
+        """The largest difference; with a mismatch, ``index`` is where the tolerance is exceeded most (which
+        may be another element than the largest difference when ``rtol`` allows more at large values)."""
+        where = " at index" if self.ok else "; furthest beyond the tolerance at index"
         return (
-            f"max |diff| = {self.max_abs:.3g} at index {list(self.index)} "
+            f"max |diff| = {self.max_abs:.3g}{where} {list(self.index)} "
             f"(got {self.actual:.6g}, expected {self.expected:.6g}; {self.tol})"
         )
 

@@ -11,6 +11,12 @@ suite catches each bug by the clause it breaks and accuses none of the rest.
 ``model.reference-equivalence`` is declared wherever the bug changes the
 function the model computes on padded batches with the canonical weights,
 since the differential check must see it too.
+
+The models here are registered without the reference's decoding methods
+(``begin_decoding``, ``decode_step``, ``reorder_state``, ``generate``): those
+would run the paper's layers over a key/value cache, not the broken ones, a
+second bug unrelated to the one under test. Decoding bugs live in
+``tests/broken_decoders.py``.
 """
 
 from __future__ import annotations
@@ -291,6 +297,13 @@ class LogitsDeclaredProbs(Transformer):
     pass  # BUG: returns logits, registered as probabilities
 
 
+class SourceVocabularyGenerator(Transformer):
+    def __init__(self, config):
+        super().__init__(config)
+        if not config.share_embeddings:  # BUG: the output projection is sized by the source vocabulary
+            self.generator = nn.Linear(config.d_model, config.src_vocab, bias=False)
+
+
 def with_parts(cls=Transformer, **parts) -> Callable[[ModelConfig], Transformer]:
     return lambda cfg: cls(cfg, **parts)
 
@@ -332,7 +345,7 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
     "unbiased-layer-norm": (with_parts(layer_norm=UnbiasedLayerNorm), "logits", "unbiased variance in LayerNorm", {
         "norm.layer-norm": "divides by d_model - 1", EQ: "outputs scaled by sqrt((d-1)/d)"}),
     "eps-outside-sqrt": (with_parts(layer_norm=EpsOutsideLayerNorm), "logits", "LayerNorm eps added to the std", {
-        "norm.layer-norm": "eps outside the square root"}),
+        "norm.epsilon": "eps outside the square root"}),
     "gelu": (with_parts(feed_forward=GeluFeedForward), "logits", "GELU in the FFN", {
         "ffn.formula": "GELU instead of ReLU", EQ: "different nonlinearity"}),
     "concat-pe": (with_parts(positional_encoding=concat_table), "logits", "sin and cos halves concatenated", {
@@ -375,7 +388,22 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
         "model.output-normalization": "already a log-softmax"}),
     "logits-as-probs": (with_parts(LogitsDeclaredProbs), "probs", "logits declared as probabilities", {
         "model.output-normalization": "do not sum to 1", EQ: "compared as probabilities"}),
+    "source-vocab-generator": (with_parts(SourceVocabularyGenerator), "logits",
+                               "output projection sized by the source vocabulary", {
+        "model.shape": "with separate vocabularies of 41 and 43 tokens the scores are [B, T, 41]",
+        "embedding.shared-weights": "with share_embeddings=False there are two source-sized matrices and no "
+                                    "separate target projection"}),
 }
+
+
+def forward_only(build: Callable[[ModelConfig], nn.Module]) -> Callable[[ModelConfig], nn.Module]:
+    """``build`` whose model hides the decoding methods it inherits from the reference (see the module docstring)."""
+    def make(cfg: ModelConfig) -> nn.Module:
+        model = build(cfg)
+        for method in ("begin_decoding", "decode_step", "reorder_state", "generate"):
+            setattr(model, method, None)
+        return model
+    return make
 
 
 @hookimpl
@@ -383,5 +411,5 @@ def register_implementations(register):
     # AIAYN_BROKEN_UNDECLARED=1 registers them without their declarations (the negative control).
     declare = os.environ.get("AIAYN_BROKEN_UNDECLARED") != "1"
     for name, (build, output, bug, clauses) in BROKEN.items():
-        register(Implementation(name=f"broken-{name}", build=build, output=output, summary=f"BUG: {bug}",
+        register(Implementation(name=f"broken-{name}", build=forward_only(build), output=output, summary=f"BUG: {bug}",
                                 source="tests/broken_models.py", deviations=clauses if declare else {}))

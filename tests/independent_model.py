@@ -12,7 +12,11 @@ Differences from the reference, all function-preserving:
   mask applied additively from a float bias, empty rows zeroed afterwards;
 - layer norm via ``torch.nn.functional.layer_norm``;
 - the positional table from the exp/log form of §3.5, built once as a buffer;
-- the output is log-probabilities (``log_softmax`` of the tied projection).
+- the output is log-probabilities (``log_softmax`` of the tied projection);
+- decoding recomputes the prefix (``decode_step``) and ``generate`` is a per-source, list-based
+  transcription of §6.1 and tensor2tensor's beam search (2K candidates, K alive, K finished kept aside,
+  GNMT's penalty with |Y| counting the end symbol, t2t's early-stop bound), written without
+  ``reference/decoding.py``'s batched tensors.
 """
 
 from __future__ import annotations
@@ -129,6 +133,59 @@ class Independent(nn.Module):
         for blk in self.dec:
             y = blk(y, allowed, mem, keys)
         return torch.log_softmax(y.transpose(0, 1) @ self.proj.t(), dim=-1)  # (B, T, V)
+
+    # -- decoding, written apart from reference/decoding.py -------------------------------------------------
+    def begin_decoding(self, src: Tensor):
+        return src, src[:, :0]
+
+    def decode_step(self, state, tokens: Tensor):
+        src, ys = state
+        ys = torch.cat([ys, tokens[:, None]], dim=1)
+        return self(src, ys)[:, -1], (src, ys)
+
+    def reorder_state(self, state, indices: Tensor):
+        return state[0][indices], state[1][indices]
+
+    def _next(self, src: Tensor, prefixes: list[list[int]]) -> list[list[float]]:
+        logp = self(src.expand(len(prefixes), -1), torch.tensor(prefixes, device=src.device))[:, -1].double()
+        logp[:, self.cfg.pad_id] = -math.inf  # padding is never generated
+        return logp.tolist()
+
+    @torch.no_grad()
+    def generate(self, src: Tensor, *, bos_id: int, eos_id: int, beam_size: int = 4, alpha: float = 0.6,
+                 max_len: int | None = None) -> Tensor:
+        pad = self.cfg.pad_id
+        outs = []
+        for b in range(src.size(0)):
+            one = src[b:b + 1]
+            limit = int((one != pad).sum()) + 50 if max_len is None else max_len
+            if beam_size == 1:
+                out: list[int] = []
+                while len(out) < limit and eos_id not in out:
+                    row = self._next(one, [[bos_id] + out])[0]
+                    out.append(max(range(len(row)), key=row.__getitem__))
+            else:
+                out = self._beam(one, bos_id, eos_id, beam_size, alpha, limit)
+            outs.append(out)
+        width = max((len(o) for o in outs), default=0)
+        return torch.tensor([o + [pad] * (width - len(o)) for o in outs], dtype=torch.long).view(len(outs), width)
+
+    def _beam(self, one: Tensor, bos_id: int, eos_id: int, k: int, alpha: float, limit: int) -> list[int]:
+        def lp(n: int) -> float:
+            return ((5.0 + n) / 6.0) ** alpha
+
+        alive: list[tuple[float, list[int]]] = [(0.0, [])]
+        finished: list[tuple[float, list[int]]] = []
+        for i in range(limit):
+            rows = self._next(one, [[bos_id] + seq for _, seq in alive])
+            grown = sorted(((s + x, seq + [v]) for (s, seq), row in zip(alive, rows) for v, x in enumerate(row)
+                            if x > -math.inf), key=lambda c: c[0], reverse=True)[:2 * k]
+            finished = sorted(finished + [(s / lp(i + 1), seq) for s, seq in grown if seq[-1] == eos_id],
+                              key=lambda c: c[0], reverse=True)[:k]
+            alive = [(s, seq) for s, seq in grown if seq[-1] != eos_id][:k]
+            if finished and min(f[0] for f in finished) > alive[0][0] / lp(limit):
+                break
+        return finished[0][1] if finished else alive[0][1]
 
     @torch.no_grad()
     def load_reference_state(self, state) -> None:

@@ -69,6 +69,15 @@ def test_verdict_counts_broken_must_and_should_clauses():
     assert not s.conforming and sorted(s.bad) == ["attention.scale", "device.portable", "norm.post-norm"]
 
 
+def test_should_clauses_alone_do_not_make_a_subject_nonconforming():
+    """A model that computes the paper's function is conforming whatever its robustness and portability results."""
+    assert CLAUSES["mask.finite"].severity == CLAUSES["device.portable"].severity == "should"
+    s = subject("c", {"attention.scale": "pass", "mask.finite": "deviation", "device.portable": "fail"})
+    assert s.conforming and s.verdict == "conforming (0 must, 2 should)"
+    assert s.to_json()["conforming"] is True and s.to_json()["broken"] == {"must": 0, "should": 2}
+    assert sorted(s.bad) == ["device.portable"]  # an undeclared failure still fails the audit's exit status
+
+
 @pytest.mark.parametrize("statuses, code", [
     ({"attention.scale": "pass"}, 0),
     ({"attention.scale": "deviation", "mask.causal": "skip"}, 0),  # only declared deviations: exit 0
@@ -127,7 +136,7 @@ def test_markdown_is_a_table_and_a_failure_list():
 
 def test_json_follows_schema_1():
     data = json.loads(report.as_json(fake_result()))
-    assert data["schema"] == 1 and data["exit_code"] == 1
+    assert data["schema"] == 2 and data["exit_code"] == 1
     assert set(data["implementations"]) == {"good", "bad<impl>"} and set(data["components"]) == {"attention:kernel"}
     bad = data["implementations"]["bad<impl>"]
     assert bad["verdict"] == "nonconforming (2 must, 0 should)" and bad["source"] == "bad<impl>.py"

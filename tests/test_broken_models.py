@@ -4,7 +4,8 @@ One run of the whole conformance suite over every model of ``tests/broken_models
 the independently written conforming model of ``tests/independent_model.py`` and the reference. Each
 broken model declares the clauses its bug breaks; the per-(model, clause) outcomes read from
 ``--results-json`` must show every declared clause observed failing and no other clause failing, and the
-two conforming models must pass everything they are checked on.
+two conforming models must pass everything they are checked on. The broken decoders of
+``tests/broken_decoders.py`` (the reference's forward with one decoding bug) run the decoding checks only.
 """
 
 from __future__ import annotations
@@ -25,16 +26,19 @@ from spec import CLAUSES
 ROOT = Path(__file__).resolve().parents[1]
 BROKEN_PLUGIN = ROOT / "tests" / "broken_models.py"
 INDEPENDENT_PLUGIN = ROOT / "tests" / "independent_model.py"
+DECODERS_PLUGIN = ROOT / "tests" / "broken_decoders.py"
 
 
-def _load_broken():
-    spec = importlib.util.spec_from_file_location("_broken_models_listing", BROKEN_PLUGIN)
+def _load_table(path: Path, table: str):
+    spec = importlib.util.spec_from_file_location(f"_{path.stem}_listing", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.BROKEN
+    return getattr(module, table)
 
 
-BROKEN = _load_broken()
+BROKEN = _load_table(BROKEN_PLUGIN, "BROKEN")
+BROKEN_DECODERS = _load_table(DECODERS_PLUGIN, "BROKEN_DECODERS")
+BROKEN_SEARCHES = _load_table(DECODERS_PLUGIN, "BROKEN_SEARCHES")
 CONFORMING = ["reference", "independent"]
 HAVE_ORT = importlib.util.find_spec("onnxruntime") is not None
 
@@ -59,7 +63,8 @@ def run_suite(impls, tmp: Path, *extra: str, env=None, suite: str | None = "conf
     # The smoke profile: 3 examples, no shrinking. Each check's fixed witness shows its bug deterministically.
     cmd = [sys.executable, "-m", "pytest", *([suite] if suite else []), "-q", "-p", "no:cacheprovider",
            "--hypothesis-profile=smoke",
-           f"--plugin={BROKEN_PLUGIN}", f"--plugin={INDEPENDENT_PLUGIN}", f"--impl={','.join(impls)}",
+           f"--plugin={BROKEN_PLUGIN}", f"--plugin={INDEPENDENT_PLUGIN}", f"--plugin={DECODERS_PLUGIN}",
+           f"--impl={','.join(impls)}",
            f"--results-json={out}", *extra]
     if importlib.util.find_spec("xdist") is not None and threads.available_cpus() > 1:
         cmd += ["-n", str(min(4, threads.available_cpus()))]
@@ -80,6 +85,17 @@ def run_suite(impls, tmp: Path, *extra: str, env=None, suite: str | None = "conf
 # models for which they can tell something, the rest of the suite on every model.
 ONNX_TEST = "conformance/test_export.py"
 ONNX_MODELS = ["reference", "broken-dropout-in-eval"]
+# The broken decoders compute the reference's forward pass: only the decoding checks can tell them apart. The
+# decoding components (length penalties, beam searches) run there too, alone and composed into the reference.
+DECODE_TEST = "conformance/test_decode.py"
+DECODE_COMPONENTS = "length_penalty:all,search:all"
+# Built-in and broken decoding components that depart from §6.1, with the clauses they declare.
+DEPARTING_COMPONENTS = {"length_penalty:length-power": {"decode.beam"}, "length_penalty:none": {"decode.beam"},
+                        **{f"search:broken-{n}": set(c) for n, (_, _, c) in BROKEN_SEARCHES.items()}}
+CONFORMING_COMPONENTS = ["length_penalty:reference", "search:reference"]
+COMPOSED = {f"reference+{kind}={name}": clauses for (kind, _, name), clauses in
+            ((c.partition(":"), cl) for c, cl in DEPARTING_COMPONENTS.items())}
+COMPOSED_CONFORMING = "reference+search=reference+length_penalty=reference"
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +108,12 @@ def outcomes(tmp_path_factory):
         tests += data_onnx["tests"]
         res.returncode = res.returncode or res_onnx.returncode
         res.stdout += res_onnx.stdout
+    decoders = [f"broken-decoder-{n}" for n in BROKEN_DECODERS] + list(COMPOSED) + [COMPOSED_CONFORMING]
+    res_dec, data_dec = run_suite(decoders, tmp_path_factory.mktemp("decoders"), DECODE_TEST,
+                                  f"--component={DECODE_COMPONENTS}", suite=None)
+    tests += data_dec["tests"]
+    res.returncode = res.returncode or res_dec.returncode
+    res.stdout += res_dec.stdout
     table: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for rec in tests:
         if rec["subject"]:
@@ -123,6 +145,57 @@ def test_broken_model_is_caught_by_exactly_its_clauses(outcomes, name):
     declared = set(clauses) - (set() if HAVE_ORT else {"export.onnx"})  # no ONNX run without onnxruntime
     problems = _problems(per_clause, declared)
     assert not problems, f"broken-{name} ({bug}):\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_DECODERS))
+def test_broken_decoder_is_caught_by_exactly_its_clauses(outcomes, name):
+    _, table = outcomes
+    build, output, bug, clauses = BROKEN_DECODERS[name]
+    assert set(clauses) <= {c for c in CLAUSES if c.startswith("decode.")}, \
+        f"broken-decoder-{name} declares clauses outside the decode area: {sorted(clauses)}"
+    per_clause = table.get(f"broken-decoder-{name}")
+    assert per_clause, f"broken-decoder-{name}: no results (was it registered?)"
+    problems = _problems(per_clause, set(clauses))
+    assert not problems, f"broken-decoder-{name} ({bug}):\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("name", sorted(DEPARTING_COMPONENTS) + sorted(COMPOSED))
+def test_decoding_component_is_caught_by_exactly_its_clauses(outcomes, name):
+    """Alone (``--component``) and composed into the reference (``reference+KIND=NAME``, inheriting its
+    declarations), a departing length penalty or search fails exactly the clauses it declares."""
+    _, table = outcomes
+    declared = DEPARTING_COMPONENTS.get(name) or COMPOSED[name]
+    per_clause = table.get(name)
+    assert per_clause, f"{name}: no results (was it registered?)"
+    problems = _problems(per_clause, declared)
+    assert not problems, f"{name}:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("name", CONFORMING_COMPONENTS + [COMPOSED_CONFORMING])
+def test_the_reference_decoding_components_pass_alone_and_composed(outcomes, name):
+    _, table = outcomes
+    per_clause = table.get(name)
+    assert per_clause, f"{name}: no results"
+    outcomes_seen = {r["outcome"] for recs in per_clause.values() for r in recs}
+    assert outcomes_seen == {"passed"}, f"{name}: {sorted(outcomes_seen)} in {dict(per_clause)}"
+
+
+def test_every_decoding_component_check_fails_for_some_departing_component(outcomes):
+    """Each length-penalty and search check is proven able to fail: a departing component fails it."""
+    _, table = outcomes
+    runs: dict[str, set[str]] = defaultdict(set)
+    for name in list(DEPARTING_COMPONENTS) + CONFORMING_COMPONENTS:
+        for recs in table.get(name, {}).values():
+            for r in recs:
+                runs[r["nodeid"].split("[")[0]].add(r["outcome"])
+    assert len(runs) == 5, sorted(runs)  # two length-penalty checks, three search checks
+    unproven = sorted(check for check, seen in runs.items() if "xfailed" not in seen)
+    assert not unproven, f"component checks no departing component fails: {unproven}"
+
+
+def test_every_decode_clause_is_proven_by_a_broken_decoder():
+    proven = {c for *_, clauses in BROKEN_DECODERS.values() for c in clauses}
+    assert proven == {c for c in CLAUSES if c.startswith("decode.")}
 
 
 @pytest.mark.parametrize("name", CONFORMING)

@@ -28,13 +28,15 @@ def registry(*extra):
 def test_builtin_components_are_registered():
     comps = {f"{c.kind}:{c.name}" for c in registry().components.values()}
     assert {"attention:reference", "attention:sdpa-math", "attention:sdpa-flash", "positional_encoding:reference",
-            "layer_norm:torch-layernorm", "feed_forward:reference"} <= comps
+            "layer_norm:torch-layernorm", "feed_forward:reference", "length_penalty:reference",
+            "length_penalty:length-power", "length_penalty:none", "search:reference"} <= comps
 
 
 def test_component_selection():
     reg = registry(GOOD)
     assert {c.kind for c in reg.select_components("reference")} == {"attention", "positional_encoding",
-                                                                    "layer_norm", "feed_forward"}
+                                                                    "layer_norm", "feed_forward",
+                                                                    "length_penalty", "search"}
     assert [c.name for c in reg.select_components("attention:good-kernel")] == ["good-kernel"]
     assert all(c.kind == "attention" for c in reg.select_components("attention:all"))
     with pytest.raises(UnknownComponentError, match="unknown component 'attention:nope'; known:"):
@@ -47,6 +49,41 @@ def test_composition_is_resolved_by_name_and_inherits_deviations():
     assert "ffn.formula" in impl.deviations and impl.output == "logits"
     assert reg.get("reference+feed_forward=gelu") is impl
     assert "reference+feed_forward=gelu" not in [i.name for i in reg.select("all")]
+
+
+def test_a_composed_search_and_length_penalty_run_in_generate():
+    """reference+search=X+length_penalty=Y: the model's generate (beam_size > 1) calls X with Y's function;
+    greedy decoding (beam_size 1) stays the reference's."""
+    import torch
+
+    from implementations import Component, validated
+    from implementations.composition import compose, parse_composition
+    from reference.decoding import beam_search
+    from spec.config import TINY
+
+    calls = []
+
+    def spy_search(decoder, src, **kw):
+        calls.append(kw)
+        return beam_search(decoder, src, **kw)
+
+    def halved(length, alpha):
+        return length.float() / 2
+
+    name = "reference+search=spy+length_penalty=halved"
+    assert parse_composition(name) == [("search", "spy"), ("length_penalty", "halved")]
+    impl = compose(name, [validated(Component("search", "spy", lambda: spy_search)),
+                          validated(Component("length_penalty", "halved", lambda: halved,
+                                              deviations={"decode.beam": "divides by |Y| / 2"}))])
+    assert dict(impl.deviations) == {"decode.beam": "length_penalty component 'halved': divides by |Y| / 2"}
+    torch.manual_seed(0)
+    model = impl.build(TINY).eval()
+    src = torch.tensor([[5, 6, 7], [8, 9, 0]])
+    out = model.generate(src, bos_id=1, eos_id=2, beam_size=3, alpha=0.6, max_len=4)
+    assert out.shape[0] == 2 and len(calls) == 1
+    assert calls[0]["beam_size"] == 3 and calls[0]["length_penalty"] is halved and calls[0]["max_len"] == 4
+    model.generate(src, bos_id=1, eos_id=2, beam_size=1, alpha=0.6, max_len=4)
+    assert len(calls) == 1  # greedy search is not the component's
 
 
 @pytest.mark.parametrize("name, error, message", [
@@ -79,7 +116,7 @@ def test_inverted_polarity_kernel_is_caught_naming_the_polarity():
     res = pytest_run(f"--plugin={INVERTED}", "--component=attention:inverted-kernel")
     assert res.returncode == 1, res.stdout[-3000:]
     assert "mask polarity inverted" in res.stdout
-    assert "FAILED conformance/test_component_attention.py::test_key_padding_mask_semantics_and_polarity" in res.stdout
+    assert "FAILED conformance/test_mask.py::test_kernel_key_padding_mask_semantics_and_polarity" in res.stdout
 
 
 def test_correct_kernel_passes_alone_and_composed_into_the_reference():

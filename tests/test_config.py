@@ -1,27 +1,82 @@
-"""spec.ModelConfig: defaults are the paper's base model; invalid values name the field."""
+"""spec.ModelConfig and its parameter counts against the paper's numbers (Table 3, §3.2.2, §5.1); invalid values
+name the field."""
 
 import dataclasses
+import math
 
 import pytest
 
-from spec import BASE, BIG, PRESETS, TINY, ModelConfig, preset
+from spec import BASE, PRESETS, TINY, ModelConfig, parameter_count, parameter_schema, preset, tied_groups
+
+# Table 3 of the paper (arXiv:1706.03762v7): N, d_model, d_ff, h, d_k, d_v, P_drop. The big row leaves d_k and
+# d_v blank; §3.2.2's d_k = d_v = d_model / h gives 1024 / 16 = 64.
+TABLE_3 = {
+    "base": (6, 512, 2048, 8, 64, 64, 0.1),
+    "big": (6, 1024, 4096, 16, 64, 64, 0.3),
+}
+
+
+def table_3_row(c: ModelConfig) -> tuple:
+    return (c.n_layers, c.d_model, c.d_ff, c.n_heads, c.d_k, c.d_v, c.dropout)
+
+
+@pytest.mark.parametrize("name", sorted(TABLE_3))
+def test_presets_are_table_3(name):
+    assert table_3_row(preset(name)) == TABLE_3[name], f"preset {name!r} is not Table 3's {name} row"
 
 
 def test_defaults_are_the_base_model():
     c = ModelConfig()
-    assert (c.d_model, c.n_heads, c.d_ff, c.n_layers, c.dropout) == (512, 8, 2048, 6, 0.1)
-    assert c.d_k == c.d_v == 64
-    assert c.share_embeddings and c.norm_eps == 1e-6 and c.pad_id == 0
-    assert c == BASE
+    assert table_3_row(c) == TABLE_3["base"] and c == BASE
+    # §5.1: a shared source-target vocabulary of about 37000 tokens; §3.4: three-way tying.
+    assert c.src_vocab == c.tgt_vocab == 37000 and c.share_embeddings
+    assert c.norm_eps == 1e-6 and c.pad_id == 0  # tensor2tensor's epsilon; the paper gives none
 
 
-def test_big_preset_is_table_3_big():
-    assert (BIG.d_model, BIG.n_heads, BIG.d_ff, BIG.n_layers, BIG.dropout) == (1024, 16, 4096, 6, 0.3)
-    assert BIG.d_k == 64
+@pytest.mark.parametrize("d_model, h, d_k", [
+    (512, 1, 512), (512, 4, 128), (512, 16, 32), (512, 32, 16),  # Table 3, rows (A)
+    (256, 8, 32), (1024, 8, 128),  # Table 3, rows (C)
+])
+def test_d_k_and_d_v_are_d_model_over_h(d_model, h, d_k):
+    c = ModelConfig(d_model=d_model, n_heads=h)
+    assert (c.d_k, c.d_v) == (d_k, d_k)
 
 
 def test_tiny_has_several_heads_and_layers():
-    assert TINY.n_heads > 1 and TINY.n_layers >= 2 and TINY.d_model <= 64
+    assert TINY.n_heads > 1 and TINY.n_layers >= 2 and TINY.d_model <= 64 and TINY.d_k * TINY.n_heads == TINY.d_model
+
+
+def test_parameter_counts_of_the_base_model():
+    """The derived numbers: per block, per layer, and the total with V = 37000 and three-way tying."""
+    schema = parameter_schema(BASE)
+
+    def size(prefix: str) -> int:
+        return sum(math.prod(shape) for name, shape in schema.items() if name.startswith(prefix))
+
+    assert size("encoder.0.self_attn.") == 4 * 512 * 512 == 1_048_576  # W^Q, W^K, W^V, W^O, no bias
+    assert size("encoder.0.ffn.") == 2_099_712  # 2 * 512 * 2048 + 2048 + 512 (Eq. 2 has biases)
+    assert size("encoder.0.norm1.") == 1_024
+    assert size("encoder.0.") == 3_150_336 and size("decoder.0.") == 4_199_936
+    assert size("encoder.") + size("decoder.") == 44_101_632
+    assert parameter_count(BASE) == 44_101_632 + 37000 * 512 == 63_045_632
+    assert parameter_count(BASE.replace(share_embeddings=False)) - parameter_count(BASE) == 2 * 37000 * 512
+
+
+@pytest.mark.parametrize("name, millions", [("base", 65), ("big", 213)])
+def test_totals_match_table_3_within_5_percent(name, millions):
+    """Table 3's totals are rounded and depend on the vocabulary (about 37000 tokens, §5.1)."""
+    assert abs(parameter_count(preset(name)) / 1e6 - millions) <= 0.05 * millions
+
+
+@pytest.mark.parametrize("changes, millions", [
+    ({"n_layers": 2}, 36), ({"n_layers": 4}, 50), ({"n_layers": 8}, 80),  # Table 3, rows (C)
+    ({"d_ff": 1024}, 53), ({"d_ff": 4096}, 90),
+])
+def test_table_3_differences_from_the_base_model(changes, millions):
+    """Rows (C) that keep d_model keep the embedding matrix, so their difference from the base model's 65M does
+    not depend on the vocabulary: it must match Table 3 within its rounding (each total to 1M)."""
+    delta = (parameter_count(BASE.replace(**changes)) - parameter_count(BASE)) / 1e6
+    assert abs(delta - (millions - 65)) <= 1.0, f"{changes}: {delta:+.2f}M, Table 3 {millions - 65:+d}M"
 
 
 def test_config_is_frozen():
@@ -51,11 +106,16 @@ def test_invalid_values_raise_naming_the_field(changes, field):
 
 def test_untied_vocabularies_may_differ():
     c = ModelConfig(src_vocab=100, tgt_vocab=200, share_embeddings=False)
-    assert c.tgt_vocab == 200
+    schema = parameter_schema(c)
+    assert (schema["src_embed.weight"], schema["tgt_embed.weight"], schema["generator.weight"]) == \
+        ((100, 512), (200, 512), (200, 512))
+    assert tied_groups(c) == [] and parameter_count(c) == 44_101_632 + (100 + 200 + 200) * 512
 
 
-def test_replace_validates_again():
-    assert TINY.replace(dropout=0.0).dropout == 0.0
+def test_replace_changes_one_field_keeps_the_others_and_validates_again():
+    c = BASE.replace(n_heads=16)
+    assert table_3_row(c) == (6, 512, 2048, 16, 32, 32, 0.1)  # Table 3, row (A) with h = 16
+    assert c.replace(n_heads=8) == BASE and BASE.n_heads == 8  # a copy: the preset is untouched
     with pytest.raises(ValueError, match="dropout"):
         TINY.replace(dropout=2.0)
 

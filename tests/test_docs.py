@@ -2,15 +2,18 @@
 
 from pathlib import Path
 
-from spec.__main__ import catalogue_markdown
+import pytest
+
+from conformance.catalogue import clauses_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_clause_catalogue_doc_is_current():
+def test_clause_catalogue_doc_is_current(monkeypatch):
+    monkeypatch.chdir(ROOT)
     doc = (ROOT / "docs" / "clauses.md").read_text()
-    assert doc == catalogue_markdown(), \
-        "docs/clauses.md is stale: regenerate it with `python -m spec > docs/clauses.md`"
+    assert doc == clauses_markdown(), \
+        "docs/clauses.md is stale: regenerate it with `python3 -m conformance.catalogue > docs/clauses.md`"
 
 
 def test_readme_names_every_suite_option():
@@ -31,11 +34,31 @@ def test_readme_opens_with_the_two_commands():
     assert "pytest" in tests and "torch==2.13.0" in tests
 
 
-def test_ci_runs_exactly_the_readme_test_command():
-    tests = readme_commands()[1]
-    ci = (ROOT / ".ci" / "run").read_text().splitlines()
-    assert tests in ci, f".ci/run must run the README's test command verbatim: {tests}"
-    assert ci.index("python3 -m pip install --quiet torch==2.13.0") < ci.index(tests)
+def test_ci_does_what_a_newcomer_does():
+    """.ci/run makes a fresh venv, runs the README's two commands in it verbatim, installs nothing else,
+    then runs ruff and mypy in that venv."""
+    main_job, tests = readme_commands()[:2]
+    ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()]
+    code = [ln for ln in ci if ln and not ln.startswith("#")]
+    venv = next((i for i, ln in enumerate(code) if ln.startswith("python3 -m venv ")), None)
+    assert venv is not None, ".ci/run must create a fresh virtual environment with `python3 -m venv`"
+    activate = next((i for i, ln in enumerate(code) if ln.startswith(". ") and ln.endswith("/bin/activate\"")), None)
+    assert activate is not None and activate > venv, ".ci/run must activate the venv it created"
+    for command in (main_job, tests):
+        assert command in code, f".ci/run must run the README's command verbatim: {command}"
+        assert code.index(command) > activate, f".ci/run runs {command!r} before activating its venv"
+    assert code.index(main_job) < code.index(tests)
+    installs = [ln for ln in code if "pip install" in ln or "pip3 install" in ln]
+    assert installs == [main_job, tests], f".ci/run installs something by hand: {installs}"
+    assert code[-2:] == ["ruff check .", "python3 -m mypy"], ".ci/run must end with ruff and mypy, in its venv"
+
+
+def test_dev_extra_holds_the_ci_tools():
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    names = {req.split(">")[0].split("=")[0].split("[")[0].strip() for req in extras["dev"]}
+    assert {"ruff", "mypy"} <= names, f"the dev extra must provide ruff and mypy for .ci/run: {extras['dev']}"
 
 
 def test_audits_doc_is_current():

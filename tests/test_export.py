@@ -70,17 +70,12 @@ def test_cli_export_and_verify(tmp_path):
     assert "exporting" in res.stderr  # progress
 
 
-def test_cli_generation_form(tmp_path):
-    res = cli("--impl", "reference", "--preset", "tiny", "--generation", "--out-dir", str(tmp_path), "--verify")
-    assert res.returncode == 0, res.stderr
-    assert "onnxruntime equals PyTorch" in res.stdout
-
-
 @pytest.mark.parametrize("args, message, code", [
     (["--impl", "nope", "--preset", "tiny", "--out", "x.onnx"], "unknown implementation 'nope'; known:", 2),
     (["--preset", "huge", "--out", "x.onnx"], "unknown preset 'huge'; accepted: base, big, tiny", 2),
     (["--preset", "tiny", "--out", "/proc/forbidden/x.onnx"], "cannot write /proc/forbidden/x.onnx", 1),
     (["--preset", "tiny", "--generation"], "--generation needs --out-dir", 2),
+    (["--preset", "tiny", "--format", "ctranslate2"], "--format ctranslate2 needs --out-dir", 2),
 ])
 def test_cli_errors_are_one_line(args, message, code):
     res = cli(*args)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance.weights import reference_twin, visible_state
+from conformance.transplant import reference_twin, visible_state
 from implementations.availability import installed_version, parse_written_for, version_note
 from reference.model import sinusoid_table
 from spec.config import TINY, ModelConfig

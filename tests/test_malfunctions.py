@@ -2,7 +2,8 @@
 
 One suite run over the implementations of ``tests/fixtures/malfunctioning_plugin.py`` (a build that raises,
 a forward that raises, NaN, a wrong shape, an integer dtype, a dict instead of a tensor, a forward that
-never returns) and the reference beside them.
+never returns) and the reference beside them. A forward that raises at every shape is explained once by the
+shape probe (model.shape), and the checks that need a forward call skip naming it.
 """
 
 from __future__ import annotations
@@ -74,8 +75,39 @@ def test_each_malfunction_is_an_error_with_its_one_line_reason(run, name):
     assert any(reason in r["message"] for r in errors), \
         f"{name}: no message says {reason!r}; got {sorted({r['message'] for r in errors})[:3]}"
     # A crash never reads as a verdict on the paper: no check of a malfunctioning model is a clause failure,
-    # except mask.finite, which is exactly about NaN.
-    assert all(r["clause"] == "mask.finite" for r in recs if r["outcome"] == "failed"), recs
+    # except mask.finite, which is exactly about NaN, and model.shape, which is exactly about what forward
+    # returns (a tensor of the wrong shape or dtype, or no tensor at all).
+    allowed = {"mask.finite"} | ({"model.shape"} if name in WRONG_OUTPUT else set())
+    assert all(r["clause"] in allowed for r in recs if r["outcome"] == "failed"), recs
+
+
+WRONG_OUTPUT = ["wrong-shape", "integer-output", "not-a-tensor"]
+
+
+@pytest.mark.parametrize("name", WRONG_OUTPUT)
+def test_a_wrong_output_fails_model_shape_with_what_it_measured(run, name):
+    """model.shape's own checks judge the output's type, shape and dtype: a failure, measured vs expected; the
+    other clauses still report that they could not be checked."""
+    _, records, _ = run
+    shape = [r for r in records[name] if r["clause"] == "model.shape"]
+    assert shape and all(r["outcome"] == "failed" for r in shape), shape
+    assert all("measured: forward returned" in r["detail"] and "expected:" in r["detail"] for r in shape), shape
+    assert any(r["outcome"] == "error" for r in records[name] if r["clause"] != "model.shape")
+
+
+def test_a_forward_that_always_raises_is_reported_once(run):
+    """The shape probe finds that forward raises at every shape it tries: model.shape says so once (could not be
+    checked), and every other check that needs a forward call skips naming model.shape, rather than repeating
+    the crash under every clause (checks that need no forward call, such as config.parameters, still run)."""
+    _, records, _ = run
+    recs = records["forward-raises"]
+    errors = [r for r in recs if r["outcome"] == "error"]
+    assert len(errors) == 1 and errors[0]["clause"] == "model.shape", errors
+    assert "forward raised at every probed shape" in errors[0]["message"], errors[0]
+    skipped = [r for r in recs if r["outcome"] == "skipped"]
+    assert skipped and all(r["message"].startswith("blocked by model.shape: forward raised at every probed shape")
+                           and "CUDA kernel exploded" in r["message"] for r in skipped), skipped
+    assert any(r["outcome"] == "passed" and r["clause"] == "config.parameters" for r in recs), recs
 
 
 def test_the_reference_in_the_same_run_is_untouched(run):

@@ -190,16 +190,16 @@ def test_aiayn_list_reports_a_broken_plugin_on_stderr_and_still_lists():
 
 
 def test_suite_audits_a_file_plugin_with_the_plugin_option():
-    res = run("-m", "pytest", "conformance/test_shapes.py", f"--plugin={FIXTURES / 'good_plugin.py'}",
-              "--impl=file-plugin-model", "-v", "-p", "no:cacheprovider")
+    res = run("-m", "pytest", "conformance/test_model.py", "--clause=model.shape",
+              f"--plugin={FIXTURES / 'good_plugin.py'}", "--impl=file-plugin-model", "-v", "-p", "no:cacheprovider")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "implementation under test: file-plugin-model" in res.stdout  # the report header
     assert "test_shape_witness[file-plugin-model] PASSED" in res.stdout
 
 
 def test_suite_audits_a_file_plugin_given_by_env():
-    res = run("-m", "pytest", "conformance/test_shapes.py", "--impl=file-plugin-model", "-q", "-p",
-              "no:cacheprovider", env_extra={"AIAYN_PLUGINS": str(FIXTURES / "good_plugin.py")})
+    res = run("-m", "pytest", "conformance/test_model.py", "--clause=model.shape", "--impl=file-plugin-model", "-q",
+              "-p", "no:cacheprovider", env_extra={"AIAYN_PLUGINS": str(FIXTURES / "good_plugin.py")})
     assert res.returncode == 0, res.stdout + res.stderr
 
 

@@ -16,7 +16,7 @@ import torch
 
 from aiayn.cli import main
 from aiayn.scaffold import render, scaffold
-from conformance.weights import reference_twin, visible_state
+from conformance.transplant import reference_twin, visible_state
 from implementations import Registry
 from spec.config import TINY
 

@@ -50,6 +50,16 @@ def test_component_checks_carry_known_clauses(monkeypatch):
     assert found and set(found) <= set(CLAUSES)
 
 
+def test_every_check_lives_in_the_module_of_its_area(monkeypatch):
+    """One room per clause area: every check of clause AREA.NAME, model-level or component, is in
+    conformance/test_AREA.py, so one module holds all the checks of a clause."""
+    monkeypatch.chdir(ROOT)
+    misplaced = [f"{item.nodeid} checks {clause}" for item in collect("--impl=reference", "--component=all")
+                 for clause in [item.get_closest_marker("clause").args[0]]
+                 if Path(str(item.path)).name != f"test_{CLAUSES[clause].area}.py"]
+    assert not misplaced, "checks outside the module of their clause's area:\n  " + "\n  ".join(misplaced)
+
+
 @pytest.mark.parametrize("marker, message", [
     ('@pytest.mark.clause("attention.scaling")', "unknown clause 'attention.scaling'"),
     ("", "no @pytest.mark.clause(...) marker"),
@@ -65,3 +75,15 @@ def test_bad_markers_are_rejected_at_collection(tmp_path, marker, message):
                          timeout=120)
     assert res.returncode == 4, res.stdout + res.stderr
     assert message in res.stderr
+
+
+@pytest.mark.parametrize("marker", ["", '@pytest.mark.component_kind("attn")'])
+def test_a_component_check_without_a_known_kind_is_rejected_at_collection(tmp_path, marker):
+    bad = tmp_path / "test_meta.py"
+    bad.write_text(f'import pytest\n\n\n@pytest.mark.clause("mask.causal")\n{marker}\n'
+                   "def test_something(component):\n    assert component\n")
+    res = subprocess.run([sys.executable, "-m", "pytest", str(bad), "--component=all", "-q", "-p",
+                          "no:cacheprovider", f"--rootdir={tmp_path}"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 4, res.stdout + res.stderr
+    assert "needs @pytest.mark.component_kind(KIND)" in res.stderr

@@ -1,8 +1,9 @@
-"""Helpers shared by the property checks: log-probabilities at real positions, and comparisons."""
+"""Reading a model's outputs: float64 log-probabilities, the eval-determinism gate, comparisons at real positions."""
 
 from __future__ import annotations
 
 import weakref
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
@@ -11,33 +12,39 @@ from spec.config import ModelConfig
 from spec.tolerance import Comparison, compare
 
 from .harness import as_log_probs, run_forward
+from .inputs import CONFIG
+
+if TYPE_CHECKING:
+    from implementations import Implementation
+
+__all__ = ["log_probs", "require_deterministic", "compare_real"]
 
 # Keyed weakly by the model itself: an id() would be reused by a later model after this one is freed.
-_DETERMINISTIC: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_DETERMINISTIC: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
 
-def require_deterministic(model, src: torch.Tensor, tgt: torch.Tensor, clause: str, config: ModelConfig) -> None:
+def require_deterministic(model: Any, src: torch.Tensor, tgt: torch.Tensor, config: ModelConfig = CONFIG) -> None:
     """Skip a comparison-based check when eval-mode outputs are random (model.eval-determinism fails):
     every comparison would fail for that one reason (a cascade, not a finding)."""
-    key = model  # once per model instance: randomness shows on any input
-    if key not in _DETERMINISTIC:
-        a = run_forward(model, src, tgt, clause, vocab=config.tgt_vocab, pad_id=config.pad_id)
-        b = run_forward(model, src, tgt, clause, vocab=config.tgt_vocab, pad_id=config.pad_id)
-        _DETERMINISTIC[key] = bool(torch.equal(a, b))
-    if not _DETERMINISTIC[key]:
+    if model not in _DETERMINISTIC:  # once per model instance: randomness shows on any input
+        a = run_forward(model, src, tgt, vocab=config.tgt_vocab, pad_id=config.pad_id)
+        b = run_forward(model, src, tgt, vocab=config.tgt_vocab, pad_id=config.pad_id)
+        _DETERMINISTIC[model] = bool(torch.equal(a, b))
+    if not _DETERMINISTIC[model]:
         pytest.skip("blocked by model.eval-determinism: two identical eval-mode calls differ, so no comparison "
                     "of outputs can be trusted")
 
 
-def log_probs(model, impl, src: torch.Tensor, tgt: torch.Tensor, clause: str, config: ModelConfig,
-              **kw) -> torch.Tensor:
+def log_probs(model: Any, impl: Implementation, src: torch.Tensor, tgt: torch.Tensor,
+              config: ModelConfig = CONFIG, *, grad: bool = False, check_finite: bool = True) -> torch.Tensor:
     """float64 log-probabilities [B, T, V] of ``model(src, tgt)`` (crashes become ImplementationError).
 
     In eval mode, a model whose outputs are random is skipped as blocked by model.eval-determinism.
     """
     if not model.training:
-        require_deterministic(model, src, tgt, clause, config)
-    out = run_forward(model, src, tgt, clause, vocab=config.tgt_vocab, pad_id=config.pad_id, **kw)
+        require_deterministic(model, src, tgt, config)
+    out = run_forward(model, src, tgt, vocab=config.tgt_vocab, pad_id=config.pad_id, grad=grad,
+                      check_finite=check_finite)
     return as_log_probs(out, impl.output)
 
 
@@ -48,13 +55,3 @@ def compare_real(a: torch.Tensor, b: torch.Tensor, tgt: torch.Tensor, pad_id: in
     if positions is not None:
         a, b, real = a[:, positions], b[:, positions], real[:, positions]
     return compare(torch.where(real, a, 0.0), torch.where(real, b, 0.0), dtype=torch.float32, scope="model")
-
-
-def other_token(token: int, vocab: int, pad_id: int, shift: int = 1) -> int:
-    """A different non-pad token id."""
-    t = token
-    for _ in range(vocab):
-        t = (t + shift) % vocab
-        if t not in (token, pad_id):
-            return t
-    raise ValueError("vocabulary too small")

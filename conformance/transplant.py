@@ -1,27 +1,37 @@
-"""Canonical-schema weights that make bugs visible, and transplanting them.
+"""Transplanting canonical weights: weights that make bugs visible, loaded into an implementation and its
+reference twin.
 
 Random initializations hide bugs: with layer-norm gains 1 and biases 0 a
 missing gain changes nothing; with small weights attention is nearly uniform,
 so a wrong mask or scale barely moves the output. ``visible_state`` draws
 weights that avoid both (gains far from 1, biases far from 0, projections
-large enough that attention is sharp), and ``load_into`` transplants them
-into an implementation and its reference twin.
+large enough that attention is sharp); ``load_into`` loads them into a model
+through the adapter's ``load_reference_state``, ``transplanted`` builds the
+implementation holding them, and ``reference_twin`` the reference holding them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import pytest
 import torch
 
+from reference.model import Transformer
 from spec.config import ModelConfig
+from spec.contract import has_capability
 from spec.schema import parameter_schema, tied_groups
 
-from .harness import ImplementationError, seeded
-from .harness import _crash as crash
+from .harness import ImplementationError, build_model, could_not_check, current_clause, seeded
+from .inputs import CONFIG
 
-__all__ = ["visible_state", "load_into", "reference_twin", "has_method"]
+if TYPE_CHECKING:
+    from implementations import Implementation
+
+__all__ = ["STATE_SEED", "visible_state", "load_into", "transplanted", "reference_twin"]
+
+STATE_SEED = 11  # the seed of the visible weights the transplant-based checks share
 
 
 def visible_state(config: ModelConfig, *, seed: int = 0, attention_gain: float = 2.0,
@@ -68,14 +78,11 @@ def visible_state(config: ModelConfig, *, seed: int = 0, attention_gain: float =
     return state
 
 
-def has_method(model: Any, name: str) -> bool:
-    return callable(getattr(model, name, None))
-
-
-def load_into(model: Any, state: Mapping[str, torch.Tensor], clause_id: str, impl_name: str = "") -> None:
-    """Call ``model.load_reference_state(state)`` with clones, turning a crash into ImplementationError."""
-    if not has_method(model, "load_reference_state"):
-        raise ImplementationError(f"[{clause_id}] needs load_reference_state, which {impl_name or 'the adapter'} lacks")
+def load_into(model: Any, state: Mapping[str, torch.Tensor], impl_name: str = "") -> None:
+    """Call ``model.load_reference_state(state)`` with clones (ties kept); a crash, or an adapter without the
+    method, means the clause under test could not be checked."""
+    if not has_capability(model, "load_reference_state"):
+        could_not_check(f"needs load_reference_state, which {impl_name or 'the adapter'} lacks")
     copies: dict[str, torch.Tensor] = {}
     clones: dict[int, torch.Tensor] = {}
     for k, v in state.items():  # keep ties tied in the copy
@@ -86,13 +93,33 @@ def load_into(model: Any, state: Mapping[str, torch.Tensor], clause_id: str, imp
     except ImplementationError:
         raise
     except Exception as exc:
-        crash(clause_id, f"{impl_name}: load_reference_state(canonical state) raised", exc)
+        could_not_check(f"{impl_name}: load_reference_state(canonical state) raised", exc)
 
 
-def reference_twin(config: ModelConfig, state: Mapping[str, torch.Tensor]):
+_MODELS: dict[tuple[str, int, ModelConfig], Any] = {}
+
+
+def transplanted(impl: Implementation, state: Mapping[str, torch.Tensor] | None = None,
+                 config: ModelConfig = CONFIG, *, cache: bool = True) -> Any:
+    """The implementation built for ``config`` in eval mode holding ``state`` (default: the visible weights,
+    seed ``STATE_SEED``, built once per implementation and config when ``cache``); skips when the adapter has
+    no ``load_reference_state``."""
+    key = (impl.name, id(impl), config)
+    if cache and state is None and key in _MODELS:
+        return _MODELS[key]
+    model = build_model(impl, config)
+    if not has_capability(model, "load_reference_state"):
+        pytest.skip(f"{impl.name} has no load_reference_state(state): the transplant-based check of "
+                    f"{current_clause()} needs it")
+    load_into(model, visible_state(config, seed=STATE_SEED) if state is None else state, impl.name)
+    model.eval()
+    if cache and state is None:
+        _MODELS[key] = model
+    return model
+
+
+def reference_twin(config: ModelConfig, state: Mapping[str, torch.Tensor]) -> Transformer:
     """The reference model in eval mode holding ``state``."""
-    from reference.model import Transformer
-
     ref = Transformer(config).eval()
     ref.load_reference_state({k: v.detach().clone() for k, v in state.items()})
     return ref

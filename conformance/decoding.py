@@ -1,0 +1,498 @@
+"""What the decode.* checks share: the implementation's own scores as a step decoder, calling its decoding
+methods (and a ``search`` component) safely, deterministic witness inputs, the named variants a failure is
+matched against, and scripted step decoders for the components audited alone.
+
+The expected outputs of the search checks are the reference searches
+(``reference.decoding``) driven by the implementation's *own* next-token
+distribution, recomputed from its full forward on each prefix
+(``ForwardScores``): a search is judged on the scores of the model it belongs
+to, so a forward-pass bug is reported by the forward-pass clauses and never
+again here.
+
+The variants exist to *name* a failure ("matches |Y|^α instead of GNMT's
+penalty"), never to accept it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from reference.decoding import (
+    Hypotheses,
+    LengthPenalty,
+    PrefixState,
+    SearchFn,
+    beam_search,
+    gnmt_length_penalty,
+    greedy_search,
+    output_limits,
+)
+from spec.config import ModelConfig
+from spec.contract import STEP_DECODING_METHODS, has_capability
+from spec.decoding import TRANSLATION
+
+from .harness import CheckTimeout, ImplementationError, as_log_probs, could_not_check, run_forward
+from .inputs import CONFIG, random_tokens
+
+__all__ = [
+    "DECODE_CONFIG", "PAPER", "ForwardScores", "call_generate", "checked_tokens", "rows_of", "missing_step_methods",
+    "decode_sources", "BEAM_VARIANTS", "beam_variant_outputs", "finished_in_beam", "expected_beam", "greedy_rows",
+    "Schedule", "incremental_schedule", "Replay", "replay", "drive", "CacheVariant", "CACHE_VARIANTS",
+    "Script", "ScriptedScores", "Scores", "scripted_witnesses", "call_search", "PENALTY_SCRIPT", "EARLY_SCRIPT",
+    "NEVER_ENDS", "SCRIPTED_SOURCES", "SCRIPTED_ROWS", "SCRIPTED_MAX_LEN", "NEVER_ENDING_SOURCES",
+]
+
+# Positions up to the longest witness source + 50 (§6.1): the tiny preset's max_len (24) is too short.
+DECODE_CONFIG: ModelConfig = CONFIG.replace(max_len=64)
+PAPER = TRANSLATION  # beam 4, alpha 0.6, input length + 50; bos 1 (the end symbol is chosen per witness)
+
+
+def decode_sources(lengths: list[int], *, seed: int, config: ModelConfig = DECODE_CONFIG) -> Tensor:
+    """Right-padded sources [len(lengths), max(lengths)] with these real lengths."""
+    return random_tokens(config, lengths, max(lengths), vocab=config.src_vocab, seed=seed)
+
+
+def missing_step_methods(model: Any) -> list[str]:
+    return [m for m in STEP_DECODING_METHODS if not has_capability(model, m)]
+
+
+class ForwardScores:
+    """A step decoder over the implementation's full forward: each step recomputes the prefix.
+
+    Next-token log-probabilities (float64) are memoized per (source row, prefix), so the many searches
+    of a witness search cost one forward per new prefix. The reference searches drive it like any
+    step decoder (``spec.contract``).
+    """
+
+    def __init__(self, model: Any, output: str, config: ModelConfig = DECODE_CONFIG):
+        self.model, self.output, self.config = model, output, config
+        self.pad_id = config.pad_id
+        self.memo: dict[tuple[tuple[int, ...], tuple[int, ...]], Tensor] = {}
+
+    def log_probs(self, src: Tensor, prefix: Tensor) -> Tensor:
+        """[N, V] float64 log-probabilities of the token after ``prefix`` [N, t] given ``src`` [N, S]."""
+        keys = list(zip(map(tuple, src.tolist()), map(tuple, prefix.tolist())))
+        missing: dict[tuple, int] = {}
+        for i, key in enumerate(keys):
+            if key not in self.memo and key not in missing:
+                missing[key] = i
+        if missing:
+            idx = torch.tensor(list(missing.values()), dtype=torch.long)
+            out = run_forward(self.model, src[idx], prefix[idx], vocab=self.config.tgt_vocab,
+                              pad_id=self.config.pad_id, check_finite=False)
+            for key, row in zip(missing, as_log_probs(out[:, -1], self.output)):
+                self.memo[key] = row
+        return torch.stack([self.memo[k] for k in keys])
+
+    def begin_decoding(self, src: Tensor) -> PrefixState:
+        return PrefixState(src, src.new_zeros(src.size(0), 0))
+
+    def decode_step(self, state: PrefixState, tokens: Tensor) -> tuple[Tensor, PrefixState]:
+        prefix = torch.cat([state.prefix, tokens[:, None]], dim=1)
+        return self.log_probs(state.src, prefix), PrefixState(state.src, prefix)
+
+    def reorder_state(self, state: PrefixState, indices: Tensor) -> PrefixState:
+        return PrefixState(state.src.index_select(0, indices), state.prefix.index_select(0, indices))
+
+
+# -- scripted scores: the witnesses of the search and length-penalty components --------------------------------
+SCRIPT_VOCAB, S_PAD, S_BOS, S_EOS, S_A, S_B = 8, 0, 1, 2, 3, 4
+S_FILLERS = (5, 6, 7)
+Table = dict[tuple[int, ...], dict[int, float]]
+
+
+@dataclass(frozen=True)
+class Script:
+    """Next-token probabilities by the output so far (y_1 .. y_t, the start symbol left out): ``table[output]``
+    names some tokens' probabilities and the fillers it does not name share the rest; an output not in the
+    table gives the end symbol ``eos_elsewhere`` and a, b and the fillers share the rest."""
+
+    table: Table
+    eos_elsewhere: float = 1e-4
+
+    def distribution(self, output: tuple[int, ...]) -> list[float]:
+        p = [0.0] * SCRIPT_VOCAB
+        given = self.table.get(output)
+        if given is None:
+            p[S_EOS] = self.eos_elsewhere
+            rest = [S_A, S_B, *S_FILLERS]
+        else:
+            for token, prob in given.items():
+                p[token] = prob
+            rest = [t for t in S_FILLERS if t not in given]
+        share = (1.0 - sum(p)) / len(rest)
+        for t in rest:
+            p[t] = share
+        return p
+
+
+# Beam 4, alpha 0.6. The ends reachable at any sensible score:
+#   [end]                log p = ln 0.30                                        = -1.204   |Y| = 1
+#   [a, end]             log p = ln 0.65 + ln 0.441                             = -1.250   |Y| = 2
+#   [a, a, a, a, end]    log p = ln 0.65 + ln 0.55 + 2 ln 0.97 + ln 0.4677      = -1.850   |Y| = 5
+# GNMT's penalty ranks [a, end] first (-1.140 > -1.204 > -1.361); no penalty [end]; |Y|^0.6 [a, a, a, a, end].
+PENALTY_SCRIPT = Script({
+    (): {S_EOS: 0.30, S_A: 0.65},
+    (S_A,): {S_EOS: 0.441, S_A: 0.55},
+    (S_A, S_A): {S_A: 0.97, S_EOS: 1e-4},
+    (S_A, S_A, S_A): {S_A: 0.97, S_EOS: 1e-4},
+    (S_A, S_A, S_A, S_A): {S_EOS: 0.4677, S_A: 0.5},
+})
+# [end] finishes at the first step (ln 0.15 = -1.897); four live hypotheses a, b, 5, 6 (ln 0.2 = -1.609 each, then
+# x x at -1.660 / lp(2) = -1.513) outscore it, so in K = 4 beam slots it is pushed out at once; every later end is
+# far worse (a step to the end symbol costs ln 1e-3): [end] must win, which it does only if finished hypotheses
+# are kept aside.
+EARLY_SCRIPT = Script({
+    (): {S_EOS: 0.15, S_A: 0.2, S_B: 0.2, 5: 0.2, 6: 0.2},
+    **{(x,): {x: 0.95, S_EOS: 1e-3} for x in (S_A, S_B, 5, 6)},
+    **{(x, x): {x: 0.95, S_EOS: 1e-3} for x in (S_A, S_B, 5, 6)},
+}, eos_elsewhere=1e-3)
+NEVER_ENDS = Script({}, eos_elsewhere=0.0)  # the end symbol is never produced: every output runs to its limit
+
+# Row 0 (first token 5) follows PENALTY_SCRIPT, row 1 (6, padded) EARLY_SCRIPT: one batch, two witnesses.
+SCRIPTED_SOURCES = torch.tensor([[5, 6, 7], [6, 7, S_PAD]])
+SCRIPTED_ROWS = {"penalty": 0, "early": 1}
+SCRIPTED_MAX_LEN = 10
+# NEVER_ENDS on right-padded sources of real lengths 6, 3, 1: §6.1's limits are 56, 53 and 51.
+NEVER_ENDING_SOURCES = torch.tensor([[5, 6, 7, 5, 6, 7], [5, 6, 7, S_PAD, S_PAD, S_PAD], [5] + [S_PAD] * 5])
+
+
+def scripted_witnesses() -> ScriptedScores:
+    return ScriptedScores({5: PENALTY_SCRIPT, 6: EARLY_SCRIPT})
+
+
+class ScriptedScores:
+    """A step decoder whose next-token probabilities are scripted, so that a search's answer is worked out by
+    hand: the witnesses of the ``search`` and ``length_penalty`` components (audited alone, no model).
+
+    Vocabulary ``SCRIPT_VOCAB`` = 8: pad 0, start 1, end 2, a 3, b 4, fillers 5..7. The first token of a row's
+    source picks its ``Script`` (``default`` otherwise). Log-probabilities are float64; padding gets none.
+    """
+
+    def __init__(self, scripts: dict[int, Script], default: Script | None = None):
+        self.scripts, self.default = scripts, default or Script({})
+        self.pad_id = S_PAD
+        self.calls = 0
+
+    def log_probs(self, src: Tensor, prefix: Tensor) -> Tensor:
+        """[N, V] float64 log-probabilities of the token after ``prefix`` [N, t] (start symbol first)."""
+        rows = [self.scripts.get(int(s[0]), self.default).distribution(tuple(p[1:]))
+                for s, p in zip(src.tolist(), prefix.tolist())]
+        return torch.tensor(rows, dtype=torch.float64).log()
+
+    def begin_decoding(self, src: Tensor) -> PrefixState:
+        return PrefixState(src, src.new_zeros(src.size(0), 0))
+
+    def decode_step(self, state: PrefixState, tokens: Tensor) -> tuple[Tensor, PrefixState]:
+        self.calls += 1
+        prefix = torch.cat([state.prefix, tokens[:, None]], dim=1)
+        return self.log_probs(state.src, prefix), PrefixState(state.src, prefix)
+
+    def reorder_state(self, state: PrefixState, indices: Tensor) -> PrefixState:
+        return PrefixState(state.src.index_select(0, indices), state.prefix.index_select(0, indices))
+
+
+Scores = ForwardScores | ScriptedScores
+
+
+def describe_generate(src: Tensor, pad_id: int, **kw: Any) -> str:
+    lengths = (src != pad_id).sum(dim=1).tolist()
+    args = ", ".join(f"{k}={v}" for k, v in kw.items())
+    return f"generate(src {list(src.shape)} with real lengths {lengths}, {args})"
+
+
+def call_generate(model: Any, src: Tensor, *, eos_id: int, beam_size: int, alpha: float,
+                  max_len: int | None, bos_id: int = PAPER.bos_id,
+                  config: ModelConfig = DECODE_CONFIG) -> tuple[Tensor, str]:
+    """``model.generate(...)`` checked for the contract's form: a LongTensor [B, L]. Returns (tokens, call)."""
+    call = describe_generate(src, config.pad_id, bos_id=bos_id, eos_id=eos_id, beam_size=beam_size, alpha=alpha,
+                             max_len=max_len)
+    try:
+        with torch.no_grad():
+            out = model.generate(src, bos_id=bos_id, eos_id=eos_id, beam_size=beam_size, alpha=alpha,
+                                 max_len=max_len)
+    except CheckTimeout:
+        raise
+    except Exception as exc:
+        could_not_check(call + " raised", exc)
+    return checked_tokens(out, src, call), call
+
+
+def checked_tokens(out: Any, src: Tensor, call: str) -> Tensor:
+    """``out`` as a CPU LongTensor [B, L] of token ids (one row per source of ``src``); anything else means the
+    clause under test could not be checked."""
+    if not isinstance(out, Tensor):
+        could_not_check(f"{call} returned {type(out).__name__}, not a tensor [B, L] of token ids")
+    if out.dim() != 2 or out.size(0) != src.size(0):
+        could_not_check(f"{call} returned shape {list(out.shape)}, expected [{src.size(0)}, L] (one row per source)")
+    if out.is_floating_point() or out.dtype == torch.bool or out.is_complex():
+        could_not_check(f"{call} returned dtype {out.dtype}, expected integer token ids")
+    return out.detach().to("cpu", torch.long)
+
+
+def call_search(search: SearchFn, decoder: Any, src: Tensor, *, eos_id: int, beam_size: int, alpha: float,
+                max_len: int | None, length_penalty: LengthPenalty = gnmt_length_penalty, penalty_name: str = "GNMT's",
+                bos_id: int = S_BOS, pad_id: int = S_PAD) -> tuple[list[list[int]], str]:
+    """A ``search`` component's ``fn(decoder, src, ...)`` (``implementations/hookspecs.py``), its result (a
+    ``Hypotheses`` or the tokens) checked to be a LongTensor [B, L]. Returns (each row unpadded, the call)."""
+    real = (src != pad_id).sum(dim=1).tolist()
+    call = (f"search({type(decoder).__name__}, src {list(src.shape)} with real lengths {real}, bos_id={bos_id}, "
+            f"eos_id={eos_id}, pad_id={pad_id}, beam_size={beam_size}, alpha={alpha}, max_len={max_len}, "
+            f"length_penalty={penalty_name})")
+    try:
+        with torch.no_grad():
+            out = search(decoder, src, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, beam_size=beam_size, alpha=alpha,
+                         max_len=max_len, length_penalty=length_penalty)
+    except CheckTimeout:
+        raise
+    except Exception as exc:
+        could_not_check(call + " raised", exc)
+    tokens = checked_tokens(out.tokens if isinstance(out, Hypotheses) else out, src, call)
+    return rows_of(tokens, pad_id), call
+
+
+def rows_of(tokens: Tensor, pad_id: int) -> list[list[int]]:
+    """Each row without its right padding."""
+    rows = []
+    for row in tokens.tolist():
+        while row and row[-1] == pad_id:
+            row.pop()
+        rows.append(row)
+    return rows
+
+
+# -- beam search variants ----------------------------------------------------------------------------------------
+def _power(length: Tensor, alpha: float) -> Tensor:
+    return length.to(torch.float32) ** alpha
+
+
+def _gnmt_without_eos(length: Tensor, alpha: float) -> Tensor:
+    return ((4.0 + length.to(torch.float32)) / 6.0) ** alpha
+
+
+def finished_in_beam(scores: Scores, src: Tensor, *, bos_id: int, eos_id: int, beam_size: int, alpha: float,
+                     max_len: int | Tensor | None) -> list[list[int]]:
+    """Beam search without a finished set: hypotheses ending with EOS keep one of the K beam slots (frozen,
+    ranked by log_probs / lp(|Y|) beside the live ones, which are ranked by their current penalized
+    score); one pushed out of the K best is lost. The search ends when every slot holds a finished
+    hypothesis or at the maximum length, and returns the best slot."""
+    pad = scores.pad_id
+    limits = output_limits(src, pad, max_len=max_len).tolist()
+    outputs = []
+    for b in range(src.size(0)):
+        beam: list[tuple[list[int], float, bool]] = [([], 0.0, False)]
+        for _ in range(limits[b]):
+            live = [h for h in beam if not h[2]]
+            if not live:
+                break
+            prefixes = torch.tensor([[bos_id] + h[0] for h in live], dtype=torch.long)
+            logp = scores.log_probs(src[b:b + 1].expand(len(live), -1), prefixes)  # (n, V)
+            logp[:, pad] = -math.inf
+            cands = [h for h in beam if h[2]]
+            for h, row in zip(live, logp.tolist()):
+                cands += [(h[0] + [v], h[1] + lp, v == eos_id) for v, lp in enumerate(row) if lp > -math.inf]
+            lpen = [((5.0 + len(c[0])) / 6.0) ** alpha for c in cands]
+            order = sorted(range(len(cands)), key=lambda i: cands[i][1] / lpen[i], reverse=True)
+            beam = [cands[i] for i in order[:beam_size]]
+        best = max(beam, key=lambda h: h[1] / ((5.0 + len(h[0])) / 6.0) ** alpha)
+        outputs.append(best[0])
+    return outputs
+
+
+@dataclass(frozen=True)
+class Variant:
+    describe: str
+    run: Callable[..., list[list[int]]]
+
+
+def _with_penalty(**knobs: Any) -> Callable[..., list[list[int]]]:
+    def run(scores: Scores, src: Tensor, **kw: Any) -> list[list[int]]:
+        hyp = beam_search(scores, src, pad_id=scores.pad_id, **{**kw, **knobs})
+        return rows_of(hyp.tokens, scores.pad_id)
+    return run
+
+
+BEAM_VARIANTS: dict[str, Variant] = {
+    "no-penalty": Variant("no length penalty (alpha ignored: summed log-probabilities ranked as they are)",
+                          _with_penalty(alpha=0.0)),
+    "length-power": Variant("the penalty |Y|^alpha (fairseq, CTranslate2, OpenNMT 'avg') instead of GNMT's "
+                            "((5 + |Y|) / 6)^alpha", _with_penalty(length_penalty=_power)),
+    "eos-not-counted": Variant("GNMT's penalty with |Y| not counting the end symbol",
+                               _with_penalty(length_penalty=_gnmt_without_eos)),
+    "finished-in-beam": Variant("finished hypotheses kept in the K beam slots instead of aside: one pushed out by "
+                                "live hypotheses is lost", finished_in_beam),
+}
+
+
+def expected_beam(scores: Scores, src: Tensor, **kw: Any) -> list[list[int]]:
+    """The reference beam search (tensor2tensor's, GNMT penalty) on the implementation's own scores."""
+    return rows_of(beam_search(scores, src, pad_id=scores.pad_id, **kw).tokens, scores.pad_id)
+
+
+def beam_variant_outputs(scores: Scores, src: Tensor, names: list[str], **kw: Any) -> dict[str, list[list[int]]]:
+    return {name: BEAM_VARIANTS[name].run(scores, src, **kw) for name in names}
+
+
+def greedy_rows(scores: Scores, src: Tensor, *, eos_id: int, max_len: int | Tensor | None,
+                bos_id: int = PAPER.bos_id) -> list[list[int]]:
+    """The argmax trajectory of the implementation's full forward, stopping at ``eos_id``."""
+    hyp = greedy_search(scores, src, bos_id=bos_id, eos_id=eos_id, pad_id=scores.pad_id, max_len=max_len)
+    return rows_of(hyp.tokens, scores.pad_id)
+
+
+# -- incremental decoding: the schedule a step decoder is driven through, and cache variants ---------------------
+@dataclass(frozen=True)
+class Schedule:
+    """How ``decode.incremental`` drives a step decoder.
+
+    ``expand``: the rows after ``begin_decoding`` (as beam search expands sources to beams).
+    ``tokens``: per step, the token fed to each row (``pad_id`` for a row that has finished).
+    ``reorders``: step -> indices applied with ``reorder_state`` before that step's tokens.
+    """
+
+    src: Tensor  # (B, S)
+    expand: Tensor  # (N,) source of each row
+    tokens: Tensor  # (steps, N)
+    reorders: dict[int, Tensor]
+
+
+def incremental_schedule(config: ModelConfig = DECODE_CONFIG, *, bos_id: int = PAPER.bos_id) -> Schedule:
+    """Three right-padded sources (real lengths 6, 3, 1) expanded to two rows each; 7 steps from the start
+    symbol; row 3 finishes after step 2 and is fed padding; before step 4 the rows are reordered (row 3
+    dropped, row 4 duplicated), as beam search does."""
+    src = decode_sources([6, 3, 1], seed=21, config=config)
+    g = torch.Generator().manual_seed(22)
+    steps, rows = 7, 6
+    tokens = torch.randint(1, config.tgt_vocab, (steps, rows), generator=g)
+    tokens[tokens == config.pad_id] = bos_id
+    tokens[0] = bos_id
+    tokens[3:, 3] = config.pad_id  # row 3 has finished: padding from step 3 on (until it is dropped)
+    reorders = {4: torch.tensor([5, 0, 1, 2, 4, 4])}
+    tokens[4:, 3] = tokens[4:, 4]  # the new row 3 continues the old row 2 (real tokens again)
+    return Schedule(src, torch.tensor([0, 0, 1, 1, 2, 2]), tokens, reorders)
+
+
+@dataclass
+class Replay:
+    """What the schedule fed and which rows hold a real prefix at each step."""
+
+    src_rows: list[Tensor]  # per step: (N, S) the source of each row
+    prefixes: list[Tensor]  # per step: (N, t + 1) the tokens fed so far
+    active: list[Tensor]  # per step: (N,) bool, the prefix holds no padding
+
+
+def replay(schedule: Schedule, pad_id: int) -> Replay:
+    src_rows, prefix = schedule.src[schedule.expand], schedule.tokens[:0].T  # (N, S), (N, 0)
+    out = Replay([], [], [])
+    for t in range(schedule.tokens.size(0)):
+        if t in schedule.reorders:
+            idx = schedule.reorders[t]
+            src_rows, prefix = src_rows[idx], prefix[idx]
+        prefix = torch.cat([prefix, schedule.tokens[t][:, None]], dim=1)
+        out.src_rows.append(src_rows)
+        out.prefixes.append(prefix)
+        out.active.append((prefix != pad_id).all(dim=1))
+    return out
+
+
+def drive(decoder: Any, schedule: Schedule, output: str, vocab: int) -> list[Tensor]:
+    """Run ``decoder`` through the schedule: per step the float64 log-probabilities [N, V] it returns."""
+    what = "begin_decoding(src)"
+    try:
+        state = decoder.begin_decoding(schedule.src)
+        what = "reorder_state(state, expand to beams)"
+        state = decoder.reorder_state(state, schedule.expand)
+        out = []
+        for t in range(schedule.tokens.size(0)):
+            if t in schedule.reorders:
+                what = f"reorder_state(state, {schedule.reorders[t].tolist()}) before step {t}"
+                state = decoder.reorder_state(state, schedule.reorders[t])
+            what = f"decode_step(state, tokens [{schedule.tokens.size(1)}]) at step {t}"
+            with torch.no_grad():
+                result = decoder.decode_step(state, schedule.tokens[t])
+            if not isinstance(result, tuple) or len(result) != 2:
+                could_not_check(f"{what} returned {type(result).__name__}, expected a pair (scores, state)")
+            scores, state = result
+            expected = (schedule.tokens.size(1), vocab)
+            if not isinstance(scores, Tensor) or tuple(scores.shape) != expected or not scores.is_floating_point():
+                shape = list(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
+                could_not_check(f"{what} returned scores {shape}, expected a floating tensor {list(expected)} "
+                                  "[rows, tgt_vocab]")
+            out.append(as_log_probs(scores, output))
+    except (CheckTimeout, ImplementationError):
+        raise
+    except Exception as exc:
+        could_not_check(f"{what} raised", exc)
+    return out
+
+
+class CacheVariant:
+    """The reference's cached decoder (``reference.decoding``) with one named bug, run on the reference twin."""
+
+    def __init__(self, twin: Any, knob: str):
+        self.model, self.knob = twin, knob
+
+    def begin_decoding(self, src: Tensor) -> Any:
+        from reference.decoding import KVCache, LayerCache, init_cache
+
+        cache = init_cache(self.model, src)
+        if self.knob != "cross-from-embeddings":
+            return cache
+        x = self.model.embed(src, self.model.src_embed)  # the encoder's input instead of its output
+        layers = tuple(LayerCache(c.self_k, c.self_v, l.cross_attn.split_heads(l.cross_attn.k(x)),
+                                  l.cross_attn.split_heads(l.cross_attn.v(x)))
+                       for l, c in zip(self.model.decoder, cache.layers))
+        return KVCache(layers, cache.src_mask)
+
+    def decode_step(self, cache: Any, tokens: Tensor) -> tuple[Tensor, Any]:
+        from reference.decoding import KVCache, LayerCache, _attend
+
+        m, t = self.model, cache.length
+        start = {"positions-restart": 0, "positions-from-1": t + 1}.get(self.knob, t)
+        y = m.embed(tokens[:, None], m.tgt_embed, start=start)
+        layers = []
+        for layer, c in zip(m.decoder, cache.layers):
+            sa = layer.self_attn
+            k_new, v_new = sa.split_heads(sa.k(y)), sa.split_heads(sa.v(y))
+            k, v = torch.cat([c.self_k, k_new], dim=2), torch.cat([c.self_v, v_new], dim=2)
+            if self.knob == "self-cache-dropped":
+                y = layer.norm1(y + _attend(sa, y, k_new, v_new, None))
+            else:
+                y = layer.norm1(y + _attend(sa, y, k, v, None))
+            y = layer.norm2(y + _attend(layer.cross_attn, y, c.cross_k, c.cross_v, cache.src_mask))
+            y = layer.norm3(y + layer.ffn(y))
+            layers.append(LayerCache(k, v, c.cross_k, c.cross_v))
+        return m.generator(y[:, 0]), KVCache(tuple(layers), cache.src_mask)
+
+    def reorder_state(self, cache: Any, indices: Tensor) -> Any:
+        from reference.decoding import KVCache, LayerCache, reorder
+
+        moved = reorder(cache, indices)
+        if indices.numel() != cache.src_mask.size(0):  # the expansion to beams: everything moves
+            return moved
+        if self.knob == "cross-not-reordered":
+            return KVCache(tuple(LayerCache(n.self_k, n.self_v, o.cross_k, o.cross_v)
+                                 for n, o in zip(moved.layers, cache.layers)), cache.src_mask)
+        if self.knob == "self-not-reordered":
+            return KVCache(tuple(LayerCache(o.self_k, o.self_v, n.cross_k, n.cross_v)
+                                 for n, o in zip(moved.layers, cache.layers)), moved.src_mask)
+        return moved
+
+
+CACHE_VARIANTS: dict[str, str] = {
+    "positions-restart": "every new token embedded at position 0 (positions restart instead of continuing "
+                         "from the prefix length)",
+    "positions-from-1": "the new token embedded at position t + 1 instead of t (positions off by one)",
+    "cross-not-reordered": "the cross-attention keys/values not reordered with the beams (a row reads another "
+                           "row's source)",
+    "self-not-reordered": "the self-attention keys/values not reordered with the beams",
+    "cross-from-embeddings": "cross-attention keys/values computed from the encoder's input embeddings instead of "
+                             "the final encoder output (the wrong memory)",
+    "self-cache-dropped": "self-attention over the new token only (the prefix's keys/values are not kept)",
+}

@@ -1,0 +1,245 @@
+"""Readout probes: the decoder's final hidden state read back from the output, and closed-form probes
+built on it.
+
+With the canonical (tied) pre-softmax matrix E [V, d_model] loaded, the model's
+log-probabilities are ``h E^T - c`` with ``c`` the per-position log-partition.
+When V > d_model and the all-ones vector is not in the span of E's columns,
+``[E, 1] [h; -c] = log_probs`` has exactly one solution: the hidden state h
+of every position is observable without hooks. The probes below choose
+canonical weights for which the paper's model has a closed-form h (a norm
+gain of zero makes the next sub-layer's input a known constant; every
+sub-layer output zeroed leaves the input path), so a mismatch can be
+attributed to one sub-layer.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Literal
+
+import pytest
+import torch
+
+from reference.model import sinusoid_table
+from spec.config import ModelConfig
+from spec.contract import has_capability
+
+from . import oracles
+from .harness import build_model, violation
+from .inputs import CONFIG, fitted, random_tokens
+from .outputs import log_probs
+from .transplant import load_into, visible_state
+
+if TYPE_CHECKING:
+    from implementations import Implementation
+
+__all__ = ["readout", "hidden_states", "post_norm_probe", "last_sublayer_diagnosis", "sublayers_off",
+           "zero_gain_state", "check_input_path", "SRC", "TGT", "LAST", "witness"]
+
+SRC = random_tokens(CONFIG, [6, 4], 6, vocab=CONFIG.src_vocab, seed=31)
+TGT = random_tokens(CONFIG, [5, 5], 5, vocab=CONFIG.tgt_vocab, seed=32)
+
+
+def witness() -> tuple[torch.Tensor, torch.Tensor]:
+    """The probes' input (SRC, TGT), fitted to the shapes the implementation under test accepts."""
+    return fitted(SRC, TGT)
+
+
+def readout(logp: torch.Tensor, generator: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """Solve [E, 1][h; -c] = log_probs per position: h [B, T, d] and the worst residual."""
+    E = generator.detach().double()  # (V, d)
+    A = torch.cat([E, torch.ones(E.size(0), 1, dtype=torch.float64)], dim=1)  # (V, d + 1)
+    rhs = logp.double().reshape(-1, logp.size(-1)).T  # (V, B*T)
+    sol = torch.linalg.lstsq(A, rhs).solution  # (d + 1, B*T)
+    residual = (A @ sol - rhs).abs().max().item()
+    h = sol[:-1].T.reshape(*logp.shape[:-1], E.size(1))  # (B, T, d)
+    return h, residual
+
+
+def hidden_states(impl: Implementation, state: dict[str, torch.Tensor], config: ModelConfig = CONFIG,
+                  src: torch.Tensor | None = None, tgt: torch.Tensor | None = None) -> torch.Tensor | None:
+    """The decoder's final hidden states [B, T, d] for these canonical weights (on :func:`witness` unless
+    ``src`` and ``tgt`` are given), or None if not observable."""
+    if src is None or tgt is None:
+        src, tgt = witness()
+    model = build_model(impl, config)
+    if not has_capability(model, "load_reference_state"):
+        return None
+    load_into(model, state, impl.name)
+    logp = log_probs(model, impl, src, tgt, config)
+    h, residual = readout(logp, state["generator.weight"])
+    return h if residual < 1e-3 else None
+
+
+def zero_gain_state(layer_norm: str, *, seed: int = 41, bias: float = 0.3, **kw: Any) -> dict[str, torch.Tensor]:
+    """Visible weights with one norm's gain 0 and its bias a constant vector (representable by any norm)."""
+    state = visible_state(CONFIG, seed=seed, **kw)
+    state[f"{layer_norm}.weight"] = torch.zeros(CONFIG.d_model)
+    state[f"{layer_norm}.bias"] = torch.full((CONFIG.d_model,), bias)
+    return state
+
+
+def is_constant_per_sample(h: torch.Tensor, tol: float = 1e-4) -> bool:
+    """True when every position of a sample holds the same vector."""
+    return bool(((h - h[:, :1]).abs() <= tol * (1 + h[:, :1].abs())).all())
+
+
+def post_norm_probe(impl: Implementation) -> tuple[bool | None, str]:
+    """Is the last decoder layer's output its last norm (post-norm)? (True/False, or None with the reason).
+
+    With that norm's gain 0 and a constant bias, the paper's decoder outputs
+    the bias at every position: the final hidden states are identical across
+    positions. Pre-norm adds the residual stream after the norm and varies.
+    Probing the last layer keeps every attention out of the way, so a bug in
+    masks or heads cannot pass for a pre-norm residual.
+    """
+    h = hidden_states(impl, zero_gain_state(f"{LAST}.norm3"))
+    if h is None:
+        return None, f"{impl.name}: the hidden state cannot be read back (needs load_reference_state and tied E)"
+    return is_constant_per_sample(h), ""
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, form: str = "paper") -> torch.Tensor:
+    return oracles.layer_norm(x, weight, bias, CONFIG.norm_eps, form=form)
+
+
+def embedding_input(tokens: torch.Tensor, E: torch.Tensor, *, scale: float, pe: torch.Tensor,
+                    pe_mult: float) -> torch.Tensor:
+    """scale * E[tokens] + pe_mult * PE, float64 [B, L, d]."""
+    return E.double()[tokens] * scale + pe_mult * pe.double()[: tokens.size(1)]
+
+
+def _zero(state: dict[str, torch.Tensor], names: list[str]) -> dict[str, torch.Tensor]:
+    out = dict(state)
+    for n in names:
+        out[n] = torch.zeros_like(state[n])
+    return out
+
+
+def sublayers_off(state: dict[str, torch.Tensor], stack: str) -> dict[str, torch.Tensor]:
+    """Zero every sub-layer's output projection in one stack: each layer becomes its norms alone."""
+    names = [n for n in state if n.startswith(stack + ".")
+             and (n.endswith("attn.o.weight") or n.endswith("ffn.w2.weight") or n.endswith("ffn.w2.bias"))]
+    return _zero(state, names)
+
+
+LAST = f"decoder.{CONFIG.n_layers - 1}"
+
+
+def last_sublayer_diagnosis(impl: Implementation, scale: float = 1.0) -> tuple[list[tuple[str, str, str]], str]:
+    """Which (activation, layer-norm form, residual) reproduce the last decoder sub-layer in closed form.
+
+    With the last layer's norm2 gain 0 and a per-feature bias b2, the paper's
+    FFN input is b2 at every position, so h = LN3(b2 + FFN(b2)) is known. The
+    candidates name real bugs: GELU or no activation, a ReLU after W2, the
+    unbiased std with eps outside, the residual lost (``F + F``, ``F``).
+
+    ``scale`` < 1 shrinks b2 and the FFN's output (W2, its bias) so that the
+    variance LN3 sees is close to eps: then eps inside or outside the square
+    root, and its value, are told apart (at scale 1 they are not).
+    """
+    state = visible_state(CONFIG, seed=43)
+    g = torch.Generator().manual_seed(44)
+    b2 = torch.randn(CONFIG.d_model, generator=g) * scale
+    state[f"{LAST}.norm2.weight"] = torch.zeros(CONFIG.d_model)
+    state[f"{LAST}.norm2.bias"] = b2
+    for n in ("ffn.w2.weight", "ffn.w2.bias"):
+        state[f"{LAST}.{n}"] = state[f"{LAST}.{n}"] * scale
+    h = hidden_states(impl, state)
+    if h is None:
+        return [], f"{impl.name}: the hidden state cannot be read back (needs load_reference_state and tied E)"
+    p = {k.split(f"{LAST}.", 1)[1]: v for k, v in state.items() if k.startswith(LAST + ".")}
+    matches = []
+    for act, kw in (("relu", {}), ("gelu", {"activation": "gelu"}), ("identity", {"activation": "identity"}),
+                    ("relu-after-w2", {"after_w2": True})):
+        f = oracles.feed_forward(b2, p["ffn.w1.weight"], p["ffn.w1.bias"], p["ffn.w2.weight"], p["ffn.w2.bias"], **kw)
+        for residual, u in (("x + F(x)", b2.double() + f), ("F(x) + F(x)", 2 * f), ("F(x)", f)):
+            for form in ("paper", "unbiased-std", "eps-outside", "unbiased-var"):
+                expected = layer_norm(u, p["norm3.weight"], p["norm3.bias"], form)
+                if bool(((h - expected).abs() <= 1e-4 * (1 + expected.abs())).all()):
+                    matches.append((act, form, residual))
+    return matches, ""
+
+
+# --------------------------------------------------------------------------------------------------
+# The input path (§3.4, §3.5): sqrt(d_model) * E[tokens] + PE, at the bottom of both stacks
+# --------------------------------------------------------------------------------------------------
+# With every sub-layer's output projection zeroed and unit norms, each layer of the paper's model reduces to
+# its norms, so the decoder's final hidden state (read back through the tied output matrix) is
+# LayerNorm(sqrt(d_model) E[tgt] + PE), and ``encode`` returns LayerNorm(sqrt(d_model) E[src] + PE). The
+# probe matches these closed forms against named alternatives.
+INPUT_SCALES = {"sqrt(d_model)": math.sqrt(CONFIG.d_model), "1 (no scaling)": 1.0,
+                "1/sqrt(d_model)": 1 / math.sqrt(CONFIG.d_model), "d_model": float(CONFIG.d_model)}
+PE_MULTIPLES = {"added once": 1.0, "absent": 0.0, "added twice": 2.0}
+
+
+def positional_table(impl: Implementation, length: int) -> torch.Tensor:
+    """The implementation's own table when it exposes a usable one (position.formula judges its values), else
+    the §3.5 table, float64 [length, d_model]."""
+    model = build_model(impl, CONFIG)
+    if has_capability(model, "positional_encoding"):
+        try:
+            t = model.positional_encoding(length).detach().double()
+            t = t.squeeze(0) if t.dim() == 3 else t
+            if tuple(t.shape) == (length, CONFIG.d_model):
+                return t
+        except Exception:
+            pass
+    return sinusoid_table(length, CONFIG.d_model, dtype=torch.float64)
+
+
+def input_candidates(h: torch.Tensor, tokens: torch.Tensor, E: torch.Tensor,
+                     pe: torch.Tensor) -> list[tuple[str, str]]:
+    """The (scale, PE multiple) pairs whose LayerNorm(scale E[tokens] + multiple PE) equals h at real positions."""
+    real = (tokens != CONFIG.pad_id)[..., None]
+    ones = torch.ones(CONFIG.d_model, dtype=torch.float64)
+    zeros = torch.zeros(CONFIG.d_model, dtype=torch.float64)
+    found = []
+    for s_name, s in INPUT_SCALES.items():
+        for p_name, m in PE_MULTIPLES.items():
+            x = embedding_input(tokens, E, scale=s, pe=pe, pe_mult=m)
+            expected = layer_norm(x, ones, zeros)
+            if bool(((h - expected).abs() <= 1e-4 * (1 + expected.abs()))[real.expand_as(h)].all()):
+                found.append((s_name, p_name))
+    return found
+
+
+def input_path(impl: Implementation, stack: str) -> tuple[list[tuple[str, str]] | None, str]:
+    """(the closed forms the ``stack``'s input matches, "") or (None, why it cannot be observed)."""
+    if stack == "decoder":
+        state = sublayers_off(visible_state(CONFIG, seed=61, unit_norms=True), "decoder")
+        h = hidden_states(impl, state)
+        if h is None:
+            return None, f"{impl.name}: the hidden state cannot be read back (needs load_reference_state and tied E)"
+        tgt = witness()[1]
+        return input_candidates(h, tgt, state["tgt_embed.weight"], positional_table(impl, tgt.size(1))), ""
+    model = build_model(impl, CONFIG)
+    if not (has_capability(model, "encode") and has_capability(model, "load_reference_state")):
+        return None, f"{impl.name}: needs encode and load_reference_state"
+    state = sublayers_off(visible_state(CONFIG, seed=62, unit_norms=True), "encoder")
+    load_into(model, state, impl.name)
+    with torch.no_grad():
+        src = witness()[0]
+        out = model.encode(src)
+    out = (out[0] if isinstance(out, (tuple, list)) else out).double()
+    return input_candidates(out, src, state["src_embed.weight"], positional_table(impl, src.size(1))), ""
+
+
+def check_input_path(impl: Implementation, stack: str, *, part: Literal["scale", "pe"], hint: str) -> None:
+    """Fail the clause under test when the ``stack``'s input departs from sqrt(d_model) E[tokens] + PE in
+    ``part`` (the embedding scale, or the positional table added once); skip when it cannot be observed or
+    matches no closed form (other clauses judge that)."""
+    found, why = input_path(impl, stack)
+    if found is None:
+        pytest.skip(why)
+    if not found:
+        pytest.skip(f"the {stack} input matches no closed-form candidate (other structure, e.g. a norm right after "
+                    f"the embedding sum or pre-norm without a final norm): other clauses judge it")
+    index, wanted = (0, "sqrt(d_model)") if part == "scale" else (1, "added once")
+    if all(f[index] != wanted for f in found):
+        scale, pe = found[0]
+        violation(measured=f"the {stack} input is {scale} x E[tokens] with the positional table {pe}",
+                  expected="sqrt(d_model) x E[tokens] + PE (added once)",
+                  call=f"forward/encode after load_reference_state with every {stack} sub-layer output zeroed, "
+                       "unit norms",
+                  hint=hint)

@@ -1,0 +1,577 @@
+"""decode.* (§3, §6.1): the cached decoder, greedy search, beam search with GNMT's length penalty, and the
+default maximum output length, each checked through the adapter's optional decoding methods
+(``spec.contract``); an adapter without them skips with the reason naming the missing method.
+
+The searches are judged against the reference searches (``reference.decoding``) driven by the
+implementation's *own* full forward on each prefix (``conformance.decoding.ForwardScores``), with the
+weights it holds: a forward-pass bug belongs to the forward-pass clauses, and a decoding bug shows here
+even in an implementation whose forward differs from the reference's. An adapter that loads canonical
+weights holds the visible weights with embeddings (hence, tied, the logits) three times larger: sharp
+distributions, under which one more likely token costs less than the length penalty gives back, so
+α = 0 and α = 0.6 choose different outputs (witnesses are searched for at test time; a check without one
+skips with the reason). Every input is deterministic.
+
+Components alone (``--component``, kinds ``length_penalty`` and ``search``): a length penalty against GNMT's
+closed form and by the output the reference beam search chooses with it, a beam search by its outputs and its
+default limit, both on scripted step decoders whose answers are worked out by hand (``ScriptedScores``).
+Composed into the reference (``reference+search=NAME``), a search is audited whole by the checks above.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+
+from implementations import Component, Implementation
+from reference.decoding import beam_search, output_limits
+from spec.contract import has_capability
+from spec.tolerance import compare
+
+from . import oracles, shapes
+from .components import from_factory
+from .decoding import (
+    BEAM_VARIANTS,
+    CACHE_VARIANTS,
+    DECODE_CONFIG,
+    NEVER_ENDING_SOURCES,
+    NEVER_ENDS,
+    PAPER,
+    S_A,
+    S_BOS,
+    S_EOS,
+    S_PAD,
+    SCRIPTED_MAX_LEN,
+    SCRIPTED_ROWS,
+    SCRIPTED_SOURCES,
+    CacheVariant,
+    ForwardScores,
+    Replay,
+    Schedule,
+    ScriptedScores,
+    beam_variant_outputs,
+    call_generate,
+    call_search,
+    decode_sources,
+    drive,
+    expected_beam,
+    greedy_rows,
+    incremental_schedule,
+    missing_step_methods,
+    replay,
+    rows_of,
+    scripted_witnesses,
+)
+from .harness import CheckTimeout, ImplementationError, build_model, could_not_check, violation
+from .outputs import log_probs, require_deterministic
+from .transplant import STATE_SEED, load_into, reference_twin, visible_state
+
+CFG = DECODE_CONFIG
+PAD, BOS, V = CFG.pad_id, PAPER.bos_id, CFG.tgt_vocab
+GREEDY_MAX = 10  # output tokens in the greedy check (the default limit is decode.max-length's)
+BEAM_MAX = 8  # output tokens in the beam checks
+SHARPEN = 3.0
+GENERATE = "generate(src, *, bos_id, eos_id, beam_size, alpha, max_len)"
+
+
+def _sharpen(name: str, tensor: torch.Tensor) -> torch.Tensor:
+    return tensor * SHARPEN if "embed" in name or name.startswith("generator") else tensor
+
+
+@dataclass
+class Subject:
+    model: Any
+    twin: Any  # the reference holding the same weights, or None
+    weights: str
+    scores: ForwardScores | None = None
+    beam_witnesses: list[Witness] | None = None
+
+
+# Keyed by id(model): each entry holds its model, so no later model can take the same id.
+_SUBJECTS: dict[int, Subject] = {}
+
+
+@pytest.fixture(scope="module")
+def model(impl: Implementation) -> Any:
+    return build_model(impl, CFG)
+
+
+def subject(impl: Implementation, model: Any) -> Subject:
+    """The model ready for the decode checks (transplanted once, when it can load canonical weights).
+
+    Decoding feeds the model every target length from 1 to the output limit, batches of several sources and
+    source lengths of their own: a model that rejects some shapes (model.shape) skips, naming the gate."""
+    contract = shapes.current()
+    if contract is not None and not contract.complete:
+        pytest.skip(contract.need("decoding runs the forward at every target length from 1 to the output limit, "
+                                  "on batches of several sources"))
+    key = id(model)
+    if key not in _SUBJECTS:
+        if has_capability(model, "load_reference_state"):
+            state = visible_state(CFG, seed=STATE_SEED, adjust=_sharpen)
+            load_into(model, state, impl.name)
+            model.eval()
+            _SUBJECTS[key] = Subject(model, reference_twin(CFG, state),
+                                     f"visible weights (seed {STATE_SEED}) with the embeddings x{SHARPEN:g}")
+        else:
+            _SUBJECTS[key] = Subject(model, None, "its own initialization (seed 0)")
+    subj = _SUBJECTS[key]
+    src = decode_sources([4, 2], seed=1)
+    require_deterministic(model, src, torch.full((2, 3), BOS), CFG)
+    if subj.scores is None:
+        subj.scores = ForwardScores(model, impl.output)
+    return subj
+
+
+def needs_generate(impl: Implementation, model: Any) -> None:
+    if not has_capability(model, "generate"):
+        pytest.skip(f"{impl.name} has no {GENERATE} (spec.contract): no search of its own to check")
+
+
+# -- decode.incremental ----------------------------------------------------------------------------------------
+@pytest.mark.clause("decode.incremental")
+def test_cached_steps_equal_the_full_forward(impl: Implementation, model: Any) -> None:
+    """Every step of the step-level decoder equals the full forward on the same prefix: three padded
+    sources expanded to beams, a row finished early (fed padding), then reordered like beams."""
+    missing = missing_step_methods(model)
+    if missing:
+        pytest.skip(f"{impl.name} has no {', '.join(missing)} (spec.contract step-level decoding): no "
+                    "incremental decoder to check")
+    subj = subject(impl, model)
+    schedule = incremental_schedule()
+    rep = replay(schedule, PAD)
+    got = drive(model, schedule, impl.output, V)
+    for t, (scores, src_rows, prefix, active) in enumerate(zip(got, rep.src_rows, rep.prefixes, rep.active)):
+        full = log_probs(model, impl, src_rows, prefix, CFG)[:, -1]  # (N, V)
+        cmp = compare(scores[active], full[active], dtype=torch.float32, scope="model")
+        if cmp.ok:
+            continue
+        row = int(active.nonzero()[cmp.index[0]]) if cmp.index else 0
+        named = _cache_variant(subj, schedule, got, rep)
+        violation(measured=f"at step {t} (prefix length {t + 1}), row {row}: the cached decoder's "
+                  f"next-token log-probabilities differ from the full forward's: {cmp.describe()}"
+                  + (f"; the cached decoder matches the reference with {named}" if named else ""),
+                  expected="decode_step(state, tokens)[0] == forward(src, prefix)[:, -1] at every step, the new "
+                           "token at position t (the prefix length)",
+                  call=f"begin_decoding(src {list(schedule.src.shape)}, real lengths "
+                       f"{(schedule.src != PAD).sum(1).tolist()}), reorder_state to "
+                       f"{schedule.expand.tolist()}, decode_step x {len(got)} (row 3 fed padding from step 3), "
+                       f"reorder_state({schedule.reorders[4].tolist()}) before step 4; held {subj.weights}",
+                  hint="positions restarted at 0 for each new token, a cross-attention cache computed from the "
+                       "wrong memory or not reordered with the beams, or a self-attention cache not appended")
+
+
+def _cache_variant(subj: Subject, schedule: Schedule, got: list[torch.Tensor], rep: Replay) -> str:
+    """The named cache bug whose outputs the implementation reproduces (on the reference twin), or ''."""
+    if subj.twin is None:
+        return ""
+    for knob, what in CACHE_VARIANTS.items():
+        theirs = drive(CacheVariant(subj.twin, knob), schedule, "logits", V)
+        if all(compare(g[a], x[a], dtype=torch.float32, scope="model").ok
+               for g, x, a in zip(got, theirs, rep.active)):
+            return what
+    return ""
+
+
+# -- decode.greedy -------------------------------------------------------------------------------------------------
+GREEDY_POOL = [6, 5, 4, 3, 2, 1] * 3  # candidate sources; greedy trajectories of random models mostly repeat a token
+
+
+def greedy_witness(scores: ForwardScores) -> tuple[int, list[int], list[list[int]]] | None:
+    """(end symbol, rows of the pool, their trajectories with no end symbol) such that under that symbol rows
+    finish at different steps (preferably some after >= 2 tokens) while others go on: the witness of
+    stopping at EOS while the batch goes on. None when no symbol gives two different finishing steps."""
+    pool = decode_sources(GREEDY_POOL, seed=31)
+    free = greedy_rows(scores, pool, eos_id=-1, max_len=GREEDY_MAX)
+    best: tuple[int, tuple[int, int], list[int]] | None = None
+    for eos in range(V):
+        if eos in (PAD, BOS):
+            continue
+        ends = [row.index(eos) if eos in row else None for row in free]
+        late: dict[int, int] = {}
+        for b, e in enumerate(ends):
+            if e is not None and 1 <= e < GREEDY_MAX - 1:
+                late.setdefault(e, b)
+        rows = sorted(late.values())[:3]
+        rows += [b for b, e in enumerate(ends) if e is None][:1] + [b for b, e in enumerate(ends) if e == 0][:1]
+        rank = (len(late), len({ends[b] for b in rows}))  # rows finishing late first, then variety
+        if rank[1] >= 2 and (best is None or rank > best[1]):
+            best = (eos, rank, sorted(rows))
+    if best is None:
+        return None
+    return best[0], best[2], [free[b] for b in best[2]]
+
+
+@pytest.mark.clause("decode.greedy")
+def test_greedy_is_the_argmax_trajectory(impl: Implementation, model: Any) -> None:
+    """generate(beam_size=1) emits the argmax of the full forward at every step, stops each row at its end
+    symbol and keeps a finished row finished (padding) while the others go on."""
+    needs_generate(impl, model)
+    subj = subject(impl, model)
+    scores = subj.scores
+    assert scores is not None
+    witness = greedy_witness(scores)
+    if witness is None:
+        pytest.skip(f"no end symbol makes the greedy trajectories of {impl.name} ({subj.weights}) finish at "
+                    f"different steps on {len(GREEDY_POOL)} sources: no witness of early stopping")
+    eos, rows, free = witness
+    src = decode_sources(GREEDY_POOL, seed=31)[rows]
+    expected = greedy_rows(scores, src, eos_id=eos, max_len=GREEDY_MAX)
+    out, call = call_generate(model, src, eos_id=eos, beam_size=1, alpha=PAPER.alpha, max_len=GREEDY_MAX)
+    got = rows_of(out, PAD)
+    if got == expected:
+        return
+    b = next(i for i, (g, e) in enumerate(zip(got, expected)) if g != e)
+    first = next((k for k, (x, y) in enumerate(zip(got[b], expected[b])) if x != y), min(len(got[b]), len(expected[b])))
+    stop = min((r.index(eos) for r in expected if eos in r), default=GREEDY_MAX)
+    if got == [[BOS] + r for r in expected]:
+        named = "the expected outputs with the start symbol prepended (generate must return y_1 .. y_m only)"
+    elif got == free:
+        named = "the argmax trajectories with no stop at the end symbol: rows keep growing after EOS"
+    elif any(eos in row[:-1] for row in got):
+        named = "a row that goes on after its end symbol (finished rows must stay finished: padding only)"
+    elif any(len(row) > GREEDY_MAX for row in got):
+        named = f"outputs longer than max_len={GREEDY_MAX}"
+    elif PAD in sum(got, []):
+        named = "the padding id generated as a token (it is never generated)"
+    elif got == [r[:stop + 1] for r in free]:
+        named = "every row stopped when the first row emitted its end symbol (the batch stops together)"
+    else:
+        named = ""
+    violation(measured=f"row {b}: generated {got[b]}, the argmax trajectory of the full forward is "
+              f"{expected[b]} (first difference at output position {first})"
+              + (f"; the output matches {named}" if named else ""),
+              expected=f"at each step the token of highest log-probability (padding excluded) under forward(src, "
+                       f"prefix), stopping at eos_id={eos} or after max_len tokens; all rows: {expected}",
+              call=f"{call}; held {subj.weights}",
+              hint="a cached decoder that disagrees with the full forward (see decode.incremental), no stop at the "
+                   "end symbol, or finished rows fed back into the search")
+
+
+# -- decode.beam -----------------------------------------------------------------------------------------------
+BEAM_SOURCES = [6, 5, 4, 3, 2, 1]
+PENALTY_VARIANTS = ["no-penalty", "length-power", "eos-not-counted"]
+
+
+@dataclass
+class Witness:
+    eos: int
+    expected: list[list[int]]
+    variants: dict[str, list[list[int]]]
+    rows: dict[str, list[int]]  # variant -> the rows where it differs from the expected output
+
+
+def beam_witnesses(impl: Implementation, subj: Subject) -> list[Witness]:
+    """End symbols under which named beam-search variants choose other outputs than §6.1's search, on the
+    implementation's own scores (searched once per implementation, in end-symbol order, until every variant
+    is told apart or every symbol has been tried)."""
+    if subj.beam_witnesses is not None:
+        return subj.beam_witnesses
+    assert subj.scores is not None
+    src = decode_sources(BEAM_SOURCES, seed=5)
+    kw = dict(bos_id=BOS, beam_size=PAPER.beam_size, alpha=PAPER.alpha, max_len=BEAM_MAX)
+    found: list[Witness] = []
+    told: set[str] = set()
+    for eos in range(V):
+        if eos in (PAD, BOS):
+            continue
+        expected = expected_beam(subj.scores, src, eos_id=eos, **kw)
+        variants = beam_variant_outputs(subj.scores, src, list(BEAM_VARIANTS), eos_id=eos, **kw)
+        rows = {name: [b for b, (x, e) in enumerate(zip(out, expected)) if x != e] for name, out in variants.items()}
+        rows["finished-in-beam"] = [b for b in rows["finished-in-beam"] if expected[b][-1:] == [eos]]
+        new = {name for name, r in rows.items() if r} - told
+        if new:
+            found.append(Witness(eos, expected, variants, rows))
+            told |= new
+        if told >= set(BEAM_VARIANTS):
+            break
+    subj.beam_witnesses = found
+    return found
+
+
+def check_beam(impl: Implementation, subj: Subject, witnesses: list[Witness], purpose: str) -> None:
+    src = decode_sources(BEAM_SOURCES, seed=5)
+    for w in witnesses:
+        out, call = call_generate(subj.model, src, eos_id=w.eos, beam_size=PAPER.beam_size,
+                                  alpha=PAPER.alpha, max_len=BEAM_MAX)
+        got = rows_of(out, PAD)
+        if got == w.expected:
+            continue
+        b = next(i for i, (g, e) in enumerate(zip(got, w.expected)) if g != e)
+        named = [BEAM_VARIANTS[n].describe for n, o in w.variants.items() if o == got]
+        if got == [[BOS] + r for r in w.expected]:
+            named.append("the expected outputs with the start symbol prepended (generate must return y_1 .. y_m)")
+        witness_of = ", ".join(f"{n} (rows {r})" for n, r in w.rows.items() if r)
+        violation(measured=f"row {b}: beam search returned {got[b]}, the §6.1 search on the "
+                  f"implementation's own scores returns {w.expected[b]}"
+                  + (f"; the outputs match {named[0]}" if named else "; no named variant reproduces them"),
+                  expected=f"beam 4, summed log-probabilities divided by ((5 + |Y|) / 6)^0.6 (|Y| with the end "
+                           f"symbol), finished hypotheses kept aside, tensor2tensor's early stop; all rows: "
+                           f"{w.expected}",
+                  call=f"{call}; held {subj.weights}; this end symbol is a witness of {purpose}: it tells apart "
+                       f"{witness_of}",
+                  hint="a length penalty of another form (|Y|^alpha, none, |Y| without EOS), finished hypotheses "
+                       "not kept aside, or a cache that disagrees with the forward (decode.incremental)")
+
+
+@pytest.mark.clause("decode.beam")
+def test_beam_length_penalty_witnesses(impl: Implementation, model: Any) -> None:
+    """Beam 4, α = 0.6, on witnesses where no penalty (α = 0), |Y|^α, or |Y| counted without the end symbol
+    would choose another output than GNMT's ((5 + |Y|) / 6)^α."""
+    needs_generate(impl, model)
+    subj = subject(impl, model)
+    witnesses = [w for w in beam_witnesses(impl, subj) if any(w.rows[n] for n in PENALTY_VARIANTS)]
+    if not any(w.rows["no-penalty"] for w in witnesses):
+        pytest.skip(f"no witness source where alpha = 0 and alpha = 0.6 choose different outputs on "
+                    f"{impl.name}'s scores ({subj.weights}; {len(BEAM_SOURCES)} sources, every end symbol): "
+                    "its distributions are too flat for the penalty to matter"
+                    + ("" if subj.twin is not None else "; with load_reference_state the check loads sharper "
+                       "weights"))
+    check_beam(impl, subj, witnesses, "the length penalty's form")
+
+
+@pytest.mark.clause("decode.beam")
+def test_beam_early_finished_hypothesis_wins(impl: Implementation, model: Any) -> None:
+    """A hypothesis that ended with EOS while live ones went on must still win when its score is best: the
+    finished set is kept aside, not left to compete for the K beam slots."""
+    needs_generate(impl, model)
+    subj = subject(impl, model)
+    witnesses = [w for w in beam_witnesses(impl, subj) if w.rows["finished-in-beam"]]
+    if not witnesses:
+        pytest.skip(f"no witness source where a hypothesis pushed out of the beam after it finished must win, on "
+                    f"{impl.name}'s scores ({subj.weights})")
+    check_beam(impl, subj, witnesses[:1], "a finished hypothesis kept aside")
+
+
+# -- decode.max-length -----------------------------------------------------------------------------------------
+MAX_SOURCES = [6, 3, 1]  # padded width 6: the default limits are 56, 53 and 51
+
+
+def _length_rule(lengths: dict[int, int], src: torch.Tensor) -> str:
+    real = (src != PAD).sum(dim=1).tolist()
+    width = src.size(1)
+    rules = {
+        "each source's real length + 50": lambda b: real[b] + 50,
+        "the padded source width + 50 (the batch's length, not each sample's)": lambda b: width + 50,
+        "each source's real length + 100 (tensor2tensor's extra_length default)": lambda b: real[b] + 100,
+        "the padded source width + 100": lambda b: width + 100,
+        "each source's real length + 49 (one short)": lambda b: real[b] + 49,
+        "each source's real length + 51 (one over)": lambda b: real[b] + 51,
+    }
+    for what, rule in rules.items():
+        if all(n == rule(b) for b, n in lengths.items()):
+            return what
+    if len(set(lengths.values())) == 1:
+        return f"a fixed length {next(iter(lengths.values()))} for every source"
+    return ""
+
+
+def _candidate_end_symbols(subj: Subject, src: torch.Tensor) -> list[int]:
+    """Tokens in increasing order of their highest log-probability over every prefix seen so far (those
+    least likely ever to be chosen first)."""
+    assert subj.scores is not None
+    if not subj.scores.memo:
+        subj.scores.log_probs(src, torch.full((src.size(0), 1), BOS))
+    table = torch.stack(list(subj.scores.memo.values()))  # (prefixes, V)
+    table[:, [PAD, BOS]] = float("inf")
+    return table.max(dim=0).values.argsort().tolist()[:3]
+
+
+def check_default_limit(impl: Implementation, subj: Subject, beam_size: int) -> None:
+    """Rows whose output holds no end symbol must be exactly their source's real length + 50 long; rows
+    that end with it must be no longer. The end symbol is one the model hardly ever chooses (up to three
+    tried, until a source shorter than the batch's padded width runs to its limit)."""
+    src = decode_sources(MAX_SOURCES, seed=41)
+    limits = output_limits(src, PAD).tolist()
+    for eos in _candidate_end_symbols(subj, src):
+        out, call = call_generate(subj.model, src, eos_id=eos, beam_size=beam_size, alpha=PAPER.alpha,
+                                  max_len=None)
+        got = rows_of(out, PAD)
+        unended = {b: len(r) for b, r in enumerate(got) if r[-1:] != [eos]}
+        if any(limits[b] != src.size(1) + 50 for b in unended):
+            break
+    else:
+        pytest.skip(f"every source shorter than the padded width emitted the end symbol (tried the 3 tokens "
+                    f"{impl.name} least often chooses, {subj.weights}): no witness of the limit")
+    bad = {b: n for b, n in unended.items() if n != limits[b]}
+    bad.update({b: len(r) for b, r in enumerate(got) if b not in unended and len(r) > limits[b]})
+    if not bad:
+        return
+    rule = _length_rule(unended, src)
+    b = next(iter(bad))
+    violation(measured=f"row {b} (real source length {int((src[b] != PAD).sum())}) has {bad[b]} output "
+              f"tokens; lengths of the rows with no end symbol: {unended}" + (f"; they match {rule}" if rule else ""),
+              expected=f"max_len=None limits each output to its source's real (non-pad) length + 50 tokens, the "
+                       f"end symbol included: {limits}",
+              call=f"{call} (an end symbol {impl.name} hardly ever chooses; {subj.weights})",
+              hint="the limit taken from the padded batch width or a fixed max_len, tensor2tensor's extra_length "
+                   "= 100, or an off-by-one counting the start or the end symbol")
+
+
+@pytest.mark.clause("decode.max-length")
+def test_default_max_length_greedy(impl: Implementation, model: Any) -> None:
+    """Greedy search with no end symbol in sight stops at each source's real length + 50 (§6.1)."""
+    needs_generate(impl, model)
+    check_default_limit(impl, subject(impl, model), beam_size=1)
+
+
+@pytest.mark.clause("decode.max-length")
+def test_default_max_length_beam(impl: Implementation, model: Any) -> None:
+    """Beam search (beam 4, α = 0.6) with no end symbol in sight stops at each source's real length + 50."""
+    needs_generate(impl, model)
+    check_default_limit(impl, subject(impl, model), beam_size=PAPER.beam_size)
+
+
+# -- components alone: length penalties and beam searches (--component) -----------------------------------------
+# No model: scripted step decoders (conformance.decoding.ScriptedScores) whose answers are worked out by hand, so
+# that a length penalty or a search is judged on scores where the paper's choice is known and the usual departures
+# choose otherwise. The same witnesses decide for both kinds, against the reference beam search and GNMT's penalty.
+LP_LENGTHS = torch.arange(1, 61)  # |Y| = 1 .. 60: the output lengths §6.1's limit allows short sources
+LP_ALPHAS = (0.6, 0.3)  # §6.1 (translation) and §6.3 (parsing)
+SCRIPTED: dict[str, Any] = dict(bos_id=S_BOS, eos_id=S_EOS, beam_size=PAPER.beam_size, alpha=PAPER.alpha,
+                                max_len=SCRIPTED_MAX_LEN)
+SCRIPTED_WHAT = {
+    "penalty": "GNMT's penalty, no penalty and |Y|^0.6 choose three different outputs",
+    "early": "an output that ended at the first step must win over four live hypotheses that outscore it "
+             "(finished hypotheses kept aside)",
+}
+
+
+@pytest.fixture(scope="module")
+def penalty_fn(component: Component) -> Any:
+    """The length penalty the component's factory makes: fn(length, alpha) -> lp."""
+    return from_factory(component)
+
+
+@pytest.fixture(scope="module")
+def search_fn(component: Component) -> Any:
+    """The beam search the component's factory makes (``implementations/hookspecs.py``, kind ``search``)."""
+    return from_factory(component)
+
+
+def call_penalty(fn: Any, length: torch.Tensor, alpha: float) -> torch.Tensor:
+    """``fn(length, alpha)`` as float64, checked to be a floating tensor of the shape of ``length``."""
+    call = f"length_penalty(torch.arange(1, {len(length) + 1}), {alpha})"
+    try:
+        out = fn(length, alpha)
+    except CheckTimeout:
+        raise
+    except Exception as exc:
+        could_not_check(f"{call} raised", exc)
+    if not isinstance(out, torch.Tensor) or out.shape != length.shape or not out.is_floating_point():
+        got = f"{out.dtype} {list(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+        could_not_check(f"{call} returned {got}, expected a floating tensor {list(length.shape)}")
+    return out.detach().to(torch.float64)
+
+
+@pytest.mark.clause("decode.beam")
+@pytest.mark.component_kind("length_penalty")
+def test_length_penalty_component_is_gnmts(penalty_fn: Any) -> None:
+    """lp(|Y|) = ((5 + |Y|) / 6)^alpha for |Y| = 1 .. 60 at the paper's alphas (0.6 in §6.1, 0.3 in §6.3)."""
+    for alpha in LP_ALPHAS:
+        got = call_penalty(penalty_fn, LP_LENGTHS, alpha)
+        cmp = compare(got, oracles.length_penalty(LP_LENGTHS, alpha), dtype=torch.float32)
+        if cmp.ok:
+            continue
+        named = [what for form, what in oracles.LP_FORMS.items() if form != "paper" and compare(
+            got, oracles.length_penalty(LP_LENGTHS, alpha, form=form), dtype=torch.float32).ok]
+        n = int(LP_LENGTHS[cmp.index[0]])
+        violation(measured=f"lp(|Y| = {n}) = {cmp.actual:.6g} at alpha = {alpha} ({cmp.describe()})"
+                  + (f"; the penalty matches {named[0]}" if named else ""),
+                  expected=f"GNMT's ((5 + |Y|) / 6)^alpha: lp({n}) = {cmp.expected:.6g}; lp(1) = 1, "
+                           f"lp(10) = {2.5 ** alpha:.6g}",
+                  call=f"length_penalty(torch.arange(1, {len(LP_LENGTHS) + 1}), {alpha})",
+                  hint="fairseq, Hugging Face and CTranslate2 divide by |Y|^alpha; §6.1 cites GNMT's "
+                       "((5 + |Y|) / 6)^alpha with |Y| counting the end symbol")
+
+
+@pytest.mark.clause("decode.beam")
+@pytest.mark.component_kind("length_penalty")
+def test_length_penalty_component_chooses_the_papers_output(penalty_fn: Any) -> None:
+    """The reference beam search (beam 4, alpha 0.6) ranking with this penalty chooses §6.1's output on scripted
+    scores where GNMT's penalty, no penalty and |Y|^alpha choose three different ones."""
+    row = SCRIPTED_ROWS["penalty"]
+    src = SCRIPTED_SOURCES[row:row + 1]
+    expected = expected_beam(scripted_witnesses(), src, **SCRIPTED)
+
+    def checked(length: torch.Tensor, alpha: float) -> torch.Tensor:  # the component, its result checked
+        return call_penalty(penalty_fn, length.reshape(-1), alpha).reshape(length.shape).float()
+
+    try:
+        got = rows_of(beam_search(scripted_witnesses(), src, pad_id=S_PAD, length_penalty=checked, **SCRIPTED).tokens,
+                      S_PAD)
+    except (CheckTimeout, ImplementationError):
+        raise
+    except Exception as exc:
+        could_not_check("reference beam_search(scripted scores, ..., length_penalty=fn) raised", exc)
+    if got == expected:
+        return
+    variants = beam_variant_outputs(scripted_witnesses(), src, list(BEAM_VARIANTS), **SCRIPTED)
+    named = [BEAM_VARIANTS[n].describe for n, out in variants.items() if out == got]
+    violation(measured=f"ranked with this penalty the search returns {got[0]}, with GNMT's {expected[0]}"
+              + (f"; the output matches {named[0]}" if named else ""),
+              expected=f"{expected[0]} ([a, end]; a = {S_A}, end = {S_EOS}): [a, end] scores -1.250 / lp(2) = "
+                       f"-1.140 under GNMT's penalty, above [end] "
+                       f"(-1.204) and [a, a, a, a, end] (-1.850 / lp(5) = -1.361)",
+              call=f"reference beam_search(scripted scores, src {list(src.shape)}, bos_id={S_BOS}, eos_id={S_EOS}, "
+                   f"beam_size={PAPER.beam_size}, alpha={PAPER.alpha}, max_len={SCRIPTED_MAX_LEN}, length_penalty=fn)",
+              hint="a penalty of another form changes which finished hypothesis wins: no penalty favours short "
+                   "outputs, |Y|^alpha long ones")
+
+
+def check_scripted_search(search_fn: Any, which: str) -> None:
+    """The component's search on the scripted witnesses (one batch, right-padded) equals the reference's on the row
+    that witnesses ``which``."""
+    rows, call = call_search(search_fn, scripted_witnesses(), SCRIPTED_SOURCES, **SCRIPTED)
+    expected = expected_beam(scripted_witnesses(), SCRIPTED_SOURCES, **SCRIPTED)
+    r = SCRIPTED_ROWS[which]
+    if rows[r] == expected[r]:
+        return
+    variants = beam_variant_outputs(scripted_witnesses(), SCRIPTED_SOURCES, list(BEAM_VARIANTS), **SCRIPTED)
+    named = [BEAM_VARIANTS[n].describe for n, out in variants.items() if out[r] == rows[r] != expected[r]]
+    violation(measured=f"row {r} (where {SCRIPTED_WHAT[which]}): the search returned {rows[r]}, the §6.1 search "
+              f"returns {expected[r]}" + (f"; the output matches {named[0]}" if named else ""),
+              expected="beam 4, summed log-probabilities divided by the given length penalty (GNMT's "
+                       "((5 + |Y|) / 6)^0.6, |Y| with the end symbol), finished hypotheses kept aside, tensor2tensor's "
+                       f"early stop; all rows: {expected}",
+              call=f"{call} on scripted scores (V = 8: pad 0, start 1, end 2, a 3, b 4)",
+              hint="a length penalty of another form or ignored, finished hypotheses competing for the K beam slots, "
+                   "or states not reordered with the beams")
+
+
+@pytest.mark.clause("decode.beam")
+@pytest.mark.component_kind("search")
+def test_search_component_length_penalty_witness(search_fn: Any) -> None:
+    """Beam 4, alpha 0.6, GNMT's penalty given: scripted scores where the penalty's form decides the winner."""
+    check_scripted_search(search_fn, "penalty")
+
+
+@pytest.mark.clause("decode.beam")
+@pytest.mark.component_kind("search")
+def test_search_component_keeps_finished_hypotheses_aside(search_fn: Any) -> None:
+    """Beam 4, alpha 0.6: an output that finished at the first step and is outscored by four live hypotheses
+    still wins (later ends are far worse)."""
+    check_scripted_search(search_fn, "early")
+
+
+@pytest.mark.clause("decode.max-length")
+@pytest.mark.component_kind("search")
+def test_search_component_default_max_length(search_fn: Any) -> None:
+    """max_len None, an end symbol never produced: each output is its source's real length + 50 long (§6.1)."""
+    src = NEVER_ENDING_SOURCES
+    rows, call = call_search(search_fn, ScriptedScores({}, NEVER_ENDS), src, eos_id=S_EOS,
+                             beam_size=PAPER.beam_size, alpha=PAPER.alpha, max_len=None)
+    limits = output_limits(src, S_PAD).tolist()
+    lengths = {b: len(row) for b, row in enumerate(rows)}
+    if list(lengths.values()) == limits:
+        return
+    b = next(i for i, n in lengths.items() if n != limits[i])
+    rule = _length_rule(lengths, src)
+    violation(measured=f"row {b} (real source length {int((src[b] != S_PAD).sum())}) has {lengths[b]} output tokens; "
+              f"all rows: {list(lengths.values())}" + (f"; they match {rule}" if rule else ""),
+              expected=f"max_len=None limits each output to its source's real (non-pad) length + 50 tokens: {limits}",
+              call=f"{call} on scripted scores that never produce the end symbol",
+              hint="the limit taken from the padded batch width or a fixed max_len, tensor2tensor's extra_length "
+                   "= 100, or an off-by-one counting the start or the end symbol")

@@ -1,0 +1,260 @@
+"""Deliberately broken decoders: the reference model with one decoding bug each, declaring the clauses it breaks.
+
+A plugin for the suite's own tests (``--plugin tests/broken_decoders.py``), the decoding counterpart of
+``tests/broken_models.py``: the forward pass is the reference's, so only ``decode.*`` clauses can fail, and
+``tests/test_broken_models.py`` runs ``conformance/test_decode.py`` over every model here, asserting each
+is caught by exactly the clauses it declares. Each registers as ``broken-decoder-<bug>``.
+
+Two families, so each clause is proven by bugs that break it alone:
+
+* cache bugs live in the step-level methods (``begin_decoding``, ``decode_step``, ``reorder_state``);
+  these models offer no ``generate``, so only ``decode.incremental`` runs on them;
+* search bugs live in ``generate``, over the reference's correct cache: greedy search that does not stop
+  at the end symbol, beam search with another length penalty or without a finished set, a default
+  maximum length that is not the source's real length + 50.
+
+The search bugs are written here, apart from ``conformance/decoding.py``'s named variants, so that the
+diagnosis recognizing them is evidence, not a tautology.
+
+The plugin also registers broken ``search`` components (``register_components``, ``BROKEN_SEARCHES``): beam
+searches with the reference's signature and one bug each, audited alone (``--component=search:NAME``) and
+composed into the reference (``--impl 'reference+search=NAME'``), each declaring the clauses it breaks.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from implementations import Component, Implementation, hookimpl
+from reference.decoding import (
+    KVCache,
+    LayerCache,
+    LengthPenalty,
+    beam_search,
+    greedy_search,
+    init_cache,
+    output_limits,
+    reorder,
+)
+from reference.model import Transformer
+from spec.config import ModelConfig
+
+INC, GREEDY, BEAM, MAXLEN = "decode.incremental", "decode.greedy", "decode.beam", "decode.max-length"
+
+
+# -- cache bugs (step-level interface only) ----------------------------------------------------------------------
+class StepOnly(Transformer):
+    generate = None  # type: ignore[assignment]  # no search of its own: only decode.incremental applies
+
+
+class PositionsRestart(StepOnly):
+    def embed(self, tokens: Tensor, embedding: nn.Embedding, start: int = 0) -> Tensor:
+        return super().embed(tokens, embedding, 0)  # BUG: every new token at position 0 (the forward starts at 0)
+
+
+class CrossNotReordered(StepOnly):
+    def reorder_state(self, state: KVCache, indices: Tensor) -> KVCache:
+        moved = reorder(state, indices)
+        if indices.numel() != state.src_mask.size(0):
+            return moved  # expanding sources to beams works ...
+        layers = tuple(LayerCache(n.self_k, n.self_v, o.cross_k, o.cross_v) for n, o in zip(moved.layers, state.layers))
+        return KVCache(layers, state.src_mask)  # BUG: ... but later reorders leave the cross-attention cache behind
+
+
+class CrossFromEmbeddings(StepOnly):
+    def begin_decoding(self, src: Tensor) -> KVCache:
+        cache = init_cache(self, src)
+        x = self.embed(src, self.src_embed)  # BUG: the encoder's input, not its final output
+        layers = tuple(LayerCache(c.self_k, c.self_v, layer.cross_attn.split_heads(layer.cross_attn.k(x)),
+                                  layer.cross_attn.split_heads(layer.cross_attn.v(x)))
+                       for layer, c in zip(self.decoder, cache.layers))
+        return KVCache(layers, cache.src_mask)
+
+
+# -- search bugs (generate over the reference's cache) -----------------------------------------------------------
+class Searching(Transformer):
+    def search(self, src: Tensor, *, bos_id: int, eos_id: int, beam_size: int, alpha: float,
+               max_len: int | Tensor | None) -> Tensor:
+        pad = self.config.pad_id
+        if beam_size == 1:
+            return greedy_search(self, src, bos_id=bos_id, eos_id=eos_id, pad_id=pad, max_len=max_len).tokens
+        return beam_search(self, src, bos_id=bos_id, eos_id=eos_id, pad_id=pad, beam_size=beam_size, alpha=alpha,
+                           max_len=max_len).tokens
+
+    def generate(self, src, *, bos_id, eos_id, beam_size=4, alpha=0.6, max_len=None):  # type: ignore[override]
+        return self.search(src, bos_id=bos_id, eos_id=eos_id, beam_size=beam_size, alpha=alpha, max_len=max_len)
+
+
+class GreedyNoEosStop(Searching):
+    def generate(self, src, *, bos_id, eos_id, beam_size=4, alpha=0.6, max_len=None):  # type: ignore[override]
+        if beam_size == 1:  # BUG: greedy decoding never checks for the end symbol (runs to max_len)
+            return greedy_search(self, src, bos_id=bos_id, eos_id=-1, pad_id=self.config.pad_id,
+                                 max_len=max_len).tokens
+        return super().generate(src, bos_id=bos_id, eos_id=eos_id, beam_size=beam_size, alpha=alpha, max_len=max_len)
+
+
+class LengthPower(Searching):
+    def generate(self, src, *, bos_id, eos_id, beam_size=4, alpha=0.6, max_len=None):  # type: ignore[override]
+        if beam_size == 1:
+            return super().generate(src, bos_id=bos_id, eos_id=eos_id, beam_size=1, max_len=max_len)
+        return beam_search(self, src, bos_id=bos_id, eos_id=eos_id, pad_id=self.config.pad_id, beam_size=beam_size,
+                           alpha=alpha, max_len=max_len,
+                           length_penalty=lambda n, a: n.float() ** a).tokens  # BUG: |Y|^alpha
+
+
+class NoLengthPenalty(Searching):
+    def generate(self, src, *, bos_id, eos_id, beam_size=4, alpha=0.6, max_len=None):  # type: ignore[override]
+        return self.search(src, bos_id=bos_id, eos_id=eos_id, beam_size=beam_size, alpha=0.0,  # BUG: alpha ignored
+                           max_len=max_len)
+
+
+class FinishedInBeam(Searching):
+    """Beam search as often written by hand: EOS-ended hypotheses stay in the K slots and compete with the live
+    ones by log_probs / lp(|Y|); the search ends when every slot has finished or at the limit."""
+
+    @torch.no_grad()
+    def generate(self, src, *, bos_id, eos_id, beam_size=4, alpha=0.6, max_len=None):  # type: ignore[override]
+        if beam_size == 1:
+            return super().generate(src, bos_id=bos_id, eos_id=eos_id, beam_size=1, max_len=max_len)
+        pad = self.config.pad_id
+        outs = []
+        for b in range(src.size(0)):
+            one = src[b:b + 1]
+            limit = int((one != pad).sum()) + 50 if max_len is None else int(max_len)
+            slots: list[tuple[float, list[int], bool]] = [(0.0, [], False)]
+
+            def score(slot: tuple[float, list[int], bool]) -> float:
+                return slot[0] / ((5.0 + len(slot[1])) / 6.0) ** alpha
+
+            for _ in range(limit):
+                live = [s for s in slots if not s[2]]
+                if not live:
+                    break
+                ys = torch.tensor([[bos_id] + s[1] for s in live])
+                logp = torch.log_softmax(self(one.expand(len(live), -1), ys)[:, -1].double(), dim=-1)
+                logp[:, pad] = -math.inf
+                grown = [s for s in slots if s[2]]
+                for (lp0, seq, _), row in zip(live, logp.tolist()):
+                    grown += [(lp0 + x, seq + [v], v == eos_id) for v, x in enumerate(row) if x > -math.inf]
+                slots = sorted(grown, key=score, reverse=True)[:beam_size]  # BUG: finished ones can be pushed out
+            outs.append(max(slots, key=score)[1])
+        width = max((len(o) for o in outs), default=0)
+        return torch.tensor([o + [pad] * (width - len(o)) for o in outs], dtype=torch.long).view(len(outs), width)
+
+
+class MaxLenPaddedWidth(Searching):
+    def generate(self, src, *, bos_id, eos_id, beam_size=4, alpha=0.6, max_len=None):  # type: ignore[override]
+        if max_len is None:
+            max_len = src.size(1) + 50  # BUG: the batch's padded width, not each source's real length
+        return self.search(src, bos_id=bos_id, eos_id=eos_id, beam_size=beam_size, alpha=alpha, max_len=max_len)
+
+
+class MaxLenT2TDefault(Searching):
+    def generate(self, src, *, bos_id, eos_id, beam_size=4, alpha=0.6, max_len=None):  # type: ignore[override]
+        if max_len is None:  # BUG: tensor2tensor's extra_length = 100 instead of the paper's 50
+            max_len = (src != self.config.pad_id).sum(dim=1) + 100
+        return self.search(src, bos_id=bos_id, eos_id=eos_id, beam_size=beam_size, alpha=alpha, max_len=max_len)
+
+
+# name -> (build, output, bug, {clause: why})
+BROKEN_DECODERS: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, str]]] = {
+    "positions-restart": (PositionsRestart, "logits", "cached decoding embeds every new token at position 0", {
+        INC: "from the second step on the cached scores differ from the full forward's"}),
+    "cross-not-reordered": (CrossNotReordered, "logits", "reorder_state leaves the cross-attention cache behind", {
+        INC: "after a beam reorder a row attends to another row's source"}),
+    "cross-from-embeddings": (CrossFromEmbeddings, "logits", "cross-attention cache from the source embeddings", {
+        INC: "the cached decoder reads the wrong memory"}),
+    "greedy-no-eos-stop": (GreedyNoEosStop, "logits", "greedy decoding never stops at the end symbol", {
+        GREEDY: "rows keep growing after EOS"}),
+    "length-power": (LengthPower, "logits", "beam search ranks by log_probs / |Y|^alpha", {
+        BEAM: "the penalty of fairseq and CTranslate2, not GNMT's"}),
+    "no-length-penalty": (NoLengthPenalty, "logits", "beam search ignores alpha", {
+        BEAM: "summed log-probabilities ranked unpenalized: short outputs win"}),
+    "finished-in-beam": (FinishedInBeam, "logits", "finished hypotheses compete for the beam slots", {
+        BEAM: "a hypothesis pushed out after it finished is lost"}),
+    "max-len-padded-width": (MaxLenPaddedWidth, "logits", "default limit: the padded batch width + 50", {
+        MAXLEN: "short sources in a padded batch decode too long"}),
+    "max-len-t2t-100": (MaxLenT2TDefault, "logits", "default limit: real length + 100 (tensor2tensor)", {
+        MAXLEN: "twice the paper's extra length"}),
+}
+
+
+# -- broken search components (kind "search": a beam search driving any step decoder) ---------------------------
+def search_length_power(decoder, src: Tensor, *, bos_id: int, eos_id: int, pad_id: int, beam_size: int, alpha: float,
+                        max_len: int | Tensor | None, length_penalty: LengthPenalty):
+    return beam_search(decoder, src, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, beam_size=beam_size, alpha=alpha,
+                       max_len=max_len, length_penalty=lambda n, a: n.float() ** a)  # BUG: |Y|^alpha, not the given one
+
+
+def search_max_len_padded_width(decoder, src: Tensor, *, bos_id: int, eos_id: int, pad_id: int, beam_size: int,
+                                alpha: float, max_len: int | Tensor | None, length_penalty: LengthPenalty):
+    if max_len is None:
+        max_len = src.size(1) + 50  # BUG: the batch's padded width, not each source's real length
+    return beam_search(decoder, src, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, beam_size=beam_size, alpha=alpha,
+                       max_len=max_len, length_penalty=length_penalty)
+
+
+@torch.no_grad()
+def search_finished_in_beam(decoder, src: Tensor, *, bos_id: int, eos_id: int, pad_id: int, beam_size: int,
+                            alpha: float, max_len: int | Tensor | None, length_penalty: LengthPenalty) -> Tensor:
+    """Beam search as often written by hand, one source at a time: a hypothesis that ends with EOS keeps its beam
+    slot and competes with the live ones by log_probs / lp(|Y|); the search ends when every slot has finished or
+    at the limit and returns the best slot."""
+    limits = output_limits(src, pad_id, max_len=max_len).tolist()
+
+    def score(slot: tuple[float, list[int], bool, int]) -> float:
+        return slot[0] / float(length_penalty(torch.tensor(len(slot[1])), alpha))
+
+    outs = []
+    for b in range(src.size(0)):
+        state = decoder.begin_decoding(src[b:b + 1])
+        slots: list[tuple[float, list[int], bool, int]] = [(0.0, [], False, 0)]  # (log p, tokens, ended, state row)
+        for _ in range(limits[b]):
+            live = [slot for slot in slots if not slot[2]]
+            if not live:
+                break
+            state = decoder.reorder_state(state, torch.tensor([slot[3] for slot in live]))
+            scores, state = decoder.decode_step(state, torch.tensor([slot[1][-1] if slot[1] else bos_id
+                                                                     for slot in live]))
+            logp = torch.log_softmax(scores.double(), dim=-1)
+            logp[:, pad_id] = -math.inf
+            grown = [slot for slot in slots if slot[2]]
+            for row, ((lp0, seq, _, _), dist) in enumerate(zip(live, logp.tolist())):
+                grown += [(lp0 + x, seq + [v], v == eos_id, row) for v, x in enumerate(dist) if x > -math.inf]
+            slots = sorted(grown, key=score, reverse=True)[:beam_size]  # BUG: finished ones can be pushed out
+        outs.append(max(slots, key=score)[1])
+    width = max((len(o) for o in outs), default=0)
+    return torch.tensor([o + [pad_id] * (width - len(o)) for o in outs], dtype=torch.long).view(len(outs), width)
+
+
+# name -> (search, bug, {clause: why}); registered as search components "broken-<name>"
+BROKEN_SEARCHES: dict[str, tuple[Callable[..., object], str, dict[str, str]]] = {
+    "length-power": (search_length_power, "ranks by |Y|^alpha whatever length_penalty it is given", {
+        BEAM: "fairseq's normalization where §6.1 uses GNMT's"}),
+    "finished-in-beam": (search_finished_in_beam, "finished hypotheses compete for the K beam slots", {
+        BEAM: "an output that finished first and was pushed out of the slots is lost"}),
+    "max-len-padded-width": (search_max_len_padded_width, "default limit: the padded batch width + 50", {
+        MAXLEN: "short sources in a padded batch decode too long"}),
+}
+
+
+@hookimpl
+def register_components(register):
+    declare = os.environ.get("AIAYN_BROKEN_UNDECLARED") != "1"
+    for name, (search, bug, clauses) in BROKEN_SEARCHES.items():
+        register(Component("search", f"broken-{name}", lambda fn=search: fn, summary=f"BUG: {bug}",
+                           source="tests/broken_decoders.py", deviations=clauses if declare else {}))
+
+
+@hookimpl
+def register_implementations(register):
+    # AIAYN_BROKEN_UNDECLARED=1 registers them without their declarations (the negative control).
+    declare = os.environ.get("AIAYN_BROKEN_UNDECLARED") != "1"
+    for name, (build, output, bug, clauses) in BROKEN_DECODERS.items():
+        register(Implementation(name=f"broken-decoder-{name}", build=build, output=output, summary=f"BUG: {bug}",
+                                source="tests/broken_decoders.py", deviations=clauses if declare else {}))

@@ -1,0 +1,179 @@
+"""The decode checks' machinery: a decoder that crashes or returns the wrong thing is an ImplementationError
+naming the call (never a crash of the suite), and the named variants are what they say."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conformance.decoding import (
+    DECODE_CONFIG,
+    CacheVariant,
+    ForwardScores,
+    call_generate,
+    decode_sources,
+    drive,
+    finished_in_beam,
+    incremental_schedule,
+    replay,
+    rows_of,
+)
+from conformance.harness import ImplementationError, checking
+from reference.model import Transformer
+
+CFG = DECODE_CONFIG
+
+
+class Generates(torch.nn.Module):
+    def __init__(self, result):
+        super().__init__()
+        self.result = result
+
+    def generate(self, src, **kw):
+        if isinstance(self.result, Exception):
+            raise self.result
+        return self.result
+
+
+@pytest.mark.parametrize("result, message", [
+    (RuntimeError("boom"), "raised: RuntimeError: boom"),
+    ([[3, 2]], "returned list, not a tensor [B, L] of token ids"),
+    (torch.zeros(2, 3, dtype=torch.long), "returned shape [2, 3], expected [3, L] (one row per source)"),
+    (torch.zeros(3, 3), "returned dtype torch.float32, expected integer token ids"),
+])
+def test_a_generate_that_misbehaves_is_an_implementation_error(result, message):
+    src = decode_sources([6, 3, 1], seed=0)
+    with checking("decode.greedy"), pytest.raises(ImplementationError, match="could not be checked") as err:
+        call_generate(Generates(result), src, eos_id=2, beam_size=1, alpha=0.6, max_len=5)
+    assert message in str(err.value) and "generate(src [3, 6] with real lengths [6, 3, 1]" in str(err.value)
+
+
+class BadStep(torch.nn.Module):
+    def __init__(self, what):
+        super().__init__()
+        self.what = what
+
+    def begin_decoding(self, src):
+        if self.what == "begin":
+            raise ValueError("no encoder")
+        return src
+
+    def reorder_state(self, state, indices):
+        return state[indices]
+
+    def decode_step(self, state, tokens):
+        if self.what == "shape":
+            return torch.zeros(tokens.size(0), 5), state
+        if self.what == "single":
+            return torch.zeros(tokens.size(0), CFG.tgt_vocab)
+        return torch.zeros(tokens.size(0), CFG.tgt_vocab), state
+
+
+@pytest.mark.parametrize("what, message", [
+    ("begin", "begin_decoding(src) raised: ValueError: no encoder"),
+    ("shape", "at step 0 returned scores [6, 5], expected a floating tensor [6, 37]"),
+    ("single", "returned Tensor, expected a pair (scores, state)"),
+])
+def test_a_step_decoder_that_misbehaves_is_an_implementation_error(what, message):
+    with checking("decode.incremental"), pytest.raises(ImplementationError, match="decode.incremental") as err:
+        drive(BadStep(what), incremental_schedule(), "logits", CFG.tgt_vocab)
+    assert message in str(err.value)
+
+
+def test_the_schedule_feeds_padding_to_a_finished_row_then_drops_it():
+    sched = incremental_schedule()
+    rep = replay(sched, CFG.pad_id)
+    assert sched.tokens.shape == (7, 6) and bool((sched.tokens[0] == 1).all())
+    assert [bool(a[3]) for a in rep.active] == [True, True, True, False, True, True, True]
+    assert all(bool(a.all()) for t, a in enumerate(rep.active) if t != 3)
+
+
+def test_the_reference_cache_is_no_variant_and_each_variant_differs_from_it():
+    torch.manual_seed(0)
+    twin = Transformer(CFG).eval()
+    sched = incremental_schedule()
+    rep = replay(sched, CFG.pad_id)
+    exact = drive(twin, sched, "logits", CFG.tgt_vocab)
+    with torch.no_grad():
+        full = [torch.log_softmax(twin(s, p)[:, -1].double(), -1) for s, p in zip(rep.src_rows, rep.prefixes)]
+    assert all(torch.allclose(e[a], f[a], atol=1e-5) for e, f, a in zip(exact, full, rep.active))
+    for knob in ("positions-restart", "positions-from-1", "cross-not-reordered", "self-not-reordered",
+                 "cross-from-embeddings", "self-cache-dropped"):
+        got = drive(CacheVariant(twin, knob), sched, "logits", CFG.tgt_vocab)
+        worst = max(float((g[a] - e[a]).abs().max()) for g, e, a in zip(got, exact, rep.active))
+        assert worst > 1e-3, f"the variant {knob} is indistinguishable from the reference cache on the schedule"
+
+
+def test_forward_scores_memoize_each_prefix_once():
+    calls = []
+
+    class Counting(Transformer):
+        def forward(self, src, tgt):
+            calls.append(src.size(0))
+            return super().forward(src, tgt)
+
+    torch.manual_seed(0)
+    scores = ForwardScores(Counting(CFG).eval(), "logits")
+    src = decode_sources([4, 4], seed=3)
+    src[1] = src[0]  # two identical rows: one forward row
+    first = scores.log_probs(src, torch.ones(2, 1, dtype=torch.long))
+    again = scores.log_probs(src, torch.ones(2, 1, dtype=torch.long))
+    assert calls == [1] and torch.equal(first, again) and first.dtype == torch.float64
+
+
+def test_finished_in_beam_loses_an_early_winner_that_the_reference_keeps():
+    from reference.decoding import beam_search
+
+    torch.manual_seed(0)
+    model = Transformer(CFG).eval()
+    with torch.no_grad():
+        model.src_embed.weight.mul_(3.0)
+    scores = ForwardScores(model, "logits")
+    src = decode_sources([6, 5, 4, 3, 2, 1], seed=5)
+    differs = 0
+    for eos in range(2, 12):
+        kw = dict(bos_id=1, eos_id=eos, beam_size=4, alpha=0.6, max_len=8)
+        expected = rows_of(beam_search(scores, src, pad_id=CFG.pad_id, **kw).tokens, CFG.pad_id)
+        naive = finished_in_beam(scores, src, **kw)
+        differs += sum(e != n and e[-1:] == [eos] for e, n in zip(expected, naive))
+    assert differs > 0
+
+
+def test_the_scripted_witnesses_are_as_worked_out():
+    """The component checks' witnesses (conformance.decoding): the reference beam search chooses [a, end] on the
+    penalty row and [end] on the early row; no penalty and |Y|^alpha choose otherwise on the first, slots shared
+    by finished hypotheses on the second; and a never-ending script runs each source to its real length + 50."""
+    from conformance.decoding import (
+        BEAM_VARIANTS,
+        NEVER_ENDING_SOURCES,
+        NEVER_ENDS,
+        SCRIPTED_MAX_LEN,
+        SCRIPTED_SOURCES,
+        ScriptedScores,
+        expected_beam,
+        scripted_witnesses,
+    )
+    from reference.decoding import beam_search
+
+    kw = dict(bos_id=1, eos_id=2, beam_size=4, alpha=0.6, max_len=SCRIPTED_MAX_LEN)
+    assert expected_beam(scripted_witnesses(), SCRIPTED_SOURCES, **kw) == [[3, 2], [2]]
+    runs = {n: v.run(scripted_witnesses(), SCRIPTED_SOURCES, **kw) for n, v in BEAM_VARIANTS.items()}
+    assert runs["no-penalty"][0] == [2] and runs["length-power"][0] == [3, 3, 3, 3, 2]
+    assert runs["finished-in-beam"][1] != [2]
+    scores = scripted_witnesses()
+    assert torch.allclose(scores.log_probs(SCRIPTED_SOURCES, torch.ones(2, 1, dtype=torch.long)).exp().sum(-1),
+                          torch.ones(2, dtype=torch.float64))
+    hyp = beam_search(ScriptedScores({}, NEVER_ENDS), NEVER_ENDING_SOURCES, pad_id=0, **{**kw, "max_len": None})
+    assert hyp.lengths.tolist() == [56, 53, 51]
+
+
+def test_the_builtin_length_penalties_are_their_closed_forms():
+    from conformance import oracles
+    from implementations.components import length_power_penalty, no_length_penalty
+    from reference.decoding import gnmt_length_penalty
+
+    n = torch.arange(1, 61)
+    for fn, form in ((gnmt_length_penalty, "paper"), (length_power_penalty, "length-power"),
+                     (no_length_penalty, "none")):
+        for alpha in (0.0, 0.3, 0.6, 1.0):
+            assert torch.allclose(fn(n, alpha).double(), oracles.length_penalty(n, alpha, form=form)), (form, alpha)

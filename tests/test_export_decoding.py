@@ -1,0 +1,146 @@
+"""Cached decoding exported to ONNX: the CLI's acceptance command, the graphs' dynamic axes, whole greedy and
+beam searches in onnxruntime against PyTorch, and a broken cache (positions restarted at 0) caught by verify."""
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("onnx", "onnxruntime", "onnxscript")),
+    reason="the onnx extra is not installed")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """The README's command, run once: its output folder, stdout and the model it exported (rebuilt)."""
+    from export import resolve_model
+    from spec import TINY
+
+    out = tmp_path_factory.mktemp("generation")
+    res = subprocess.run([sys.executable, "-m", "aiayn", "export", "--impl", "reference", "--preset", "tiny",
+                          "--generation", "--out-dir", str(out), "--verify"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=900)
+    assert res.returncode == 0, res.stderr
+    model, _ = resolve_model("reference", TINY)  # the CLI's weights: the same seed
+    return out, res.stdout, model
+
+
+def test_cli_writes_cached_graphs_and_verifies_greedy_and_beam(exported):
+    out, stdout, _ = exported
+    assert {p.name for p in out.iterdir()} == {"encoder_kv.onnx", "decoder_step.onnx", "generation.json"}
+    lines = [ln for ln in stdout.splitlines() if ln.startswith(("verified:", "MISMATCH:"))]
+    assert len(lines) == 3 and all(ln.startswith("verified:") for ln in lines), stdout
+    assert "greedy search in onnxruntime equals PyTorch" in lines[0] and "no EOS" in lines[0]
+    assert "past lengths 0..57" in lines[0]  # 8 source tokens + 50 (§6.1), beyond TINY.max_len = 24
+    assert "beam search (K = 4, α = 0.6) in onnxruntime equals PyTorch" in lines[2] and "12 rows" in lines[2]
+    assert all("worst per-step |Δ log p| = " in ln for ln in lines)
+
+
+def test_graph_axes_stay_symbolic_and_the_manifest_describes_them(exported):
+    import onnx
+
+    from spec import TINY
+
+    out, _, _ = exported
+    manifest = json.loads((out / "generation.json").read_text())
+    assert manifest["n_layers"] == TINY.n_layers and manifest["max_positions"] == TINY.max_len + 50
+    assert (manifest["pad_id"], manifest["bos_id"], manifest["eos_id"]) == (0, 1, 2)
+    step = onnx.load(str(out / "decoder_step.onnx")).graph
+
+    def dims(values):
+        return {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in values}
+
+    inputs, outputs = dims(step.input), dims(step.output)
+    assert list(inputs) == manifest["step"]["inputs"] and list(outputs) == manifest["step"]["outputs"]
+    h, d_k = TINY.n_heads, TINY.d_model // TINY.n_heads
+    assert inputs["tokens"] == ["rows"] and inputs["src"] == ["rows", "src_len"]
+    assert inputs["past_key.1"] == ["rows", h, "past_len", d_k]
+    assert inputs["cross_value.0"] == ["rows", h, "src_len", d_k]
+    assert outputs["logits"] == ["rows", TINY.tgt_vocab] and outputs["present_value.1"][2] == "past_len + 1"
+    encoder = dims(onnx.load(str(out / "encoder_kv.onnx")).graph.output)
+    assert encoder["cross_key.1"] == ["rows", h, "src_len", d_k]
+
+
+def test_onnxruntime_decodes_other_shapes_and_refuses_positions_beyond_the_table(exported):
+    from export import ExportError, OrtCachedDecoder
+    from reference.decoding import beam_search, greedy_search
+
+    out, _, model = exported
+    ort = OrtCachedDecoder.load(out)
+    src = torch.randint(1, 37, (5, 3), generator=torch.Generator().manual_seed(7))  # 5 rows, S = 3
+    src[2, 1:] = 0
+    src[4, :] = 0  # a source of padding only: a fully masked cross-attention row must not give NaN
+    for search, kw in ((greedy_search, {}), (beam_search, {"beam_size": 3})):
+        got = search(ort, src, bos_id=1, eos_id=5, pad_id=0, max_len=6, **kw)
+        expected = search(model, src, bos_id=1, eos_id=5, pad_id=0, max_len=6, **kw)
+        assert torch.equal(got.tokens, expected.tokens)
+        assert torch.isfinite(got.scores).all() and torch.allclose(got.scores, expected.scores, atol=1e-4)
+    with pytest.raises(ExportError, match="beyond the exported position table"):
+        greedy_search(ort, src, bos_id=1, eos_id=-1, pad_id=0, max_len=ort.max_positions + 1)
+
+
+def test_verify_catches_a_step_whose_positions_restart_at_zero(exported, tmp_path, monkeypatch):
+    from export import verify_cached_generation
+    from export.kv_cache import export_cached_step
+    from reference.model import Transformer
+    from spec import TINY
+    from spec.decoding import TRANSLATION
+
+    out, _, model = exported
+    for name in ("encoder_kv.onnx", "generation.json"):
+        shutil.copy(out / name, tmp_path / name)
+    # The bug: every new token is embedded at position 0 instead of the prefix length t.
+    monkeypatch.setattr(model, "embed", lambda tokens, embedding, start=0: Transformer.embed(model, tokens, embedding))
+    export_cached_step(model, tmp_path / "decoder_step.onnx", TINY)
+    monkeypatch.undo()
+    checks = verify_cached_generation(tmp_path, model, TINY, decode=TRANSLATION.replace(extra_length=6))
+    assert not any(c.ok for c in checks), [c.describe() for c in checks]
+    worst = checks[0]
+    assert worst.worst_log_prob > 1e-2 and worst.worst_at[1] >= 1  # step 0 (position 0) is right, later ones not
+    assert "DIFFERS FROM PyTorch" in worst.describe()
+
+
+def test_no_cache_keeps_the_full_prefix_export(monkeypatch, tmp_path, capsys):
+    import export
+    from aiayn.cli import main
+
+    calls = []
+
+    class Check:
+        ok = True
+
+        def describe(self):
+            return "full-prefix check"
+
+    monkeypatch.setattr(export, "export_generation", lambda model, out, config, progress: calls.append("prefix")
+                        or (Path(out) / "encoder.onnx", Path(out) / "decoder.onnx"))
+    monkeypatch.setattr(export, "verify_generation", lambda *a, **k: Check())
+    monkeypatch.setattr(export, "export_cached_generation", lambda *a, **k: calls.append("cached"))
+    assert main(["export", "--preset", "tiny", "--generation", "--no-cache", "--out-dir", str(tmp_path),
+                 "--verify"]) == 0
+    assert calls == ["prefix"] and "verified: full-prefix check" in capsys.readouterr().out
+
+
+def test_reference_twin_gives_a_conforming_implementation_the_same_weights():
+    from export import ExportError, reference_twin
+    from implementations import get_registry
+    from reference.model import Transformer
+    from spec import TINY
+
+    fused = get_registry().get("fused").build(TINY).eval()
+    twin = reference_twin(fused, TINY)
+    assert isinstance(twin, Transformer) and twin is not fused
+    src, tgt = torch.randint(1, 37, (2, 6)), torch.randint(1, 37, (2, 5))
+    with torch.no_grad():
+        torch.testing.assert_close(fused(src, tgt), twin(src, tgt), atol=1e-5, rtol=1e-5)
+    assert reference_twin(twin, TINY) is twin
+    with pytest.raises(ExportError, match="has no load_reference_state"):
+        reference_twin(torch.nn.Linear(2, 2), TINY)
