@@ -39,7 +39,10 @@ config class with random weights, configured as near to the paper as the class a
 line of the release their declarations were written for. Without the library they are listed as unavailable
 and skipped. tests/test_library_plugins.py proves each transplant: with the departures the library cannot be
 configured out of neutralised in the test, the library computes the reference's outputs from the same weights,
-so the deviations below are the library's, not the adapter's.
+so the deviations below are the library's, not the adapter's. The three Hugging Face plugins decode with the
+library's own key/value cache and `generate` (implementations/hf_decoding.py), so the `decode.*` clauses audit
+transformers' generation; `x-transformers` offers no decoding method (its notes say why) and its `decode.*`
+checks skip.
 """
 
 LEFT_OUT = """## Libraries left out

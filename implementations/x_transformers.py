@@ -59,6 +59,7 @@ __all__ = ["XTransformerAdapter", "build", "DEVIATIONS", "WRITTEN_FOR", "CITED"]
 
 WRITTEN_FOR = "x-transformers 2.31.10"
 X = "x_transformers/x_transformers.py"
+A = "x_transformers/autoregressive_wrapper.py"
 
 # Every file:line the reasons cite, with a fragment of that line (tests/test_library_plugins.py reads them).
 CITED: dict[str, str] = {
@@ -76,6 +77,11 @@ CITED: dict[str, str] = {
     f"{X}:4295": "x = token_embeds + pos_emb",
     f"{X}:4735": "dec_transformer_kwargs = pick_and_pop(['num_tokens', 'max_seq_len'], dec_kwargs)",
     f"{X}:4754": "self.decoder.token_emb = self.encoder.token_emb",
+    f"{X}:3501": "context = context[:, :0]",
+    f"{A}:57": "if inter.layer_type == 'a':",
+    f"{A}:217": "assert not exists(eos_token), 'eos token not supported yet'",
+    f"{A}:396": "max_seq_len, greedy = self.max_seq_len, temperature == 0.",
+    f"{A}:459": "for _ in range(seq_len):",
 }
 
 
@@ -212,11 +218,19 @@ NOTES = (
     "`scaled_sinu_pos_emb=True`; the library's defaults are pre-norm, GELU and a learned table), as are d_k "
     "(`attn_dim_head`, default 64), the dropout sites (`emb_dropout`, `attn_sublayer_dropout`, "
     "`ff_sublayer_dropout`) and W^O with one head (`attn_project_out=True`; without it x-transformers drops W^O "
-    f"when h = 1, {X}:2237). Its layer norm has a gain, no bias and PyTorch's eps 1e-5 whatever the config; the "
+    f"when h = 1, {X}:2237). Its layer norm has a gain, no bias and PyTorch's eps 1e-5 whatever the config (not "
+    "config.norm_eps: `norm.epsilon`, undeclared because the suite does not observe it yet); the "
     "gain is stored minus 1 (`norm_add_unit_offset`, on by default), which `load_reference_state` accounts for. "
     "Masked scores are filled with the dtype's most negative value and a fully masked row's output is zeroed. All "
     "of x-transformers' departures here are design choices (it is a library of variants), not bugs; the one limit "
-    "of the API is that `XTransformer` cannot tie the output matrix."
+    "of the API is that `XTransformer` cannot tie the output matrix. "
+    "No decoding methods, so the `decode.*` checks skip: x-transformers' cached generation is "
+    f"`AutoregressiveWrapper.generate` (sampling, or greedy at temperature 0, one length for the whole batch, "
+    f"{A}:396, :459) and `beam_search`, which refuses an end symbol ({A}:217); neither is the contract's "
+    "`generate` (greedy and beam search stopping at an end symbol). A step-level decoder would have to reorder the "
+    f"cross-attention caches that x-transformers' own reordering leaves alone (`modify_cached_kv` touches "
+    f"self-attention layers only, {A}:57, while a cached step reads the cross-attention keys from the cache, "
+    f"{X}:3501): code of ours over the library's internals, not the library's decoding."
 )
 
 
@@ -226,7 +240,7 @@ def register_implementations(register):
         name="x-transformers",
         build=build,
         summary="x-transformers XTransformer (post-norm, ReLU, scaled sinusoids configured) with bias-free layer "
-                "norms, unscaled embeddings and an untied output matrix",
+                "norms, unscaled embeddings and an untied output matrix; no decoder the contract can drive",
         source="https://github.com/lucidrains/x-transformers/blob/2.31.10/x_transformers/x_transformers.py "
                "(the installed x-transformers)",
         output="logits",

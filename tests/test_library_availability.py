@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from implementations import Implementation, Registry, validated
 from implementations.availability import INSTALL, installed_version, unavailable_reason, version_note
@@ -117,6 +118,14 @@ def test_audit_reports_them_unavailable_without_running_the_suite():
         assert subject["clauses"] == {} and not subject["conforming"]
 
 
+def test_export_refuses_them_in_one_line(tmp_path):
+    run = without_libraries("export", "--impl", "hf-marian", "--out", str(tmp_path / "m.onnx"), module="aiayn")
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert run.stderr.strip().splitlines()[-1].startswith("aiayn export: hf-marian is unavailable here: transformers "
+                                                          "is not installed"), run.stderr
+    assert not (tmp_path / "m.onnx").exists()
+
+
 def test_list_notes_a_plugin_written_for_another_release():
     out = subprocess.run([sys.executable, "-m", "aiayn", "list", "--plugin", str(FIXTURES / "old_release_plugin.py")],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -140,6 +149,16 @@ def test_another_release_of_a_library_still_runs_with_a_note(monkeypatch):
     assert availability.unavailable_reason("transformers", "transformers", at_least="5.0", below="6") == ""
     assert availability.version_note(hf_marian.WRITTEN_FOR) == "declarations written for transformers 5.24.0; " \
                                                                "5.99.0 is installed"
+    monkeypatch.undo()  # the real find_spec again (the stand-in says every module exists); 5.99.0 installed:
+    monkeypatch.setattr(availability, "installed_version", lambda dist: "5.99.0" if dist == "transformers" else None)
+    pytest.importorskip("transformers")
+    impl = Registry(entry_points=False, env={}).load().get("hf-marian")  # registered under the patched release
+    assert impl.unavailable == "" and impl.written_for == "transformers 5.24.0"
+    from spec.config import TINY
+
+    model = impl.build(TINY).eval()  # it still runs
+    src = torch.tensor([[5, 6, 7, 0]])
+    assert model(src, torch.tensor([[1, 8, 9]])).shape == (1, 3, TINY.tgt_vocab)
     monkeypatch.setattr(availability, "installed_version", lambda dist: "6.0.0")
     assert availability.unavailable_reason("transformers", "transformers", at_least="5.0", below="6") == (
         f"transformers 6.0.0 is installed; this plugin needs transformers>=5.0,<6: {INSTALL}")
