@@ -3,10 +3,13 @@
 Each implementation and component registered by the built-in plugins (``DEFAULT_PLUGINS``; installed
 entry points and ``AIAYN_PLUGINS`` are left out, so the file does not depend on the machine) gets a
 section with its summary, its source, its notes and every declared deviation with its reason and the
-clause's paper section. tests/test_docs.py keeps docs/audits.md identical to this output.
+clause's paper section, then the departures its plugin module keeps in ``UNSEEN`` (real, but not yet observed by
+the suite, so not declared). tests/test_docs.py keeps docs/audits.md identical to this output.
 """
 
 from __future__ import annotations
+
+import sys
 
 from spec.clauses import CLAUSES
 
@@ -83,7 +86,16 @@ def _section(item: Implementation | Component, heading: str) -> list[str]:
             lines.append(f"- **{clause_id}**{f' ({where})' if where != '§-' else ''}: {why}")
     else:
         lines.append("Declared deviations: none; it must pass every clause that applies to it.")
+    for clause_id, why in _unseen(item).items():
+        lines.append(f"- *{clause_id}*, known but not yet observed by the suite (so not declared): {why}")
     return lines + [""]
+
+
+def _unseen(item: Implementation | Component) -> dict[str, str]:
+    """The plugin module's ``UNSEEN``: real departures the suite does not observe yet (kept beside DEVIATIONS)."""
+    module = sys.modules.get(item.plugin)
+    unseen = getattr(module, "UNSEEN", None)
+    return dict(unseen) if isinstance(unseen, dict) else {}
 
 
 def audits_markdown(registry: Registry | None = None) -> str:

@@ -212,6 +212,18 @@ DEVIATIONS: dict[str, str] = {
 }
 
 
+# A departure the suite does not see yet under its own clause, kept here so that it moves into DEVIATIONS in one
+# step. The bias-free norm is declared today under norm.no-extra-norm, the only clause whose probe it breaks (the
+# last norm's bias of 0.25 cannot be held); norm.layer-norm's probes cannot see past the missing bias. When they
+# can (issue 18 sharpens them), move this into DEVIATIONS and drop norm.no-extra-norm.
+UNSEEN: dict[str, str] = {
+    "norm.layer-norm": (
+        f"x-transformers' LayerNorm is nn.LayerNorm(dim, elementwise_affine=False) times a per-feature gain, with no "
+        f"bias ({X}:1029-1030): §3.1's per-feature bias cannot be held, so load_reference_state drops the canonical "
+        "norm biases"
+    ),
+}
+
 NOTES = (
     "Not deviations: the bias-free attention projections and the biased FFN are the paper's; post-norm, the ReLU "
     "and the sinusoids are configured (`pre_norm=False`, `ff_custom_activation=nn.ReLU()`, "

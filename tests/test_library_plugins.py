@@ -318,6 +318,16 @@ def test_cited_lines_match_the_installed_source_of_the_version_written_for(name)
 
 
 @pytest.mark.parametrize("name", list(PLUGINS))
+def test_unseen_departures_are_known_clauses_not_declared(name):
+    """``UNSEEN`` (real departures the suite does not observe yet) names catalogue clauses, none also declared."""
+    from spec.clauses import CLAUSES
+
+    unseen = getattr(importlib.import_module(PLUGINS[name]), "UNSEEN", {})
+    assert set(unseen) <= set(CLAUSES), sorted(set(unseen) - set(CLAUSES))
+    assert not set(unseen) & set(importlib.import_module(PLUGINS[name]).DEVIATIONS)
+
+
+@pytest.mark.parametrize("name", list(PLUGINS))
 def test_the_registration_records_the_version(name):
     from implementations import get_registry
 
