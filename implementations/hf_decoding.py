@@ -12,11 +12,12 @@ shares that code. ``HFDecoding`` gives an adapter the contract's optional decodi
   greedy (``num_beams=1, do_sample=False``) or beam search (``num_beams=K``, ``length_penalty=alpha``,
   ``early_stopping="never"``, the setting that bounds the live hypotheses by the maximum length as
   tensor2tensor does), the start symbol as ``decoder_start_token_id``, the padding id suppressed
-  (``suppress_tokens``; the contract never generates it, and the OPUS-MT configurations ban it the same way),
+  (``suppress_tokens``; the contract never generates it, and the OPUS-MT configurations ban it too, with
+  ``bad_words_ids``),
   no forced or repeated-n-gram rules, and the returned start symbol dropped.
 
 What ``generate`` cannot be told: the length penalty is |Y|^alpha, not GNMT's ((5 + |Y|) / 6)^alpha, and the
-length limit is one ``max_new_tokens`` for the whole batch, so ``max_len=None`` (§6.1: each source's real
+length limit is one ``max_length`` for the whole batch, so ``max_len=None`` (§6.1: each source's real
 length + 50) becomes the longest real source length + 50 for every row. The plugins declare what the suite
 observes of these, citing ``transformers/generation/utils.py`` (``HF_CITED``).
 """
@@ -112,7 +113,7 @@ class HFDecoding:
         """The library's ``generate`` configured toward §6.1; tokens (B, L) without the start symbol, right-padded.
 
         ``max_len=None``: one limit for the batch, the longest real source length + 50 (``generate`` takes
-        one ``max_new_tokens``)."""
+        one ``max_length``)."""
         pad = self.config.pad_id
         keep = (src != pad).long()
         limit = max_len if max_len is not None else int(keep.sum(dim=1).max()) + 50
