@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from implementations import PluginError, UnknownNameError, get_registry
+from implementations.availability import version_note
 from spec import CLAUSES
 from spec.clauses import parse_clause_ids
 
@@ -54,6 +55,7 @@ class Job:
     args: list[str]
     subjects: list[SubjectResult]
     parts: list[Job] = field(default_factory=list)
+    runnable: bool = True  # False: an unavailable implementation, reported without running the suite
 
 
 def group(jobs: list[Job], n: int) -> list[Job]:
@@ -188,8 +190,10 @@ def plan(registry, impl_selection: str | None, component_selection: str | None) 
     jobs: list[Job] = []
     if impl_selection:
         for impl in registry.select(impl_selection):
-            subject = SubjectResult(impl.name, "implementation", impl.source, impl.summary, dict(impl.deviations))
-            jobs.append(Job(impl.name, [f"--impl={impl.name}"], [subject]))
+            subject = SubjectResult(impl.name, "implementation", impl.source, impl.summary, dict(impl.deviations),
+                                    unavailable=impl.unavailable, note=version_note(impl.written_for))
+            # An implementation that cannot be built here is reported as unavailable, with no suite run.
+            jobs.append(Job(impl.name, [f"--impl={impl.name}"], [subject], runnable=not impl.unavailable))
     if component_selection:
         comps = registry.select_components(component_selection)
         if comps:
@@ -205,6 +209,13 @@ def audit(jobs: list[Job], *, plugins: list[str], extra: list[str], jobs_n: int,
           progress: Progress, with_figures: bool = False, isolate: bool = False) -> AuditResult:
     started = time.monotonic()
     singles = jobs
+    jobs = [j for j in jobs if j.runnable]
+    for job in singles:
+        if not job.runnable:
+            progress.log(f"  {job.label}: {job.subjects[0].verdict}")
+    if not jobs:
+        progress.close()
+        return AuditResult([s for job in singles for s in job.subjects], time.monotonic() - started)
     if not isolate:
         jobs = group(jobs, jobs_n)
         timeout = timeout * max(len(j.parts) for j in jobs) if any(j.parts for j in jobs) else timeout
@@ -308,8 +319,9 @@ def run(args: argparse.Namespace) -> int:
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="aiayn-audit-") as tmp:
             for job in jobs:
-                run_job(job, plugins=args.plugin, extra=extra, workdir=Path(tmp), timeout=args.timeout,
-                        progress=Progress(enabled=False), stream_output=True)
+                if job.runnable:
+                    run_job(job, plugins=args.plugin, extra=extra, workdir=Path(tmp), timeout=args.timeout,
+                            progress=Progress(enabled=False), stream_output=True)
                 result.subjects += job.subjects
         result.seconds = time.monotonic() - started
         print(report.clause_details(result, clause_ids))

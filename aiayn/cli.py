@@ -12,6 +12,7 @@ import json
 import sys
 
 from implementations import PluginError, get_registry
+from implementations.availability import version_note
 
 from . import commands
 
@@ -28,7 +29,9 @@ def _list(args: argparse.Namespace) -> int:
         payload = {
             "implementations": [
                 {"name": i.name, "summary": i.summary, "source": i.source, "output": i.output,
-                 "plugin": i.plugin, "deviations": dict(i.deviations)} for i in impls],
+                 "plugin": i.plugin, "deviations": dict(i.deviations), "available": not i.unavailable,
+                 "unavailable": i.unavailable, "written_for": i.written_for,
+                 "version_note": version_note(i.written_for)} for i in impls],
             "components": [
                 {"kind": c.kind, "name": c.name, "summary": c.summary, "source": c.source,
                  "plugin": c.plugin, "deviations": dict(c.deviations)} for c in comps],
@@ -37,12 +40,17 @@ def _list(args: argparse.Namespace) -> int:
         print(json.dumps(payload, indent=2))
     else:
         width = max([len(i.name) for i in impls] + [4])
-        print(f"{len(impls)} implementation(s):")
+        missing = [i for i in impls if i.unavailable]
+        print(f"{len(impls)} implementation(s)" + (f", {len(missing)} unavailable here:" if missing else ":"))
         for i in impls:
             dev = f" [declares {len(i.deviations)} deviation(s)]" if i.deviations else ""
             print(f"  {i.name:<{width}}  {i.summary}{dev}")
             if i.source:
                 print(f"  {'':<{width}}  source: {i.source}")
+            if i.unavailable:
+                print(f"  {'':<{width}}  UNAVAILABLE: {i.unavailable}")
+            elif version_note(i.written_for):
+                print(f"  {'':<{width}}  note: {version_note(i.written_for)}")
         if comps:
             cwidth = max(len(f"{c.kind}:{c.name}") for c in comps)
             print(f"{len(comps)} component(s):")

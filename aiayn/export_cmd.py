@@ -61,6 +61,9 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, PluginError, UnknownNameError) as exc:
         _say(str(exc))
         return 2
+    if impl.unavailable:
+        _say(f"{impl.name} is unavailable here: {impl.unavailable}")
+        return 2
     if args.format == "ctranslate2":
         if not args.out_dir:
             _say("--format ctranslate2 needs --out-dir DIR (it writes a CTranslate2 model folder)")

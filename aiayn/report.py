@@ -77,6 +77,9 @@ def text(result: AuditResult, color: bool = False) -> str:
     devs = [(s, c) for s in result.subjects for c, r in s.clauses.items() if r.status == "deviation"]
     if devs:
         lines += ["", f"Declared deviations observed: {len(devs)} (see the md, json or html report for each)"]
+    notes = [f"  {s.name}: {s.note}" for s in result.subjects if s.note]
+    if notes:
+        lines += ["", "Notes:", *notes]
     lines += ["", summary_line(result)]
     return "\n".join(lines) + "\n"
 
@@ -119,6 +122,9 @@ def markdown(result: AuditResult) -> str:
     skips = sorted({(c, r.message) for s in result.subjects for c, r in s.clauses.items() if r.status == "skip"})
     if skips:
         out += ["", "## Skipped", ""] + [f"- `{c}`: {_md(m)}" for c, m in skips]
+    notes = [f"- **{s.name}**: {_md(s.note)}" for s in result.subjects if s.note]
+    if notes:
+        out += ["", "## Notes", "", *notes]
     return "\n".join(out) + "\n"
 
 
@@ -176,6 +182,8 @@ def as_html(result: AuditResult) -> str:
         parts.append(f'<section id="{_e(s.name)}"><h2>{_e(s.name)}: {_e(s.verdict)}</h2>')
         if s.summary or s.source:
             parts.append(f"<p>{_e(s.summary)} <small>{_e(s.source)}</small></p>")
+        if s.note:
+            parts.append(f"<p><small>{_e(s.note)}</small></p>")
         notable = [(c, r) for c, r in s.clauses.items() if r.status != "pass" or r.message]
         if notable:
             parts.append("<ul>")

@@ -44,17 +44,22 @@ class SubjectResult:
     figures: dict[str, str] = field(default_factory=dict)  # title -> base64 PNG (HTML report)
     figure_errors: list[str] = field(default_factory=list)
     learning_curves: list[dict] = field(default_factory=list)  # train.learns runs (conformance.learning)
+    unavailable: str = ""  # why the implementation cannot be built here (not audited; see Implementation)
+    note: str = ""  # e.g. "declarations written for transformers 5.24.0; 5.25.1 is installed"
 
     def broken(self, severity: str) -> list[str]:
         return [c for c, r in self.clauses.items() if r.status in BROKEN and CLAUSES[c].severity == severity]
 
     @property
     def conforming(self) -> bool:
-        """No ``must`` clause broken; ``should`` clauses do not decide (spec/clauses.py, Severities)."""
-        return not self.broken("must")
+        """Available and no ``must`` clause broken; ``should`` clauses do not decide (spec/clauses.py,
+        Severities)."""
+        return not self.unavailable and not self.broken("must")
 
     @property
     def verdict(self) -> str:
+        if self.unavailable:
+            return f"unavailable: {self.unavailable}"
         if not self.clauses:
             return "not audited"
         must, should = len(self.broken("must")), len(self.broken("should"))
@@ -70,6 +75,7 @@ class SubjectResult:
         return {"kind": self.kind, "verdict": self.verdict, "conforming": self.conforming,
                 "source": self.source, "summary": self.summary, "seconds": round(self.seconds, 2),
                 "broken": {"must": len(self.broken("must")), "should": len(self.broken("should"))},
+                "unavailable": self.unavailable, "note": self.note,
                 "clauses": {c: r.to_json(c) for c, r in self.clauses.items()},
                 **({"learning_curves": self.learning_curves} if self.learning_curves else {})}
 

@@ -183,9 +183,15 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
     impls = [] if components_only(config) else selected_implementations(config)
     lines = [f"aiayn-conformance: spec {spec.SPEC_VERSION} ({spec.PAPER}), {len(CLAUSES)} clauses"]
+    from implementations.availability import version_note
+
     for impl in impls:
         dev = f", declares {len(impl.deviations)} deviation(s)" if impl.deviations else ""
         lines.append(f"  implementation under test: {impl.name} [{impl.output}] from {impl.source or '?'}{dev}")
+        if impl.unavailable:
+            lines.append(f"    unavailable, skipped: {impl.unavailable}")
+        elif version_note(impl.written_for):
+            lines.append(f"    {version_note(impl.written_for)}")
     for comp in selected_components(config):
         dev = f", declares {len(comp.deviations)} deviation(s)" if comp.deviations else ""
         lines.append(f"  component under test: {comp.kind}:{comp.name} from {comp.source or '?'}{dev}")
@@ -207,7 +213,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize("impl", [pytest.param(None, id="no-impl-selected")], scope="module")
         else:
             impls = selected_implementations(metafunc.config)
-            metafunc.parametrize("impl", impls, ids=[i.name for i in impls], scope="module")
+            # An implementation that cannot be built here (its library is not installed) is skipped with its
+            # reason.
+            impl_params = [pytest.param(i, id=i.name,
+                                        marks=[pytest.mark.skip(reason=f"{i.name} is unavailable: {i.unavailable}")]
+                                        if i.unavailable else []) for i in impls]
+            metafunc.parametrize("impl", impl_params, scope="module")
     if "component" in metafunc.fixturenames:
         kind = component_kind(metafunc.definition)
         comps = [c for c in selected_components(metafunc.config) if c.kind == kind]

@@ -3,10 +3,13 @@
 Each implementation and component registered by the built-in plugins (``DEFAULT_PLUGINS``; installed
 entry points and ``AIAYN_PLUGINS`` are left out, so the file does not depend on the machine) gets a
 section with its summary, its source, its notes and every declared deviation with its reason and the
-clause's paper section. tests/test_docs.py keeps docs/audits.md identical to this output.
+clause's paper section, then the departures its plugin module keeps in ``UNSEEN`` (real, but not yet observed by
+the suite, so not declared). tests/test_docs.py keeps docs/audits.md identical to this output.
 """
 
 from __future__ import annotations
+
+import sys
 
 from spec.clauses import CLAUSES
 
@@ -32,6 +35,31 @@ and commit) reproduce what it computes, quirks included; each plugin module's do
 reproduced, with the upstream file and line, every repair that lets it run and every completion where the
 upstream is silent. They transcribe the model, not a decoding procedure: none offers the optional decoding
 methods, so their `decode.*` checks skip, naming the missing method.
+
+The plugins that wrap an installed library (`hf-marian`, `hf-fsmt`, `hf-bart`, `x-transformers`; install
+them with `pip install 'aiayn-conformance[libraries]'`) build the library's own model class from its own
+config class with random weights, configured as near to the paper as the class allows, and cite the file and
+line of the release their declarations were written for. Without the library they are listed as unavailable
+and skipped. tests/test_library_plugins.py proves each transplant: with the departures the library cannot be
+configured out of neutralised in the test, the library computes the reference's outputs from the same weights,
+so the deviations below are the library's, not the adapter's. The three Hugging Face plugins decode with the
+library's own key/value cache and `generate` (implementations/hf_decoding.py), so the `decode.*` clauses audit
+transformers' generation; `x-transformers` offers no decoding method (its notes say why) and its `decode.*`
+checks skip.
+"""
+
+LEFT_OUT = """## Libraries left out
+
+Two other encoder-decoders that many people run cannot be installed beside this project's PyTorch, so they
+have no plugin:
+
+- **OpenNMT-py** 3.5.1 (the last release) pins `torch<2.3`: installing it replaces torch 2.13 with 2.2.
+- **fairseq** 0.12.2 (the last release on the package index) fails at import on Python 3.11: one of its
+  configuration dataclasses has a field whose default is another dataclass instance, a mutable default that
+  Python 3.11 rejects with a `ValueError` when the module is imported.
+
+Their models can still be audited from a checkout with a plugin of one's own (docs/plugins.md;
+`aiayn scaffold` writes a first one).
 """
 
 
@@ -45,6 +73,10 @@ def _section(item: Implementation | Component, heading: str) -> list[str]:
         lines += ["", f"Source: {item.source}"]
     if isinstance(item, Implementation):
         lines += ["", f"Output: {item.output}."]
+        if item.written_for:
+            lines += ["", f"Declarations written for {item.written_for} (the files and lines cited are that "
+                          "release's; another installed release still runs, and the listing, the suite's header and "
+                          "the audit say so)."]
     if item.notes:
         lines += ["", item.notes]
     lines += [""]
@@ -54,7 +86,16 @@ def _section(item: Implementation | Component, heading: str) -> list[str]:
             lines.append(f"- **{clause_id}**{f' ({where})' if where != '§-' else ''}: {why}")
     else:
         lines.append("Declared deviations: none; it must pass every clause that applies to it.")
+    for clause_id, why in _unseen(item).items():
+        lines.append(f"- *{clause_id}*, known but not yet observed by the suite (so not declared): {why}")
     return lines + [""]
+
+
+def _unseen(item: Implementation | Component) -> dict[str, str]:
+    """The plugin module's ``UNSEEN``: real departures the suite does not observe yet (kept beside DEVIATIONS)."""
+    module = sys.modules.get(item.plugin)
+    unseen = getattr(module, "UNSEEN", None)
+    return dict(unseen) if isinstance(unseen, dict) else {}
 
 
 def audits_markdown(registry: Registry | None = None) -> str:
@@ -69,6 +110,7 @@ def audits_markdown(registry: Registry | None = None) -> str:
             "`--impl 'reference+KIND=NAME'` (a composition inherits its components' deviations).", ""]
     for comp in registry.components.values():
         out += _section(comp, f"### {comp.kind}:{comp.name}")
+    out += [LEFT_OUT]
     return "\n".join(out).rstrip() + "\n"
 
 

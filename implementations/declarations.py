@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 from spec.clauses import CLAUSES
 from spec.contract import OUTPUT_KINDS
 
+from .availability import parse_written_for
+
 __all__ = ["COMPONENT_KINDS", "Component", "ComponentUnavailable", "Implementation", "validated"]
 
 COMPONENT_KINDS: tuple[str, ...] = ("attention", "positional_encoding", "layer_norm", "feed_forward",
@@ -34,6 +36,11 @@ class Implementation:
     output      ``"logits"``, ``"log_probs"`` or ``"probs"``
     deviations  clause id -> why this implementation departs from it
     notes       optional prose for docs/audits.md (what is reproduced, what is not a deviation and why)
+    written_for "DISTRIBUTION VERSION" of the installed package whose source the deviation reasons cite
+                (e.g. "transformers 5.24.0"); on another installed version the implementation still runs and
+                the listing, the suite's header and the audit say which version the declarations describe
+    unavailable why it cannot be built on this machine, with the install command (e.g. its package is not
+                installed); non-empty: listed as unavailable, skipped by the suite with this reason
     plugin      the plugin that registered it (filled in by the registry)
     """
 
@@ -44,6 +51,8 @@ class Implementation:
     output: str = "logits"
     deviations: Mapping[str, str] = field(default_factory=dict)
     notes: str = ""
+    written_for: str = ""
+    unavailable: str = ""
     plugin: str = ""
 
 
@@ -87,6 +96,13 @@ def validated(item: Declared, plugin: str = "") -> Declared:
             raise ValueError(f"{owner}: build must be callable (config -> adapter)")
         if item.output not in OUTPUT_KINDS:
             raise ValueError(f"{owner}: output {item.output!r} is not one of {', '.join(OUTPUT_KINDS)}")
+        if not isinstance(item.unavailable, str):
+            raise ValueError(f"{owner}: unavailable must be a string (the reason, or \"\" when available)")
+        if item.written_for:
+            try:
+                parse_written_for(item.written_for)
+            except ValueError as exc:
+                raise ValueError(f"{owner}: {exc}") from None
     else:
         owner = f"component {item.name!r}"
         if item.kind not in COMPONENT_KINDS:

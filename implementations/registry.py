@@ -39,7 +39,7 @@ ENV_STRICT = "AIAYN_STRICT_PLUGINS"
 # Built-ins are plugins like any other, registered through the same manager.
 DEFAULT_PLUGINS: tuple[str, ...] = tuple(f"implementations.{m}" for m in (
     "reference", "building_blocks", "sections_notebook", "annotated_notebook", "jadore801120", "hyunwoongko",
-    "torch_nn", "prenorm", "fused", "components"))
+    "torch_nn", "prenorm", "fused", "hf_marian", "hf_fsmt", "hf_bart", "x_transformers", "components"))
 
 
 class PluginError(RuntimeError):

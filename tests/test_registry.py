@@ -32,7 +32,8 @@ def test_reference_is_registered_first():
     assert impl.output == "logits" and impl.plugin == "implementations.reference" and not impl.deviations
     every = Registry(entry_points=False, env={}).load()
     assert every.names() == ["reference", "building-blocks", "sections-notebook", "annotated-notebook",
-                             "jadore801120", "hyunwoongko", "torch-nn", "prenorm", "fused"] and every.errors == []
+                             "jadore801120", "hyunwoongko", "torch-nn", "prenorm", "fused", "hf-marian", "hf-fsmt",
+                             "hf-bart", "x-transformers"] and every.errors == []
 
 
 def test_plugins_register_in_load_order_each_under_its_own_name():

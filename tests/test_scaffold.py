@@ -1,0 +1,162 @@
+"""``aiayn scaffold MODULE:CLASS``: the plugin it writes for the built-in model classes loads the canonical weights
+exactly where their hand-written ``load_reference_state`` puts them, and, on a conforming model, computes the
+reference's outputs once its CHECK lines are accepted as written. Bad targets get one-line errors."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn.cli import main
+from aiayn.scaffold import render, scaffold
+from conformance.transplant import reference_twin, visible_state
+from implementations import Registry
+from spec.config import TINY
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The classes of the built-in plugins (each has its own load_reference_state to compare with), and the layout of
+# hyunwoongko/transformer's model class (keyword constructor; compared with the hyunwoongko plugin's mapping).
+SEEDS = {
+    "reference.model:Transformer": None,
+    "implementations.fused:FusedTransformer": None,
+    "implementations.hyunwoongko:Transformer": None,
+    "implementations.jadore801120:Transformer": None,
+    "implementations.building_blocks:Transformer": None,
+    "implementations.annotated_notebook:AnnotatedNotebookTransformer": None,
+    "implementations.torch_nn:TorchNNTransformer": None,
+    "implementations.prenorm:PreNormTransformer": None,
+    "tests.fixtures.hyunwoongko_layout:Transformer": "implementations.hyunwoongko:Transformer",
+}
+CONFIGS = {"tiny": TINY,
+           "untied-3-layers": TINY.replace(n_layers=3, share_embeddings=False, src_vocab=41, tgt_vocab=43)}
+
+
+def plugin_module(target: str, name: str = "scaffolded") -> types.ModuleType:
+    """The scaffold's plugin for ``target``, imported as written (every CHECK line accepted)."""
+    text = render(scaffold(target, name))
+    module = types.ModuleType(f"scaffolded_{abs(hash(target))}")
+    exec(compile(text, f"<scaffold of {target}>", "exec"), module.__dict__)
+    return module
+
+
+def hand_written(target: str, config):
+    module_name, _, class_name = target.partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    torch.manual_seed(0)
+    return cls(config)
+
+
+@pytest.mark.parametrize("which", list(CONFIGS))
+@pytest.mark.parametrize("target", list(SEEDS))
+def test_scaffold_mapping_equals_the_hand_written_one(target, which):
+    config = CONFIGS[which]
+    adapter = plugin_module(target).Adapter(config)
+    state = visible_state(config, seed=4)
+    adapter.load_reference_state(state)
+    own = hand_written(SEEDS[target] or target, config)
+    own.load_reference_state(state)
+    mine, theirs = adapter.model.state_dict(), own.state_dict()
+    assert list(mine) == list(theirs)
+    differ = [k for k in mine if not torch.equal(mine[k], theirs[k])]
+    assert not differ, f"the scaffold's mapping puts other values in {differ[:5]}"
+
+
+@pytest.mark.parametrize("target", ["reference.model:Transformer", "implementations.fused:FusedTransformer"])
+def test_scaffold_of_a_conforming_model_matches_the_reference(target):
+    config = TINY.replace(dropout=0.0)
+    adapter = plugin_module(target).Adapter(config).eval()
+    state = visible_state(config, seed=6)
+    adapter.load_reference_state(state)
+    ref = reference_twin(config, state)
+    src = torch.tensor([[5, 6, 7, 8, 0, 0], [9, 10, 11, 12, 13, 14]])
+    tgt = torch.tensor([[1, 2, 3, 0], [4, 5, 6, 7]])
+    with torch.no_grad():
+        torch.testing.assert_close(adapter(src, tgt)[tgt != 0], ref(src, tgt)[tgt != 0], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(adapter.positional_encoding(7), ref.positional_encoding(7))
+
+
+def test_scaffolded_plugin_passes_the_suite_on_a_conforming_model(tmp_path):
+    """The file as written, loaded with --plugin: the suite's differential check passes."""
+    path = tmp_path / "fused_plugin.py"
+    assert main(["scaffold", "implementations.fused:FusedTransformer", "--name", "fused-scaffolded", "-o",
+                 str(path)]) == 0
+    reg = Registry([str(path)], entry_points=False, env={}, builtins=())
+    assert reg.names() == ["fused-scaffolded"]
+    run = subprocess.run([sys.executable, "-m", "pytest", "conformance/", f"--plugin={path}",
+                          "--impl=fused-scaffolded", "--clause=model.reference-equivalence,config.parameters",
+                          "-q", "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert re.search(r"\b[1-9]\d* passed", run.stdout)
+
+
+def test_what_cannot_be_placed_fails_in_one_line_naming_it():
+    """sections-notebook keeps each layer-norm gain as one scalar: no [d_model] home for the canonical gain."""
+    target = "implementations.sections_notebook:SectionsNotebookTransformer"
+    text = render(scaffold(target))
+    assert re.search(r"# CHECK: no \[32\] layer-norm parameter found \(left in this layer: "
+                     r"residual_connections\.0\.norm\.alpha \[1\]", text)
+    adapter = plugin_module(target).Adapter(TINY)
+    with pytest.raises(ValueError, match=r"^encoder\.0\.norm1\.weight is not mapped yet \(no \[32\] layer-norm"):
+        adapter.load_reference_state(visible_state(TINY))
+
+
+def test_uncertain_lines_are_marked_and_counted():
+    text = render(scaffold("implementations.annotated_notebook:AnnotatedNotebookTransformer"))
+    assert "q, k, v, o chosen by registration order" in text  # attention.linears.0..3: no names to go by
+    assert f"Review every line marked `# CHECK:` ({text.count('# CHECK:')} of them)" in text
+    keyword = render(scaffold("tests.fixtures.hyunwoongko_layout:Transformer"))
+    assert "trg_sos_idx=1,  # CHECK: not in ModelConfig" in keyword
+    assert "enc_voc_size=config.src_vocab," in keyword and "ffn_hidden=config.d_ff," in keyword
+    assert 'get(f"encoder.layers.{i}.attention.w_q.weight")\n' in keyword  # decided from names: no CHECK
+
+
+def test_output_file_and_overwrite(tmp_path, capsys):
+    path = tmp_path / "plugin.py"
+    assert main(["scaffold", "reference.model:Transformer", "-o", str(path)]) == 0
+    assert "marked # CHECK: to review" in capsys.readouterr().err
+    assert main(["scaffold", "reference.model:Transformer", "-o", str(path)]) == 2
+    assert capsys.readouterr().err.strip() == f"aiayn scaffold: {path} exists; pass --force to overwrite it"
+    assert main(["scaffold", "reference.model:Transformer", "-o", str(path), "--force"]) == 0
+    assert main(["scaffold", "reference.model:Transformer"]) == 0
+    assert capsys.readouterr().out.startswith('"""aiayn plugin for reference.model:Transformer')
+
+
+def test_a_file_path_target(tmp_path):
+    text = render(scaffold(f"{ROOT / 'tests' / 'fixtures' / 'hyunwoongko_layout.py'}:Transformer"))
+    assert "from hyunwoongko_layout import Transformer" in text and "# CHECK: where hyunwoongko_layout.py lives" in text
+
+
+@pytest.mark.parametrize("target, message", [
+    ("no_such_module_xyz:Model", "aiayn scaffold: cannot import module 'no_such_module_xyz': ModuleNotFoundError: "
+                                 "No module named 'no_such_module_xyz'"),
+    ("reference.model", "aiayn scaffold: 'reference.model' is not MODULE:CLASS"),
+    ("reference.model:Nope", "aiayn scaffold: module 'reference.model' has no 'Nope'; its nn.Module classes: "
+                             "DecoderLayer, EncoderLayer, LayerNorm"),
+    ("reference.model:sinusoid_table", "aiayn scaffold: reference.model:sinusoid_table is a function, not a "
+                                       "torch.nn.Module class"),
+    ("spec.config:ModelConfig", "aiayn scaffold: spec.config:ModelConfig is a class but not a torch.nn.Module"),
+    ("torch.nn:Linear", "aiayn scaffold: cannot build Linear with a ModelConfig: tried Linear(in_features=?, "
+                        "out_features=?"),
+    ("no/such/file.py:Model", "aiayn scaffold: cannot import no/such/file.py: no such file"),
+])
+def test_bad_targets_get_one_line_and_exit_2(target, message, capsys):
+    assert main(["scaffold", target]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1, err
+
+
+def test_cannot_build_names_every_constructor_tried(capsys):
+    assert main(["scaffold", "torch.nn:Embedding"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("aiayn scaffold: cannot build Embedding with a ModelConfig: tried Embedding(num_embeddings=?, "
+                   "embedding_dim=config.d_model, padding_idx=config.pad_id, device=\"cpu\"): no ModelConfig field "
+                   "matches the "
+                   "required parameter 'num_embeddings'")
