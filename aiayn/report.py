@@ -116,13 +116,12 @@ def markdown(result: AuditResult) -> str:
     out += ["", "## Declared deviations", ""]
     devs = [(s, c, r) for s in result.subjects for c, r in s.clauses.items() if r.status == "deviation"]
     out += [f"- **{s.name}** `{c}` ({CLAUSES[c].citation}): {_md(r.message)}" for s, c, r in devs] or ["None."]
-    notes = [(s, c, r) for s in result.subjects for c, r in s.clauses.items() if r.status == "pass" and r.message]
-    if notes:
-        out += ["", "## Notes", ""] + [f"- **{s.name}** `{c}`: {_md(r.message)}" for s, c, r in notes]
     skips = sorted({(c, r.message) for s in result.subjects for c, r in s.clauses.items() if r.status == "skip"})
     if skips:
         out += ["", "## Skipped", ""] + [f"- `{c}`: {_md(m)}" for c, m in skips]
     notes = [f"- **{s.name}**: {_md(s.note)}" for s in result.subjects if s.note]
+    notes += [f"- **{s.name}** `{c}`: {_md(r.message)}" for s in result.subjects for c, r in s.clauses.items()
+              if r.status == "pass" and r.message]
     if notes:
         out += ["", "## Notes", "", *notes]
     return "\n".join(out) + "\n"
