@@ -163,6 +163,32 @@ def _problems(per_clause: dict[str, list[dict]], declared: set[str]) -> list[str
     return problems
 
 
+def _caught_exactly(table: dict, name: str, declared: set[str]) -> None:
+    """A departing component (alone or composed) fails exactly the clauses it declares."""
+    per_clause = table.get(name)
+    assert per_clause, f"{name}: no results (was it registered?)"
+    problems = _problems(per_clause, declared)
+    assert not problems, f"{name}:\n  " + "\n  ".join(problems)
+
+
+def _passes_everything(table: dict, name: str) -> None:
+    per_clause = table.get(name)
+    assert per_clause, f"{name}: no results"
+    outcomes_seen = {r["outcome"] for recs in per_clause.values() for r in recs}
+    assert outcomes_seen == {"passed"}, f"{name}: {sorted(outcomes_seen)} in {dict(per_clause)}"
+
+
+def _unproven_component_checks(table: dict, names: list[str]) -> tuple[dict[str, set[str]], list[str]]:
+    """(each component check run on ``names`` -> the outcomes seen, the checks no departing component fails)."""
+    runs: dict[str, set[str]] = defaultdict(set)
+    for name in names:
+        for recs in table.get(name, {}).values():
+            for r in recs:
+                runs[r["nodeid"].split("[")[0]].add(r["outcome"])
+    return runs, sorted(check for check, seen in runs.items() if "xfailed" not in seen)
+
+
+
 @pytest.mark.parametrize("name", sorted(BROKEN))
 def test_broken_model_is_caught_by_exactly_its_clauses(outcomes, name):
     _, table = outcomes
@@ -207,33 +233,18 @@ def test_broken_decoder_is_caught_by_exactly_its_clauses(outcomes, name):
 def test_decoding_component_is_caught_by_exactly_its_clauses(outcomes, name):
     """Alone (``--component``) and composed into the reference (``reference+KIND=NAME``, inheriting its
     declarations), a departing length penalty or search fails exactly the clauses it declares."""
-    _, table = outcomes
-    declared = DEPARTING_COMPONENTS.get(name) or COMPOSED[name]
-    per_clause = table.get(name)
-    assert per_clause, f"{name}: no results (was it registered?)"
-    problems = _problems(per_clause, declared)
-    assert not problems, f"{name}:\n  " + "\n  ".join(problems)
+    _caught_exactly(outcomes[1], name, DEPARTING_COMPONENTS.get(name) or COMPOSED[name])
 
 
 @pytest.mark.parametrize("name", CONFORMING_COMPONENTS + [COMPOSED_CONFORMING])
 def test_the_reference_decoding_components_pass_alone_and_composed(outcomes, name):
-    _, table = outcomes
-    per_clause = table.get(name)
-    assert per_clause, f"{name}: no results"
-    outcomes_seen = {r["outcome"] for recs in per_clause.values() for r in recs}
-    assert outcomes_seen == {"passed"}, f"{name}: {sorted(outcomes_seen)} in {dict(per_clause)}"
+    _passes_everything(outcomes[1], name)
 
 
 def test_every_decoding_component_check_fails_for_some_departing_component(outcomes):
     """Each length-penalty and search check is proven able to fail: a departing component fails it."""
-    _, table = outcomes
-    runs: dict[str, set[str]] = defaultdict(set)
-    for name in list(DEPARTING_COMPONENTS) + CONFORMING_COMPONENTS:
-        for recs in table.get(name, {}).values():
-            for r in recs:
-                runs[r["nodeid"].split("[")[0]].add(r["outcome"])
+    runs, unproven = _unproven_component_checks(outcomes[1], list(DEPARTING_COMPONENTS) + CONFORMING_COMPONENTS)
     assert len(runs) == 5, sorted(runs)  # two length-penalty checks, three search checks
-    unproven = sorted(check for check, seen in runs.items() if "xfailed" not in seen)
     assert not unproven, f"component checks no departing component fails: {unproven}"
 
 
@@ -241,33 +252,18 @@ def test_every_decoding_component_check_fails_for_some_departing_component(outco
 def test_training_component_is_caught_by_exactly_its_clauses(outcomes, name):
     """Alone (``--component``) and composed into the reference (``reference+KIND=NAME``), a departing optimizer,
     schedule or criterion fails exactly the clauses it declares."""
-    _, table = outcomes
-    declared = TRAIN_DEPARTING.get(name) or TRAIN_COMPOSED[name]
-    per_clause = table.get(name)
-    assert per_clause, f"{name}: no results (was it registered?)"
-    problems = _problems(per_clause, declared)
-    assert not problems, f"{name}:\n  " + "\n  ".join(problems)
+    _caught_exactly(outcomes[1], name, TRAIN_DEPARTING.get(name) or TRAIN_COMPOSED[name])
 
 
 @pytest.mark.parametrize("name", TRAIN_CONFORMING + [TRAIN_COMPOSED_CONFORMING])
 def test_the_conforming_training_components_pass_alone_and_composed(outcomes, name):
-    _, table = outcomes
-    per_clause = table.get(name)
-    assert per_clause, f"{name}: no results"
-    outcomes_seen = {r["outcome"] for recs in per_clause.values() for r in recs}
-    assert outcomes_seen == {"passed"}, f"{name}: {sorted(outcomes_seen)} in {dict(per_clause)}"
+    _passes_everything(outcomes[1], name)
 
 
 def test_every_training_component_check_fails_for_some_departing_component(outcomes):
     """Each optimizer, schedule and criterion check is proven able to fail: a departing component fails it."""
-    _, table = outcomes
-    runs: dict[str, set[str]] = defaultdict(set)
-    for name in list(TRAIN_DEPARTING) + TRAIN_CONFORMING:
-        for recs in table.get(name, {}).values():
-            for r in recs:
-                runs[r["nodeid"].split("[")[0]].add(r["outcome"])
+    runs, unproven = _unproven_component_checks(outcomes[1], list(TRAIN_DEPARTING) + TRAIN_CONFORMING)
     assert len(runs) == 4, sorted(runs)  # optimizer, schedule, and two criterion checks
-    unproven = sorted(check for check, seen in runs.items() if "xfailed" not in seen)
     assert not unproven, f"component checks no departing component fails: {unproven}"
 
 

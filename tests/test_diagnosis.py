@@ -103,7 +103,19 @@ def test_the_causal_witness_needs_sharp_weights(registry):
             test_mask.check_causal(model, impl, src, tgt, 5, weights)
 
 
-class StrictCausalNoGuard(Transformer):
+class StrictCausal(Transformer):
+    """B08: a causal mask without the diagonal (position i attends to 0..i-1)."""
+
+    def decode(self, memory, src_mask, tgt):
+        T = tgt.size(1)
+        strict = torch.ones(T, T, dtype=torch.bool, device=tgt.device).tril(-1)
+        y = self.embed(tgt, self.tgt_embed)
+        for layer in self.decoder:
+            y = layer(y, memory, src_mask, strict & padding_mask(tgt, self.config.pad_id))
+        return y
+
+
+class StrictCausalNoGuard(StrictCausal):
     """B08 with B04: the diagonal masked with -inf and no guard, so position 0 has no key and becomes NaN."""
 
     def __init__(self, config):
@@ -116,14 +128,6 @@ class StrictCausalNoGuard(Transformer):
             scores = scores.masked_fill(~mask, float("-inf"))
         return torch.softmax(scores, dim=-1) @ v
 
-    def decode(self, memory, src_mask, tgt):
-        T = tgt.size(1)
-        strict = torch.ones(T, T, dtype=torch.bool, device=tgt.device).tril(-1)
-        y = self.embed(tgt, self.tgt_embed)
-        for layer in self.decoder:
-            y = layer(y, memory, src_mask, strict & padding_mask(tgt, self.config.pad_id))
-        return y
-
 
 def test_a_diagonal_masked_into_nan_is_named():
     impl = Implementation(name="strict-causal-nan", build=StrictCausalNoGuard, output="logits")
@@ -132,19 +136,11 @@ def test_a_diagonal_masked_into_nan_is_named():
     assert "non-finite" in str(caught.value) and "no admissible key" in str(caught.value)
 
 
-class OddEncoderStrictCausal(Transformer):
+class OddEncoderStrictCausal(StrictCausal):
     """An encoder output no variant names (scaled by 1.5 and shifted) and a causal mask without the diagonal."""
 
     def encode(self, src, src_mask=None):
         return 1.5 * super().encode(src, src_mask) + 0.1
-
-    def decode(self, memory, src_mask, tgt):
-        T = tgt.size(1)
-        strict = torch.ones(T, T, dtype=torch.bool, device=tgt.device).tril(-1)
-        y = self.embed(tgt, self.tgt_embed)
-        for layer in self.decoder:
-            y = layer(y, memory, src_mask, strict & padding_mask(tgt, self.config.pad_id))
-        return y
 
 
 def test_the_decoder_is_diagnosed_on_the_implementation_s_own_encoder_output():
