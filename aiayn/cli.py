@@ -1,4 +1,4 @@
-"""``aiayn``: list implementations, audit them, export them, train one on a tiny task.
+"""``aiayn``: list implementations, audit them, export them, train one on a tiny task, scaffold a plugin for your own.
 
 Exit codes: 0 success, 1 a check or command failed, 2 a usage error.
 Each sub-command lives in its own module with ``add_parser(subparsers)``
