@@ -452,6 +452,75 @@ class VendorOpFeedForward(PositionwiseFeedForward):
         return self.w2(h)
 
 
+class _OwnTables(Transformer):
+    """Keeps parameters of its own that the canonical schema does not name (learned positional tables): the adapter
+    loads the canonical state and leaves them at their own initialisation, as a user's checkpoint conversion would."""
+
+    def load_reference_state(self, state):
+        missing, unexpected = self.load_state_dict(dict(state), strict=False)
+        if unexpected or any("pos" not in name for name in missing):
+            raise KeyError(f"canonical state does not fit: missing {missing}, unexpected {unexpected}")
+
+
+def learned_table(config: ModelConfig) -> nn.Parameter:
+    """A learned [max_len, d_model] positional table at N(0, 1) (its own seed: it is not in the canonical state)."""
+    return nn.Parameter(torch.randn(config.max_len, config.d_model, generator=torch.Generator().manual_seed(5)))
+
+
+class _StackAware(_OwnTables):
+    """Knows which stack it embeds for (the reference's ``embed`` is shared by both)."""
+
+    _decoding = False
+
+    def decode(self, memory, src_mask, tgt):
+        self._decoding = True
+        try:
+            return super().decode(memory, src_mask, tgt)
+        finally:
+            self._decoding = False
+
+
+class LearnedPositionsUnscaled(_StackAware):
+    """A tutorial's model: a learned positional table in each stack instead of the sinusoids (and no
+    positional_encoding to read it back), and embeddings not multiplied by sqrt(d_model). Nothing else departs:
+    attention, norms, the FFN and the masks are the paper's."""
+
+    positional_encoding = None  # type: ignore[assignment]  # the table is not exposed
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.src_pos, self.tgt_pos = learned_table(config), learned_table(config)
+
+    def embed(self, tokens, embedding, start=0):
+        table = self.tgt_pos if self._decoding else self.src_pos
+        L = tokens.size(1)
+        return self.dropout(embedding(tokens) + table[start:start + L])  # BUG: no sqrt(d_model), learned table
+
+
+class DecoderOwnTable(_StackAware):
+    """The paper's model whose decoder adds a learned table of its own to the sinusoids (the encoder's input is the
+    paper's): PE is added to both stacks, so "PE added to the encoder input only" would be a wrong diagnosis."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.tgt_pos = learned_table(config)
+
+    def embed(self, tokens, embedding, start=0):
+        x = embedding(tokens) * math.sqrt(self.config.d_model) + self.positional_encoding(tokens.size(1))
+        if self._decoding:
+            x = x + 0.2 * self.tgt_pos[:tokens.size(1)]  # BUG: a second, learned table in the decoder
+        return self.dropout(x)
+
+
+class FixedLengthUnscaled(Transformer):
+    """Position ids hard-coded for a 5-token example sentence (every other length raises) and embeddings not scaled;
+    the causal mask and everything else is the paper's."""
+
+    def embed(self, tokens, embedding):
+        x = embedding(tokens)  # BUG: no sqrt(d_model)
+        return self.dropout(x + self.pe[torch.arange(5, device=tokens.device)])  # BUG: length 5 only
+
+
 def with_parts(cls=Transformer, **parts) -> Callable[[ModelConfig], Transformer]:
     return lambda cfg: cls(cfg, **parts)
 
@@ -567,6 +636,15 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
         "norm.layer-norm": "the norms add no bias (not an extra norm)",
         "config.parameters": "no norm biases (-d_model per norm), 4 x d_model of biases per attention",
         EQ: "the canonical norm biases cannot be loaded"}),
+    "learned-positions-unscaled": (with_parts(LearnedPositionsUnscaled), "logits",
+                                   "a learned positional table (not exposed) and unscaled embeddings", {
+        "config.parameters": "two max_len x d_model tables beyond the schema",
+        EQ: "another table and another input scale"}),
+    "decoder-own-table": (with_parts(DecoderOwnTable), "logits", "the decoder adds a learned table of its own", {
+        "config.parameters": "a max_len x d_model table beyond the schema", EQ: "another decoder input"}),
+    "fixed-length-unscaled": (with_parts(FixedLengthUnscaled), "logits",
+                              "position ids for length 5 only, and unscaled embeddings", {
+        "model.shape": "every length but 5 raises", "embedding.scale": "unscaled", EQ: "another input scale"}),
     "single-vocabulary": (with_parts(SingleVocabulary), "logits", "refuses src_vocab != tgt_vocab", {
         "config.parameters": "cannot be built with two vocabularies of different sizes"}),
     "float32-norm": (with_parts(layer_norm=Float32Norm), "logits", "layer norm output left in float32", {
