@@ -191,6 +191,11 @@ class EpsOutsideLayerNorm(LayerNorm):
         return (x - mean) / (std + self.eps) * self.weight + self.bias  # BUG: eps outside the root
 
 
+class FixedEpsLayerNorm(LayerNorm):
+    def __init__(self, d_model, eps=1e-6):
+        super().__init__(d_model, eps=1e-5)  # BUG: nn.LayerNorm's default eps, whatever the configuration says
+
+
 class GeluFeedForward(PositionwiseFeedForward):
     def forward(self, x):
         return self.w2(F.gelu(self.w1(x)))  # BUG: GELU for ReLU
@@ -574,6 +579,8 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
         "norm.layer-norm": "divides by d_model - 1", EQ: "outputs scaled by sqrt((d-1)/d)"}),
     "eps-outside-sqrt": (with_parts(layer_norm=EpsOutsideLayerNorm), "logits", "LayerNorm eps added to the std", {
         "norm.epsilon": "eps outside the square root"}),
+    "eps-1e-5": (with_parts(layer_norm=FixedEpsLayerNorm), "logits", "LayerNorm eps 1e-5 where the config says 1e-6", {
+        "norm.epsilon": "eps = 1e-5 inside the square root"}),
     "gelu": (with_parts(feed_forward=GeluFeedForward), "logits", "GELU in the FFN", {
         "ffn.formula": "GELU instead of ReLU", EQ: "different nonlinearity"}),
     "concat-pe": (with_parts(positional_encoding=concat_table), "logits", "sin and cos halves concatenated", {
