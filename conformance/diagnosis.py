@@ -121,7 +121,8 @@ def diagnosis_of(impl: Implementation) -> Diagnosis:
                 continue
             searched.append("its own positional table")
             with_table = dataclasses.replace(parts, pe=table)
-            trial = diagnose(observer(model), state, CONFIG, src, tgt, parts=with_table, max_variants=budget(), helpers=False)
+            trial = diagnose(observer(model), state, CONFIG, src, tgt, parts=with_table,
+                             max_variants=budget(), helpers=False)
             tried += trial.tried
             if trial.exact or trial.distance < diag.distance:
                 parts, diag = with_table, trial
@@ -129,7 +130,8 @@ def diagnosis_of(impl: Implementation) -> Diagnosis:
             searched.append("unit norms")
             unit = visible_state(CONFIG, seed=STATE_SEED, unit_norms=True)
             on_unit = transplanted(impl, unit, cache=False)
-            trial = diagnose(observer(on_unit), unit, CONFIG, src, tgt, parts=parts, max_variants=budget(), helpers=False)
+            trial = diagnose(observer(on_unit), unit, CONFIG, src, tgt, parts=parts,
+                             max_variants=budget(), helpers=False)
             tried += trial.tried
             if trial.exact:
                 trial.weights = UNIT_NORMS
@@ -140,7 +142,8 @@ def diagnosis_of(impl: Implementation) -> Diagnosis:
                 continue
             searched.append("its own encoder output")
             with_memory = dataclasses.replace(parts, memory=memory)
-            trial = diagnose(observer(model), state, CONFIG, src, tgt, parts=with_memory, max_variants=budget(), helpers=False)
+            trial = diagnose(observer(model), state, CONFIG, src, tgt, parts=with_memory,
+                             max_variants=budget(), helpers=False)
             tried += trial.tried
             if trial.exact:
                 parts, diag = with_memory, trial

@@ -33,7 +33,8 @@ from .transplant import load_into, visible_state
 if TYPE_CHECKING:
     from implementations import Implementation
 
-__all__ = ["readout", "hidden_states", "post_norm_probe", "last_sublayer_diagnosis", "last_norm_divisor", "sublayers_off",
+__all__ = ["readout", "hidden_states", "post_norm_probe", "last_sublayer_diagnosis", "last_norm_divisor",
+           "sublayers_off",
            "zero_gain_state", "check_input_path", "SRC", "TGT", "LAST", "witness"]
 
 SRC = random_tokens(CONFIG, [6, 4], 6, vocab=CONFIG.src_vocab, seed=31)

@@ -169,7 +169,7 @@ def test_a_stacked_model_no_variant_explains_is_unexplained_and_names_no_departu
         diag = diagnosis_of(impl)
     said = explanation(diag)
     assert not diag.exact and diag.knobs.departures() == {}, said
-    assert said.startswith(f"unexplained: off by max |diff| = ") and f"after {diag.tried} variants" in said, said
+    assert said.startswith("unexplained: off by max |diff| = ") and f"after {diag.tried} variants" in said, said
     assert f"(mean |diff| {diag.baseline:.3g})" in said, said  # the plain reference's distance, not a variant's
     skips = []
     for clause, check in (("attention.scale", test_attention.test_scale_variant),
