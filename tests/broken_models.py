@@ -160,6 +160,59 @@ class DropoutAfterNormDecoderLayer(DecoderLayer):
         return self.dropout(self.norm3(y + self.ffn(y)))
 
 
+class PreNormNoResidualDropoutEncoderLayer(EncoderLayer):
+    def forward(self, x, src_mask):
+        x = x + self.self_attn(*(self.norm1(x),) * 3, src_mask)  # BUG: pre-norm, and no dropout on the output
+        return x + self.ffn(self.norm2(x))
+
+
+class PreNormNoResidualDropoutDecoderLayer(DecoderLayer):
+    def forward(self, y, memory, src_mask, tgt_mask):
+        y = y + self.self_attn(*(self.norm1(y),) * 3, tgt_mask)
+        y = y + self.cross_attn(self.norm2(y), memory, memory, src_mask)
+        return y + self.ffn(self.norm3(y))
+
+
+class InnerDropoutFeedForward(PositionwiseFeedForward):
+    """w2(dropout(relu(w1 x))): nn.TransformerEncoderLayer's and tensor2tensor v2's relu_dropout."""
+
+    def __init__(self, d_model, d_ff, p=0.1):
+        super().__init__(d_model, d_ff)
+        self.dropout = nn.Dropout(p)
+
+    def forward(self, x):
+        return self.w2(self.dropout(torch.relu(self.w1(x))))
+
+
+def with_extra_dropout(*, attention: bool, ffn: bool, layers: tuple[type | None, type | None] = (None, None)):
+    """The reference (or its layers ``layers``) with dropout at config.dropout on the attention weights and/or
+    inside the FFN, as the Annotated Transformer, nn.Transformer and later tensor2tensor have."""
+    def build(cfg: ModelConfig) -> Transformer:
+        parts = {}
+        if attention:
+            drop = nn.Dropout(cfg.dropout)
+
+            def attend(q, k, v, mask):
+                scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+                if mask is not None:
+                    scores = scores.masked_fill(~mask, float("-inf"))
+                return drop(torch.softmax(scores, dim=-1)) @ v  # BUG (t2t v2 practice): dropped weights
+
+            parts["attention"] = attend
+        if ffn:
+            parts["feed_forward"] = partial(InnerDropoutFeedForward, p=cfg.dropout)
+        model = Transformer(cfg, **parts)
+        if attention:
+            model.attention_dropout = drop  # a submodule, so model.train()/eval() reaches it
+        enc, dec = layers
+        if enc or dec:
+            for stack, cls in (("encoder", enc), ("decoder", dec)):
+                for layer in getattr(model, stack) if cls else ():
+                    layer.__class__ = cls
+        return model
+    return build
+
+
 class SharedNormEncoderLayer(EncoderLayer):
     def forward(self, x, src_mask):
         x = self.norm1(x + self.dropout(self.self_attn(x, x, x, src_mask)))
@@ -572,6 +625,21 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
     "dropout-after-norm": (with_layers(DropoutAfterNormEncoderLayer, DropoutAfterNormDecoderLayer), "logits",
                            "dropout after the add & norm: Dropout(LayerNorm(x + Sublayer(x)))", {
         "dropout.residual": "in train mode the layer outputs are no longer normalized"}),
+    "pre-norm-no-residual-dropout": (with_layers(PreNormNoResidualDropoutEncoderLayer,
+                                                 PreNormNoResidualDropoutDecoderLayer), "logits",
+                                     "pre-norm residuals without dropout on the sub-layer outputs", {
+        "norm.post-norm": "LayerNorm before the sub-layer", EQ: "different function",
+        "dropout.residual": "train mode drops nothing but the embedding sums (judged whatever the norm placement)"}),
+    "attention-weight-dropout": (with_extra_dropout(attention=True, ffn=False), "logits",
+                                 "dropout on the attention weights", {
+        "dropout.extra-sites": "the softmax weights are dropped in training"}),
+    "ffn-inner-dropout": (with_extra_dropout(attention=False, ffn=True), "logits", "dropout between W1 and W2", {
+        "dropout.extra-sites": "the FFN's hidden units are dropped in training"}),
+    "pre-norm-extra-dropout": (with_extra_dropout(attention=True, ffn=True,
+                                                  layers=(PreNormEncoderLayer, PreNormDecoderLayer)), "logits",
+                               "pre-norm residuals, with dropout on the attention weights and inside the FFN", {
+        "norm.post-norm": "LayerNorm before the sub-layer", EQ: "different function",
+        "dropout.extra-sites": "extra dropout sites, found whatever the norm placement"}),
     "shared-norm": (with_layers(enc=SharedNormEncoderLayer), "logits", "one LayerNorm reused for both sub-layers", {
         "layers.independent": "two sub-layers share one LayerNorm", EQ: "norm2's gain and bias are never applied",
         "train.gradients": "norm2 is never used: its parameters get no gradient"}),
