@@ -303,8 +303,8 @@ def extra_dropout(impl: Implementation, states: list[dict[str, torch.Tensor]], s
                            f"of the constant. {PAPER_SITES}",
                   call=f"decoder in train mode and eval mode, dropout={P}, unit norms, other decoder sub-layers off, "
                        f"the last {site} built to output {BIG:g} * (+1, -1, ...) whatever its input",
-                  hint=("dropout on the softmax weights (nn.MultiheadAttention(dropout=p), dropout(p_attn)): the paper's "
-                        "base model has none; pass 0 to it to follow §5.4" if site == "self-attention" else
+                  hint=("dropout on the softmax weights (nn.MultiheadAttention(dropout=p), dropout(p_attn)): the "
+                        "paper's base model has none; pass 0 to it to follow §5.4" if site == "self-attention" else
                         "dropout between the FFN's two layers (w2(dropout(relu(w1(x)))), nn.TransformerEncoderLayer): "
                         "the paper's base model has none; remove it (or set it to 0) to follow §5.4"))
 

@@ -193,10 +193,12 @@ def with_extra_dropout(*, attention: bool, ffn: bool, layers: tuple[type | None,
             drop = nn.Dropout(cfg.dropout)
 
             def attend(q, k, v, mask):
-                scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-                if mask is not None:
-                    scores = scores.masked_fill(~mask, float("-inf"))
-                return drop(torch.softmax(scores, dim=-1)) @ v  # BUG (t2t v2 practice): dropped weights
+                scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, Lq, Lk)
+                if mask is None:
+                    return drop(torch.softmax(scores, dim=-1)) @ v
+                empty = ~mask.any(dim=-1, keepdim=True)  # a query with no admissible key attends to nothing
+                weights = torch.softmax(scores.masked_fill(~(mask | empty), float("-inf")), dim=-1)
+                return drop(weights.masked_fill(empty, 0.0)) @ v  # BUG (t2t v2 practice): dropped weights
 
             parts["attention"] = attend
         if ffn:
