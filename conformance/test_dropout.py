@@ -294,7 +294,7 @@ def extra_dropout(impl: Implementation, states: list[dict[str, torch.Tensor]], s
     trained = stack_output(impl, "decoder", state, config, train=True)
     found = row_levels(trained, s)
     several = sum(n >= 3 for n in found) / len(found)
-    if several > 0.3:
+    if several >= 0.15:
         violation(measured=f"in train mode (dropout {P}) the output features of the last decoder {site} take "
                            f"three or more levels in {several:.0%} of the rows (one level in eval mode): dropout acts "
                            f"{'on the attention weights' if site == 'self-attention' else 'inside the FFN'} "

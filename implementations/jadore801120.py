@@ -331,6 +331,11 @@ def build(config: ModelConfig) -> Transformer:
 
 
 DEVIATIONS: dict[str, str] = {
+    "dropout.extra-sites": (
+        "ScaledDotProductAttention drops the softmax weights at its default attn_dropout = 0.1 whatever the "
+        "configuration (Modules.py; never passed at SubLayers.py:24) (§5.4 names no such site for the base model; "
+        "tensor2tensor v1 had it at 0, v2 on at 0.1: common practice, not the paper's base model)"
+    ),
     "train.learns": (
         "the pre-softmax projection is the tied embedding matrix with nn.Embedding's N(0, 1) initialization and no "
         "logit scale (the document shows neither an initialization nor the upstream's x_logit_scale): the tiny "
