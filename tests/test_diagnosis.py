@@ -18,7 +18,7 @@ from conformance.harness import ClauseViolation, build_model, checking
 from conformance.inputs import CONFIG, WITNESS_BATCHES, WITNESS_LENGTHS, WITNESS_SHAPE, random_tokens
 from conformance.shapes import under_test
 from conformance.transplant import OWN_SCALE, SHARP, STATE_SEED, sharp_or_own, transplanted, visible_state
-from conformance.variants import KNOBS, Knobs, diagnose, run_variant
+from conformance.variants import KNOBS, MAX_VARIANTS, Knobs, diagnose, run_variant
 from implementations import Implementation, get_registry
 from reference.model import Transformer, padding_mask
 
@@ -171,6 +171,7 @@ def test_a_stacked_model_no_variant_explains_is_unexplained_and_names_no_departu
     assert not diag.exact and diag.knobs.departures() == {}, said
     assert said.startswith("unexplained: off by max |diff| = ") and f"after {diag.tried} variants" in said, said
     assert f"(mean |diff| {diag.baseline:.3g})" in said, said  # the plain reference's distance, not a variant's
+    assert diag.tried <= MAX_VARIANTS + 2 * sum(len(k.values) for k in KNOBS.values())  # the search is bounded
     skips = []
     for clause, check in (("attention.scale", test_attention.test_scale_variant),
                           ("mask.causal", test_mask.test_causal_variant),
