@@ -22,12 +22,13 @@ the statuses folded per clause); every ``check()`` then reports its own clause f
 * ``skip``, or no check of the clause ran for the implementation: ``pytest.skip`` with the reason.
 
 Under pytest-xdist every worker that draws a clause would run the suite; each parameter carries
-``pytest.mark.xdist_group(NAME)``, so ``-n N --dist loadgroup`` gives all of an implementation's
-clauses to one worker (the suite runs once per implementation).
+``pytest.mark.xdist_group(NAME)`` (when pytest-xdist is installed), so ``-n N --dist loadgroup`` gives
+all of an implementation's clauses to one worker (the suite runs once per implementation).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -120,6 +121,8 @@ def parametrize_with_checks(impls: str | Sequence[str], *, plugins: Sequence[str
     clause_ids = list(CLAUSES) if clauses is None else \
         parse_clause_ids(clauses if isinstance(clauses, str) else ",".join(clauses))
     run = _SuiteRun(",".join(selected), tuple(plugins), tuple(clause_ids), timeout)
+    grouped = importlib.util.find_spec("xdist") is not None  # the mark is unknown (a warning) without xdist
     params = [pytest.param(ClauseCheck(name, clause, run), id=f"{name}-{clause}",
-                           marks=pytest.mark.xdist_group(name)) for name in selected for clause in clause_ids]
+                           marks=[pytest.mark.xdist_group(name)] if grouped else [])
+              for name in selected for clause in clause_ids]
     return pytest.mark.parametrize("check", params)
