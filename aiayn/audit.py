@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -320,7 +321,7 @@ def _check_output(path: str | None) -> str:
     return ""
 
 
-def _emit(result: AuditResult, args: argparse.Namespace, *, clause_ids: list[str] = ()) -> int:
+def _emit(result: AuditResult, args: argparse.Namespace, *, clause_ids: Sequence[str] = ()) -> int:
     result.command = " ".join(["aiayn", "audit", *(sys.argv[2:] if sys.argv[1:2] == ["audit"] else [])])
     color = report.use_color(sys.stdout, args.no_color) and args.output is None
     text = report.render(result, args.format, color=color)

@@ -22,7 +22,7 @@ from spec import CLAUSES
 
 from .results import AuditResult, ClauseResult, SubjectResult
 
-__all__ = ["annotations", "junit", "where"]
+__all__ = ["github_annotations", "junit", "where"]
 
 
 def where(subject: SubjectResult, clause: str, result: ClauseResult) -> tuple[str, int] | None:
@@ -69,8 +69,8 @@ def junit(result: AuditResult) -> str:
                   "failures": sum(r.status in ("fail", "unexpected-pass") for r in s.clauses.values()),
                   "errors": sum(r.status == "error" for r in s.clauses.values()),
                   "skipped": sum(r.status == "skip" for r in s.clauses.values())}
-        suite = ET.SubElement(root, "testsuite", name=s.name, time=f"{s.seconds:.2f}",
-                              **{k: str(v) for k, v in counts.items()})
+        suite = ET.SubElement(root, "testsuite", {"name": s.name, "time": f"{s.seconds:.2f}",
+                                                  **{k: str(v) for k, v in counts.items()}})
         props = ET.SubElement(suite, "properties")
         ET.SubElement(props, "property", name="verdict", value=s.verdict)
         ET.SubElement(props, "property", name="kind", value=s.kind)
@@ -90,7 +90,7 @@ def _prop(text: str) -> str:
     return _data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def annotations(result: AuditResult) -> str:
+def github_annotations(result: AuditResult) -> str:
     from .report import summary_line
 
     lines = []

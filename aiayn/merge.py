@@ -13,6 +13,7 @@ the file and what was wrong, one line, which the command reports with exit statu
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import spec
@@ -86,7 +87,7 @@ def _difference(a: dict, b: dict) -> str:
     return f"clause {clause}: {ca.get(clause, 'not run')} vs {cb.get(clause, 'not run')}"
 
 
-def merge(audits: list[tuple[str, dict]], order: list[str] = ()) -> tuple[AuditResult, list[str]]:
+def merge(audits: list[tuple[str, dict]], order: Sequence[str] = ()) -> tuple[AuditResult, list[str]]:
     """One audit from checked files ``(path, data)``; the notes say what the caller may want to know
     (duplicates kept once, shards missing). Subjects follow ``order`` (e.g. the registry's), the others
     by name after them, implementations before components."""
@@ -130,5 +131,5 @@ def _missing_shards(audits: list[tuple[str, dict]]) -> list[str]:
             "lacks their subjects" for n, got in sorted(by_count.items()) if len(got) < n]
 
 
-def merge_files(paths: list[str], order: list[str] = ()) -> tuple[AuditResult, list[str]]:
+def merge_files(paths: list[str], order: Sequence[str] = ()) -> tuple[AuditResult, list[str]]:
     return merge([(p, load_audit(p)) for p in paths], order)

@@ -216,7 +216,7 @@ def render(result: AuditResult, fmt: str, *, color: bool = False) -> str:
     if fmt == "html":
         return as_html(result)
     if fmt in ("junit", "github"):
-        from .ci_report import annotations, junit
+        from .ci_report import github_annotations, junit
 
-        return junit(result) if fmt == "junit" else annotations(result)
+        return junit(result) if fmt == "junit" else github_annotations(result)
     raise ValueError(f"unknown report format {fmt!r}; accepted: {', '.join(FORMATS)}")
