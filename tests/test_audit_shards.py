@@ -253,8 +253,9 @@ def sharded(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("shards")
     assert {shard_of(n, 2) for n in ("reference", "ci-unscaled", "attention:sdpa-math")} == {1, 2}
     runs = {"all": aiayn_audit("--format", "json", "--output", str(tmp / "all.json"))}
-    for i in (1, 2):
-        runs[f"{i}/2"] = aiayn_audit("--shard", f"{i}/2", "--jobs", "1", "--format", "json",
+    for i in (1, 2):  # shard 1 (the reference) draws the HTML report's pictures into its JSON
+        figures = ["--figures"] if i == 1 else []
+        runs[f"{i}/2"] = aiayn_audit("--shard", f"{i}/2", "--jobs", "1", "--format", "json", *figures,
                                      "--output", str(tmp / f"shard{i}.json"))
     return tmp, runs
 
@@ -293,3 +294,16 @@ def test_the_github_annotations_point_at_the_plugin_file(sharded, capsys):
     assert source[fail_line - 1].startswith("def build(")
     assert '"attention.scale"' in source[declared_line - 1]
     assert CLAUSES["embedding.scale"].citation == "§3.4"
+
+
+def test_the_merged_html_shows_the_pictures_a_shard_drew(sharded):
+    pytest.importorskip("matplotlib", reason="the report extra (matplotlib) is not installed")
+    tmp, _ = sharded
+    out = tmp / "merged.html"
+    assert main(["audit", "--merge", str(tmp / "shard1.json"), str(tmp / "shard2.json"), "--format", "html",
+                 "--output", str(out)]) == 1
+    page = out.read_text()
+    reference, unscaled = page.split('<section id="reference">')[1].split("</section>")[0], \
+        page.split('<section id="ci-unscaled">')[1].split("</section>")[0]
+    assert reference.count('<img alt="') == 3 and reference.count('src="data:image/png;base64,') == 3
+    assert "<img" not in unscaled and "carries no pictures of this implementation" in unscaled
