@@ -76,6 +76,16 @@ def test_a_bad_shard_is_one_line_and_exit_2(capsys, text, needle):
     assert needle in err and "I counted from 1" in err and len(err.splitlines()) == 1
 
 
+def test_an_empty_shard_writes_an_empty_report(capsys, tmp_path):
+    assert shard_of("reference", 2) == 1
+    out = tmp_path / "empty.json"
+    assert main(["audit", "--impl", "reference", "--shard", "2/2", "--format", "json", "--output", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["shard"] == "2/2" and data["implementations"] == {} and data["components"] == {}
+    assert "shard 2/2 holds 0 of the 1 subjects selected" in capsys.readouterr().err
+    assert merge_files([str(out)])[0].subjects == []
+
+
 # -- merging -----------------------------------------------------------------------------------------------------
 def subject(name: str, statuses: dict[str, str], kind: str = "implementation") -> SubjectResult:
     s = SubjectResult(name, kind, source=f"{name}.py", summary=f"the {name} model",
