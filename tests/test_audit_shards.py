@@ -10,17 +10,16 @@ from pathlib import Path
 
 import pytest
 
-import spec
-from aiayn import report
-from aiayn.audit import plan, take_shard
-from aiayn.ci_report import where
-from aiayn.cli import main
-from aiayn.locations import locate
-from aiayn.merge import MergeError, merge_files
-from aiayn.results import AuditResult, ClauseResult, SubjectResult
-from aiayn.shards import Shard, parse_shard, shard_of
-from implementations import get_registry
-from spec import CLAUSES
+from aiayn_conformance import report, spec
+from aiayn_conformance.audit import plan, take_shard
+from aiayn_conformance.ci_report import where
+from aiayn_conformance.cli import main
+from aiayn_conformance.implementations import get_registry
+from aiayn_conformance.locations import locate
+from aiayn_conformance.merge import MergeError, merge_files
+from aiayn_conformance.results import AuditResult, ClauseResult, SubjectResult
+from aiayn_conformance.shards import Shard, parse_shard, shard_of
+from aiayn_conformance.spec import CLAUSES
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = "tests/fixtures/ci_plugin.py"
@@ -203,7 +202,7 @@ def test_merge_draws_the_learning_curves_from_the_records(tmp_path):
 def test_locate_finds_the_build_and_each_declaration():
     impl = get_registry().get("prenorm")
     loc = locate(impl.build, impl.deviations, cwd=str(ROOT))
-    assert loc["file"] == "implementations/prenorm.py"
+    assert loc["file"] == "implementations/builtins/prenorm.py"
     lines = (ROOT / loc["file"]).read_text().splitlines()
     assert lines[loc["line"] - 1].lstrip().startswith(("class ", "def "))
     assert set(loc["deviations"]) == set(impl.deviations)
@@ -254,7 +253,7 @@ SELECTION = ["--plugin", PLUGIN, "--impl", "reference,ci-unscaled", "--component
 
 
 def aiayn_audit(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aiayn", "audit", *SELECTION, *argv], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "aiayn_conformance", "audit", *SELECTION, *argv], cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
 
 

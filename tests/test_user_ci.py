@@ -1,5 +1,5 @@
-"""The suite in a user's own CI, run from outside this checkout: ``pytest --pyargs conformance`` on the
-installed package, and ``parametrize_with_checks`` in a test file of the user's.
+"""The suite in a user's own CI, run from outside this checkout: ``pytest --pyargs aiayn_conformance.conformance``
+on the installed package, and ``parametrize_with_checks`` in a test file of the user's.
 
 Each test runs pytest in a fresh temporary directory with its own empty ``pytest.ini`` (``-c``), so
 neither this repository's configuration nor its root conftest.py is seen: the suite's options come
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.checks import ClauseCheck, _SuiteRun, parametrize_with_checks
-from aiayn.results import ClauseResult, SubjectResult
+from aiayn_conformance.checks import ClauseCheck, _SuiteRun, parametrize_with_checks
+from aiayn_conformance.results import ClauseResult, SubjectResult
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "tests" / "fixtures" / "ci_plugin.py"
@@ -40,8 +40,8 @@ def outside(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, di
 
 
 def test_the_suite_runs_from_the_installed_package(tmp_path):
-    res, outcomes = outside(tmp_path, "--pyargs", "conformance", f"--plugin={PLUGIN}", "--impl=reference,ci-unscaled",
-                            "--clause=embedding.scale")
+    res, outcomes = outside(tmp_path, "--pyargs", "aiayn_conformance.conformance", f"--plugin={PLUGIN}",
+                            "--impl=reference,ci-unscaled", "--clause=embedding.scale")
     assert res.returncode == 1, res.stdout[-3000:]
     assert {name.split("::")[0].rsplit(".", 1)[-1] for name in outcomes} == {"test_embedding"}, outcomes
     by_impl = {impl: {o for name, o in outcomes.items() if f"[{impl}" in name} for impl in ("reference", "ci-unscaled")}
@@ -50,7 +50,7 @@ def test_the_suite_runs_from_the_installed_package(tmp_path):
 
 def test_parametrize_with_checks_gives_one_test_per_clause(tmp_path):
     (tmp_path / "test_mine.py").write_text(textwrap.dedent(f"""
-        from aiayn.checks import parametrize_with_checks
+        from aiayn_conformance.checks import parametrize_with_checks
 
         @parametrize_with_checks(["reference", "ci-unscaled"], plugins=[{str(PLUGIN)!r}],
                                  clauses=["model.shape", "attention.scale", "embedding.scale"])

@@ -1,8 +1,8 @@
 """Your plugin: how aiayn-conformance builds your model (docs/plugins.md). The reference stands in for
 your model here; ``aiayn scaffold my_package.model:Transformer -o my_plugin.py`` writes a first one for yours."""
 
-from implementations import Implementation, hookimpl
-from reference.model import Transformer
+from aiayn_conformance.implementations import Implementation, hookimpl
+from aiayn_conformance.reference.model import Transformer
 
 
 def build(config):

@@ -6,7 +6,7 @@ the suite's diagnostic (docs/ci.md). With pytest-xdist, keep each implementation
 
 from pathlib import Path
 
-from aiayn.checks import parametrize_with_checks
+from aiayn_conformance.checks import parametrize_with_checks
 
 PLUGIN = str(Path(__file__).with_name("my_plugin.py"))
 
