@@ -10,9 +10,9 @@
         check()
 
 ``parametrize_with_checks`` parametrizes the test over (implementation, clause): ids such as
-``mine-attention.scale``. The first ``check()`` runs the conformance suite once for all of the
-decorator's implementations, in a subprocess (the same run as ``aiayn audit``: ``--results-json``,
-the statuses folded per clause); every ``check()`` then reports its own clause from that run:
+``mine-attention.scale``. The first ``check()`` of an implementation runs the conformance suite on it
+once, in a subprocess (the same run as ``aiayn audit``: ``--results-json``, the statuses folded per
+clause); every ``check()`` of it then reports its own clause from that run:
 
 * ``pass``: returns;
 * ``fail``, ``error`` (the model crashed, returned NaN, timed out) and ``unexpected-pass`` (a declared
@@ -23,7 +23,8 @@ the statuses folded per clause); every ``check()`` then reports its own clause f
 
 Under pytest-xdist every worker that draws a clause would run the suite; each parameter carries
 ``pytest.mark.xdist_group(NAME)`` (when pytest-xdist is installed), so ``-n N --dist loadgroup`` gives
-all of an implementation's clauses to one worker (the suite runs once per implementation).
+all of an implementation's clauses to one worker: the suite runs once per implementation, the
+implementations on different workers at once.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ __all__ = ["ClauseCheck", "parametrize_with_checks"]
 
 @dataclass
 class _SuiteRun:
-    """One suite run for the decorator's implementations, made on first use and shared by its checks."""
-    impls: str
+    """The suite run on one implementation, made on its first check and shared by its checks."""
+    impl: str
     plugins: tuple[str, ...]
     clauses: tuple[str, ...]
     timeout: float
@@ -63,16 +64,14 @@ class _SuiteRun:
         from aiayn_conformance.conformance import threads
         from aiayn_conformance.implementations import get_registry
 
-        from .audit import Progress, group, plan, run_job
+        from .audit import Progress, plan, run_job
 
-        jobs = plan(get_registry(self.plugins), self.impls, None)
-        runnable = [j for j in jobs if j.runnable]
+        jobs = plan(get_registry(self.plugins), self.impl, None)
         extra = [f"--clause={','.join(self.clauses)}"] if len(self.clauses) < len(CLAUSES) else []
         with tempfile.TemporaryDirectory(prefix="aiayn-checks-") as tmp:
-            for job in group(runnable, 1):
-                run_job(job, plugins=list(self.plugins), extra=extra, workdir=Path(tmp),
-                        timeout=self.timeout * max(1, len(job.parts)), progress=Progress(enabled=False),
-                        env=threads.environment_for(1))
+            for job in (j for j in jobs if j.runnable):  # an unavailable implementation is not run
+                run_job(job, plugins=list(self.plugins), extra=extra, workdir=Path(tmp), timeout=self.timeout,
+                        progress=Progress(enabled=False), env=threads.environment_for(1))
         return {s.name: s for j in jobs for s in j.subjects}
 
 
@@ -120,9 +119,9 @@ def parametrize_with_checks(impls: str | Sequence[str], *, plugins: Sequence[str
     selected = [i.name for i in get_registry(tuple(plugins)).select(names)]
     clause_ids = list(CLAUSES) if clauses is None else \
         parse_clause_ids(clauses if isinstance(clauses, str) else ",".join(clauses))
-    run = _SuiteRun(",".join(selected), tuple(plugins), tuple(clause_ids), timeout)
+    runs = {name: _SuiteRun(name, tuple(plugins), tuple(clause_ids), timeout) for name in selected}
     grouped = importlib.util.find_spec("xdist") is not None  # the mark is unknown (a warning) without xdist
-    params = [pytest.param(ClauseCheck(name, clause, run), id=f"{name}-{clause}",
+    params = [pytest.param(ClauseCheck(name, clause, runs[name]), id=f"{name}-{clause}",
                            marks=[pytest.mark.xdist_group(name)] if grouped else [])
               for name in selected for clause in clause_ids]
     return pytest.mark.parametrize("check", params)

@@ -41,7 +41,7 @@ def outside(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, di
 
 def test_the_suite_runs_from_the_installed_package(tmp_path):
     res, outcomes = outside(tmp_path, "--pyargs", "aiayn_conformance.conformance", f"--plugin={PLUGIN}",
-                            "--impl=reference,ci-unscaled", "--clause=embedding.scale")
+                            "--impl=reference,ci-unscaled", "--clause=embedding.scale", "-n", "2")
     assert res.returncode == 1, res.stdout[-3000:]
     assert {name.split("::")[0].rsplit(".", 1)[-1] for name in outcomes} == {"test_embedding"}, outcomes
     by_impl = {impl: {o for name, o in outcomes.items() if f"[{impl}" in name} for impl in ("reference", "ci-unscaled")}
@@ -57,7 +57,7 @@ def test_parametrize_with_checks_gives_one_test_per_clause(tmp_path):
         def test_paper(check):
             check()
     """))
-    res, outcomes = outside(tmp_path, "test_mine.py", "-rA")
+    res, outcomes = outside(tmp_path, "test_mine.py", "-rA", "-n", "2", "--dist", "loadgroup")
     assert res.returncode == 1, res.stdout[-3000:]
     assert {name.split("::")[0] for name in outcomes} == {"test_mine"}, outcomes
     assert {name.split("::")[1]: o for name, o in outcomes.items()} == {
