@@ -41,7 +41,7 @@ def outside(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, di
 
 def test_the_suite_runs_from_the_installed_package(tmp_path):
     res, outcomes = outside(tmp_path, "--pyargs", "aiayn_conformance.conformance", f"--plugin={PLUGIN}",
-                            "--impl=reference,ci-unscaled", "--clause=embedding.scale", "-n", "2")
+                            "--impl=reference,ci-unscaled", "--clause=embedding.scale")
     assert res.returncode == 1, res.stdout[-3000:]
     assert {name.split("::")[0].rsplit(".", 1)[-1] for name in outcomes} == {"test_embedding"}, outcomes
     by_impl = {impl: {o for name, o in outcomes.items() if f"[{impl}" in name} for impl in ("reference", "ci-unscaled")}
