@@ -91,8 +91,7 @@ def _prop(text: str) -> str:
 
 
 def github_annotations(result: AuditResult) -> str:
-    from .report import summary_line
-
+    """The workflow commands, one line per finding (``report.render`` adds the summary line)."""
     lines = []
     for s in result.subjects:
         for clause, r in s.clauses.items():
@@ -107,5 +106,4 @@ def github_annotations(result: AuditResult) -> str:
             props.append(f"title={_prop(f'{s.name} {clause} ({CLAUSES[clause].citation}): {r.status}')}")
             body = "\n".join(x for x in (_headline(s, clause, r), r.detail) if x)
             lines.append(f"::{level} {','.join(props)}::{_data(body)}")
-    lines.append(summary_line(result))
-    return "\n".join(lines) + "\n"
+    return "".join(ln + "\n" for ln in lines)

@@ -218,5 +218,5 @@ def render(result: AuditResult, fmt: str, *, color: bool = False) -> str:
     if fmt in ("junit", "github"):
         from .ci_report import github_annotations, junit
 
-        return junit(result) if fmt == "junit" else github_annotations(result)
+        return junit(result) if fmt == "junit" else github_annotations(result) + summary_line(result) + "\n"
     raise ValueError(f"unknown report format {fmt!r}; accepted: {', '.join(FORMATS)}")
