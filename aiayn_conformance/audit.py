@@ -19,6 +19,11 @@ it computes the paper's function. ``should`` clauses (inputs the paper never def
 portability, conventions) are counted in the verdict but do not decide it. Exit status,
 whatever the severity: 0 when every failure is a declared deviation, 1 when any clause is
 ``fail``, ``error`` or ``unexpected-pass``, 2 for usage errors.
+
+Beyond one machine: ``--shard I/N`` audits the subjects of one shard (``aiayn_conformance.shards``),
+``--merge FILE ...`` renders one report from JSON audits made elsewhere (``aiayn_conformance.merge``),
+and ``--format junit|github`` reports each finding on the subject's own source line
+(``aiayn_conformance.ci_report``); docs/ci.md.
 """
 
 from __future__ import annotations
