@@ -121,3 +121,10 @@ def test_readme_matrix_matches_the_declared_deviations():
             f"{sorted(impl.deviations)}"
         bad = {ch for cell in rows[name].values() for ch in cell} & set("FEU")
         assert not bad, f"README matrix row {name} shows unexpected results {bad}"
+
+
+def test_suite_time_times_the_readme_test_command():
+    """benchmarks.suite_time --test-command prints the figure of the command the README gives, not another."""
+    from benchmarks.suite_time import readme_test_command
+
+    assert ["python3", *readme_test_command()[1:]] == readme_commands()[1].split("&&")[-1].split()
