@@ -355,28 +355,59 @@ class Schedule:
     ``expand``: the rows after ``begin_decoding`` (as beam search expands sources to beams).
     ``tokens``: per step, the token fed to each row (``pad_id`` for a row that has finished).
     ``reorders``: step -> indices applied with ``reorder_state`` before that step's tokens.
+    ``finishes``: row -> the step from which it is fed padding (until a reorder replaces it, or to the end).
     """
 
     src: Tensor  # (B, S)
     expand: Tensor  # (N,) source of each row
     tokens: Tensor  # (steps, N)
     reorders: dict[int, Tensor]
+    finishes: dict[int, int]
+
+    def describe(self, pad_id: int) -> str:
+        """The calls the schedule makes, for a failure message."""
+        reorders = "; ".join(f"before step {t}: {idx.tolist()}" for t, idx in self.reorders.items())
+        finished = ", ".join(f"row {r} from step {t}" for r, t in self.finishes.items())
+        return (f"begin_decoding(src {list(self.src.shape)}, real lengths {(self.src != pad_id).sum(1).tolist()}), "
+                f"reorder_state to {self.expand.tolist()}, decode_step x {self.tokens.size(0)} (padding fed to "
+                f"{finished}), reorder_state {reorders}")
 
 
-def incremental_schedule(config: ModelConfig = DECODE_CONFIG, *, bos_id: int = PAPER.bos_id) -> Schedule:
-    """Three right-padded sources (real lengths 6, 3, 1) expanded to two rows each; 7 steps from the start
-    symbol; row 3 finishes after step 2 and is fed padding; before step 4 the rows are reordered (row 3
-    dropped, row 4 duplicated), as beam search does."""
+STAYS = 1  # the schedule's row that finishes early and stays in the batch
+
+
+def incremental_schedule(config: ModelConfig = DECODE_CONFIG, *, bos_id: int = PAPER.bos_id,
+                         steps: int | None = None, seed: int = 22) -> Schedule:
+    """Three right-padded sources (real lengths 6, 3, 1) expanded to two rows each, fed ``steps`` tokens
+    (default ``config.max_len``: every position the model has, far past any window a cache might keep) from the
+    start symbol. Rows finish early as searches make them: row 3 at step 3 (then dropped), row 1 at the first
+    quarter (fed padding to the end, as greedy search feeds a finished row), row 5 at two thirds (then dropped).
+    Four reorders in the middle (before steps 4, a quarter, a half and three quarters in) draw each new row from
+    the rows still going on, across sources, with repeats and drops, as beam search does; the row finished for
+    good stays in place."""
+    steps = config.max_len if steps is None else steps
     src = decode_sources([6, 3, 1], seed=21, config=config)
-    g = torch.Generator().manual_seed(22)
-    steps, rows = 7, 6
-    tokens = torch.randint(1, config.tgt_vocab, (steps, rows), generator=g)
+    expand = torch.tensor([0, 0, 1, 1, 2, 2])
+    n = expand.numel()
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(1, config.tgt_vocab, (steps, n), generator=g)
     tokens[tokens == config.pad_id] = bos_id
     tokens[0] = bos_id
-    tokens[3:, 3] = config.pad_id  # row 3 has finished: padding from step 3 on (until it is dropped)
-    reorders = {4: torch.tensor([5, 0, 1, 2, 4, 4])}
-    tokens[4:, 3] = tokens[4:, 4]  # the new row 3 continues the old row 2 (real tokens again)
-    return Schedule(src, torch.tensor([0, 0, 1, 1, 2, 2]), tokens, reorders)
+    finishes = {r: t for r, t in ((3, 3), (STAYS, steps // 4 - 2), (5, 2 * steps // 3)) if 0 < t < steps}
+    at = sorted({t for t in (4, steps // 4, steps // 2 + 1, 3 * steps // 4 + 2) if 0 < t < steps})
+    reorders: dict[int, Tensor] = {}
+    done = torch.zeros(n, dtype=torch.bool)  # the row's lineage has finished: it is fed padding
+    for t in range(steps):
+        if t in reorders or t in at:
+            live = (~done).nonzero().flatten()
+            idx = live[torch.randint(0, live.numel(), (n,), generator=g)]
+            if done[STAYS]:  # finished for good: kept in place, fed padding to the end
+                idx[STAYS] = STAYS
+            reorders[t] = idx
+            done = done[idx]
+        done |= torch.tensor([finishes.get(r) == t for r in range(n)])
+        tokens[t][done] = config.pad_id
+    return Schedule(src, expand, tokens, reorders, finishes)
 
 
 @dataclass
@@ -434,27 +465,29 @@ def drive(decoder: Any, schedule: Schedule, output: str, vocab: int) -> list[Ten
 
 
 class CacheVariant:
-    """The reference's cached decoder (``reference.decoding``) with one named bug, run on the reference twin."""
+    """The reference's cached decoder (``reference.decoding``) with one named bug, run on the reference twin.
 
-    def __init__(self, twin: Any, knob: str):
-        self.model, self.knob = twin, knob
+    Its state is (the reference's ``KVCache``, t): t counts the tokens fed, since a windowed cache holds fewer."""
+
+    def __init__(self, twin: Any, knob: str, window: int = 0):
+        self.model, self.knob, self.window = twin, knob, window
 
     def begin_decoding(self, src: Tensor) -> Any:
         from reference.decoding import KVCache, LayerCache, init_cache
 
         cache = init_cache(self.model, src)
         if self.knob != "cross-from-embeddings":
-            return cache
+            return cache, 0
         x = self.model.embed(src, self.model.src_embed)  # the encoder's input instead of its output
         layers = tuple(LayerCache(c.self_k, c.self_v, l.cross_attn.split_heads(l.cross_attn.k(x)),
                                   l.cross_attn.split_heads(l.cross_attn.v(x)))
                        for l, c in zip(self.model.decoder, cache.layers))
-        return KVCache(layers, cache.src_mask)
+        return KVCache(layers, cache.src_mask), 0
 
-    def decode_step(self, cache: Any, tokens: Tensor) -> tuple[Tensor, Any]:
+    def decode_step(self, state: Any, tokens: Tensor) -> tuple[Tensor, Any]:
         from reference.decoding import KVCache, LayerCache, _attend
 
-        m, t = self.model, cache.length
+        (cache, t), m = state, self.model
         start = {"positions-restart": 0, "positions-from-1": t + 1}.get(self.knob, t)
         y = m.embed(tokens[:, None], m.tgt_embed, start=start)
         layers = []
@@ -462,6 +495,8 @@ class CacheVariant:
             sa = layer.self_attn
             k_new, v_new = sa.split_heads(sa.k(y)), sa.split_heads(sa.v(y))
             k, v = torch.cat([c.self_k, k_new], dim=2), torch.cat([c.self_v, v_new], dim=2)
+            if self.knob == "self-window":  # only the last `window` positions are kept (the new one included)
+                k, v = k[:, :, -self.window:], v[:, :, -self.window:]
             if self.knob == "self-cache-dropped":
                 y = layer.norm1(y + _attend(sa, y, k_new, v_new, None))
             else:
@@ -469,21 +504,22 @@ class CacheVariant:
             y = layer.norm2(y + _attend(layer.cross_attn, y, c.cross_k, c.cross_v, cache.src_mask))
             y = layer.norm3(y + layer.ffn(y))
             layers.append(LayerCache(k, v, c.cross_k, c.cross_v))
-        return m.generator(y[:, 0]), KVCache(tuple(layers), cache.src_mask)
+        return m.generator(y[:, 0]), (KVCache(tuple(layers), cache.src_mask), t + 1)
 
-    def reorder_state(self, cache: Any, indices: Tensor) -> Any:
+    def reorder_state(self, state: Any, indices: Tensor) -> Any:
         from reference.decoding import KVCache, LayerCache, reorder
 
+        cache, t = state
         moved = reorder(cache, indices)
         if indices.numel() != cache.src_mask.size(0):  # the expansion to beams: everything moves
-            return moved
+            return moved, t
         if self.knob == "cross-not-reordered":
             return KVCache(tuple(LayerCache(n.self_k, n.self_v, o.cross_k, o.cross_v)
-                                 for n, o in zip(moved.layers, cache.layers)), cache.src_mask)
+                                 for n, o in zip(moved.layers, cache.layers)), cache.src_mask), t
         if self.knob == "self-not-reordered":
             return KVCache(tuple(LayerCache(o.self_k, o.self_v, n.cross_k, n.cross_v)
-                                 for n, o in zip(moved.layers, cache.layers)), moved.src_mask)
-        return moved
+                                 for n, o in zip(moved.layers, cache.layers)), moved.src_mask), t
+        return moved, t
 
 
 CACHE_VARIANTS: dict[str, str] = {
@@ -496,4 +532,6 @@ CACHE_VARIANTS: dict[str, str] = {
     "cross-from-embeddings": "cross-attention keys/values computed from the encoder's input embeddings instead of "
                              "the final encoder output (the wrong memory)",
     "self-cache-dropped": "self-attention over the new token only (the prefix's keys/values are not kept)",
+    "self-window": "a self-attention cache that keeps only the last {window} positions (a sliding window: earlier "
+                   "keys/values are dropped)",
 }

@@ -35,6 +35,7 @@ from reference.decoding import (
     KVCache,
     LayerCache,
     LengthPenalty,
+    _attend,
     beam_search,
     greedy_search,
     init_cache,
@@ -74,6 +75,90 @@ class CrossFromEmbeddings(StepOnly):
                                   layer.cross_attn.split_heads(layer.cross_attn.v(x)))
                        for layer, c in zip(self.decoder, cache.layers))
         return KVCache(layers, cache.src_mask)
+
+
+class BuggyCache:
+    """The reference's cached decoder written out with one bug, on the model's own modules. Its state is (the
+    reference's ``KVCache``, t), t counting the tokens fed, since a windowed cache holds fewer positions.
+
+    ``bug``: "window" keeps only the last ``WINDOW`` self-attention keys/values; "restart" embeds every new token
+    at position 0; "self-not-reordered" leaves the self-attention cache behind when beams are reordered."""
+
+    def __init__(self, model: Transformer, bug: str):
+        self.model, self.bug = model, bug
+
+    def begin_decoding(self, src: Tensor) -> tuple[KVCache, int]:
+        return init_cache(self.model, src), 0
+
+    def decode_step(self, state: tuple[KVCache, int], tokens: Tensor) -> tuple[Tensor, tuple[KVCache, int]]:
+        (cache, t), m = state, self.model
+        y = m.embed(tokens[:, None], m.tgt_embed, start=0 if self.bug == "restart" else t)
+        layers = []
+        for layer, c in zip(m.decoder, cache.layers):
+            sa = layer.self_attn
+            k = torch.cat([c.self_k, sa.split_heads(sa.k(y))], dim=2)
+            v = torch.cat([c.self_v, sa.split_heads(sa.v(y))], dim=2)
+            if self.bug == "window":
+                k, v = k[:, :, -WINDOW:], v[:, :, -WINDOW:]
+            y = layer.norm1(y + _attend(sa, y, k, v, None))
+            y = layer.norm2(y + _attend(layer.cross_attn, y, c.cross_k, c.cross_v, cache.src_mask))
+            y = layer.norm3(y + layer.ffn(y))
+            layers.append(LayerCache(k, v, c.cross_k, c.cross_v))
+        return m.generator(y[:, 0]), (KVCache(tuple(layers), cache.src_mask), t + 1)
+
+    def reorder_state(self, state: tuple[KVCache, int], indices: Tensor) -> tuple[KVCache, int]:
+        cache, t = state
+        moved = reorder(cache, indices)
+        if self.bug != "self-not-reordered" or indices.numel() != cache.src_mask.size(0):
+            return moved, t
+        return KVCache(tuple(LayerCache(o.self_k, o.self_v, n.cross_k, n.cross_v)
+                             for n, o in zip(moved.layers, cache.layers)), moved.src_mask), t
+
+
+WINDOW = 8
+
+
+class StepWindow(StepOnly):
+    """Step-level decoding through a self-attention cache that keeps only the last 8 positions."""
+
+    def begin_decoding(self, src: Tensor) -> tuple[KVCache, int]:  # type: ignore[override]
+        return BuggyCache(self, "window").begin_decoding(src)
+
+    def decode_step(self, state, tokens):  # type: ignore[override]
+        return BuggyCache(self, "window").decode_step(state, tokens)
+
+    def reorder_state(self, state, indices):  # type: ignore[override]
+        return BuggyCache(self, "window").reorder_state(state, indices)
+
+
+class GenerateOnly(Transformer):
+    """Offers only ``generate`` (as the Hugging Face adapters' libraries decode inside it): the reference searches
+    over a cache with the bug ``BUG``; no step-level methods, so decode.incremental cannot see the cache."""
+
+    BUG = ""
+    begin_decoding = None  # type: ignore[assignment]
+    decode_step = None  # type: ignore[assignment]
+    reorder_state = None  # type: ignore[assignment]
+
+    @torch.no_grad()
+    def generate(self, src, *, bos_id, eos_id, beam_size=4, alpha=0.6, max_len=None):  # type: ignore[override]
+        cache, pad = BuggyCache(self, self.BUG), self.config.pad_id
+        if beam_size == 1:
+            return greedy_search(cache, src, bos_id=bos_id, eos_id=eos_id, pad_id=pad, max_len=max_len).tokens
+        return beam_search(cache, src, bos_id=bos_id, eos_id=eos_id, pad_id=pad, beam_size=beam_size, alpha=alpha,
+                           max_len=max_len).tokens
+
+
+class GenerateRestart(GenerateOnly):
+    BUG = "restart"
+
+
+class GenerateSelfNotReordered(GenerateOnly):
+    BUG = "self-not-reordered"
+
+
+class GenerateWindow(GenerateOnly):
+    BUG = "window"
 
 
 # -- search bugs (generate over the reference's cache) -----------------------------------------------------------
@@ -169,6 +254,19 @@ BROKEN_DECODERS: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, d
         INC: "after a beam reorder a row attends to another row's source"}),
     "cross-from-embeddings": (CrossFromEmbeddings, "logits", "cross-attention cache from the source embeddings", {
         INC: "the cached decoder reads the wrong memory"}),
+    "self-window-8": (StepWindow, "logits", "the self-attention cache keeps only the last 8 positions", {
+        INC: "from prefix length 9 on the cached scores differ from the full forward's"}),
+    "generate-positions-restart": (GenerateRestart, "logits", "generate only; its cache embeds every new token at "
+                                   "position 0", {
+        GREEDY: "the next token is chosen from another distribution than the forward's on the prefix",
+        BEAM: "hypotheses are scored with another distribution than the forward's"}),
+    "generate-self-not-reordered": (GenerateSelfNotReordered, "logits", "generate only; its beam reorder leaves the "
+                                    "self-attention cache behind", {
+        BEAM: "after a reorder a beam continues another beam's prefix"}),
+    "generate-window-8": (GenerateWindow, "logits", "generate only; its self-attention cache keeps only the last 8 "
+                          "positions", {
+        GREEDY: "past 8 tokens the next token is chosen from another distribution than the forward's",
+        BEAM: "past 8 tokens hypotheses are scored with another distribution than the forward's"}),
     "greedy-no-eos-stop": (GreedyNoEosStop, "logits", "greedy decoding never stops at the end symbol", {
         GREEDY: "rows keep growing after EOS"}),
     "length-power": (LengthPower, "logits", "beam search ranks by log_probs / |Y|^alpha", {

@@ -80,12 +80,23 @@ def test_a_step_decoder_that_misbehaves_is_an_implementation_error(what, message
     assert message in str(err.value)
 
 
-def test_the_schedule_feeds_padding_to_a_finished_row_then_drops_it():
+def test_the_schedule_runs_every_position_with_rows_finishing_and_reorders_in_the_middle():
     sched = incremental_schedule()
     rep = replay(sched, CFG.pad_id)
-    assert sched.tokens.shape == (7, 6) and bool((sched.tokens[0] == 1).all())
-    assert [bool(a[3]) for a in rep.active] == [True, True, True, False, True, True, True]
-    assert all(bool(a.all()) for t, a in enumerate(rep.active) if t != 3)
+    steps = CFG.max_len
+    assert steps >= 64 and sched.tokens.shape == (steps, 6) and bool((sched.tokens[0] == 1).all())
+    assert len(set((sched.src != CFG.pad_id).sum(1).tolist())) == 3  # padded sources of three lengths
+    active = torch.stack(rep.active)  # (steps, N)
+    assert bool(active[-1].sum() >= 3), "rows must stay alive to the last position"
+    assert int(active[:, 3].sum()) < steps and not bool(active[-1, 1]), "rows finish early (one stays finished)"
+    middle = [t for t in sched.reorders if steps // 4 <= t <= 3 * steps // 4]
+    assert len(middle) >= 2
+    for t, idx in sched.reorders.items():
+        live = active[t - 1]
+        moved = [int(i) for r, i in enumerate(idx) if int(i) != r and bool(live[int(i)])]
+        assert moved and len(set(idx.tolist())) < len(idx), f"the reorder before step {t} moves and repeats rows"
+        src_of = [rep.src_rows[t - 1][int(i)].tolist() for i in idx]
+        assert src_of != rep.src_rows[t - 1].tolist(), "reorders move rows across sources"
 
 
 def test_the_reference_cache_is_no_variant_and_each_variant_differs_from_it():
@@ -98,8 +109,8 @@ def test_the_reference_cache_is_no_variant_and_each_variant_differs_from_it():
         full = [torch.log_softmax(twin(s, p)[:, -1].double(), -1) for s, p in zip(rep.src_rows, rep.prefixes)]
     assert all(torch.allclose(e[a], f[a], atol=1e-5) for e, f, a in zip(exact, full, rep.active))
     for knob in ("positions-restart", "positions-from-1", "cross-not-reordered", "self-not-reordered",
-                 "cross-from-embeddings", "self-cache-dropped"):
-        got = drive(CacheVariant(twin, knob), sched, "logits", CFG.tgt_vocab)
+                 "cross-from-embeddings", "self-cache-dropped", "self-window"):
+        got = drive(CacheVariant(twin, knob, window=8), sched, "logits", CFG.tgt_vocab)
         worst = max(float((g[a] - e[a]).abs().max()) for g, e, a in zip(got, exact, rep.active))
         assert worst > 1e-3, f"the variant {knob} is indistinguishable from the reference cache on the schedule"
 
