@@ -258,15 +258,15 @@ BROKEN_DECODERS: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, d
         INC: "from prefix length 9 on the cached scores differ from the full forward's"}),
     "generate-positions-restart": (GenerateRestart, "logits", "generate only; its cache embeds every new token at "
                                    "position 0", {
-        GREEDY: "the next token is chosen from another distribution than the forward's on the prefix",
-        BEAM: "hypotheses are scored with another distribution than the forward's"}),
+        BEAM: "hypotheses are scored with another distribution than the forward's (greedy's witnesses settle on one "
+              "repeated token within a few steps, where the position no longer changes the argmax)"}),
     "generate-self-not-reordered": (GenerateSelfNotReordered, "logits", "generate only; its beam reorder leaves the "
                                     "self-attention cache behind", {
         BEAM: "after a reorder a beam continues another beam's prefix"}),
     "generate-window-8": (GenerateWindow, "logits", "generate only; its self-attention cache keeps only the last 8 "
                           "positions", {
-        GREEDY: "past 8 tokens the next token is chosen from another distribution than the forward's",
-        BEAM: "past 8 tokens hypotheses are scored with another distribution than the forward's"}),
+        BEAM: "past 8 tokens hypotheses are scored with another distribution than the forward's (greedy's witnesses "
+              "settle on one repeated token before 8 tokens, which the window does not change)"}),
     "greedy-no-eos-stop": (GreedyNoEosStop, "logits", "greedy decoding never stops at the end symbol", {
         GREEDY: "rows keep growing after EOS"}),
     "length-power": (LengthPower, "logits", "beam search ranks by log_probs / |Y|^alpha", {
