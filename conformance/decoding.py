@@ -15,7 +15,9 @@ penalty"), never to accept it.
 
 from __future__ import annotations
 
+import functools
 import math
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +49,7 @@ __all__ = [
     "Schedule", "incremental_schedule", "Replay", "replay", "drive", "CacheVariant", "CACHE_VARIANTS",
     "Script", "ScriptedScores", "Scores", "scripted_witnesses", "call_search", "PENALTY_SCRIPT", "EARLY_SCRIPT",
     "NEVER_ENDS", "SCRIPTED_SOURCES", "SCRIPTED_ROWS", "SCRIPTED_MAX_LEN", "NEVER_ENDING_SOURCES",
+    "RandomTables", "table_sources", "TableCase", "table_cases", "t2t_search", "TABLE_VARIANTS", "TABLE_SEARCH",
 ]
 
 # Positions up to the longest witness source + 50 (§6.1): the tiny preset's max_len (24) is too short.
@@ -534,4 +537,182 @@ CACHE_VARIANTS: dict[str, str] = {
     "self-cache-dropped": "self-attention over the new token only (the prefix's keys/values are not kept)",
     "self-window": "a self-attention cache that keeps only the last {window} positions (a sliding window: earlier "
                    "keys/values are dropped)",
+}
+
+
+# -- random score tables: any search against the reference on scores drawn at random -----------------------------
+TABLE_VOCAB = 7  # pad 0, start 1, end 2 (S_PAD, S_BOS, S_EOS), tokens 3 .. 6
+TABLE_TOKENS = (3, 4, 5, 6)
+
+
+@functools.lru_cache(maxsize=None)
+def _table_mix(seed: int, src: tuple[int, ...]) -> tuple[list[int], int]:
+    """A table's own mix of kinds (peaked, fork, ending, flat) and its horizon (0: none)."""
+    table = random.Random(hash((seed, src)))
+    mix = [table.choice(m) for m in ((1, 4, 20), (0, 1, 3), (1, 2, 4), (0, 1, 4))]
+    return mix, table.choice([0, 0, 2, 5, 10, 20, 40])
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def _table_log_probs(seed: int, key: tuple[tuple[int, ...], tuple[int, ...]]) -> list[float]:
+    """The log-probabilities table ``seed`` gives after the prefix ``key[1]`` for the source ``key[0]``
+    (``RandomTables``). Ints and tuples hash the same in every run, so the tables are deterministic."""
+    mix, depth = _table_mix(seed, key[0])
+    t = len(key[1]) - 1  # output tokens so far
+    if depth and t == 0:
+        mix = [1, 6, 1, 2]  # a fork first: end at once, or go on
+    elif depth:
+        mix = [20, 0, 0, 1] if t < depth else [1, 1, 8, 0]
+    rng = random.Random(hash((seed, key)))
+    kind = rng.choices(("peaked", "fork", "ending", "flat"), mix)[0]
+    w = [0.0] * TABLE_VOCAB
+    for tok in TABLE_TOKENS:
+        w[tok] = rng.uniform(0.0, 2.0) if kind in ("peaked", "fork") else rng.uniform(1.0, 4.0)
+    if kind == "peaked":  # one token far more likely than the rest, the end symbol unlikely
+        w[rng.choice(TABLE_TOKENS)] = rng.uniform(50.0, 800.0)
+        w[S_EOS] = rng.choice([0.0, rng.uniform(0.0, 1.0)])
+    elif kind == "fork":  # end now or go on: the end symbol and one token share most of the mass
+        w[rng.choice(TABLE_TOKENS)] = rng.uniform(10.0, 30.0)
+        w[S_EOS] = rng.uniform(15.0, 40.0)
+    elif kind == "ending":  # the end symbol likely
+        w[S_EOS] = rng.uniform(8.0, 200.0)
+    else:  # flat
+        w[S_EOS] = rng.choice([0.0, rng.uniform(0.0, 4.0)])
+    if t < 3 and rng.random() < 0.5:  # a tie in the first steps: two tokens exactly as likely
+        a, b = rng.sample((S_EOS, *TABLE_TOKENS), 2)
+        w[b] = w[a]
+    total = sum(w)
+    return [math.log(x / total) if x > 0 else -math.inf for x in w]
+
+
+class RandomTables:
+    """A step decoder whose next-token distribution is drawn at random for each (source, prefix): every source is
+    its own score table. Probabilities are random weights normalized, two of them equal (a tie) at half the
+    prefixes of up to 2 tokens; a prefix's distribution is peaked on one token (a hypothesis that stays likely for long), leans
+    to the end symbol, forks (the end symbol and one token share most of the mass: end now, or go on and be judged
+    by a larger length penalty later), or is flat, in proportions each table draws. Some tables have a horizon: a fork
+    first, then peaked steps until a drawn depth (2 to 40 tokens), then likely ends, where continuing past a finished
+        hypothesis pays off only to a search that bounds the live ones by lp(maximum length).
+
+    Log-probabilities are float64; padding and the start symbol get none (-inf)."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.pad_id = S_PAD
+
+    def log_probs(self, src: Tensor, prefix: Tensor) -> Tensor:
+        """[N, V] float64 log-probabilities of the token after ``prefix`` [N, t] (start symbol first)."""
+        rows = [_table_log_probs(self.seed, (tuple(s), tuple(p))) for s, p in zip(src.tolist(), prefix.tolist())]
+        return torch.tensor(rows, dtype=torch.float64)
+
+    def begin_decoding(self, src: Tensor) -> PrefixState:
+        return PrefixState(src, src.new_zeros(src.size(0), 0))
+
+    def decode_step(self, state: PrefixState, tokens: Tensor) -> tuple[Tensor, PrefixState]:
+        prefix = torch.cat([state.prefix, tokens[:, None]], dim=1)
+        return self.log_probs(state.src, prefix), PrefixState(state.src, prefix)
+
+    def reorder_state(self, state: PrefixState, indices: Tensor) -> PrefixState:
+        return PrefixState(state.src.index_select(0, indices), state.prefix.index_select(0, indices))
+
+
+def table_sources(count: int, *, seed: int) -> Tensor:
+    """``count`` distinct sources [count, 4] of tokens 3 .. 6: each picks its own random table."""
+    rng = random.Random(seed)
+    picks = rng.sample(range(len(TABLE_TOKENS) ** 4), count)
+    return torch.tensor([[TABLE_TOKENS[(n >> (2 * i)) & 3] for i in range(4)] for n in picks])
+
+
+@dataclass(frozen=True)
+class TableCase:
+    """One batch of random tables: the reference's outputs, and the rows no near tie decides (``judged``: the
+    plain-Python search ``t2t_search`` meets no near tie at a cut and returns the reference's output)."""
+
+    seed: int
+    max_len: int
+    src: Tensor
+    expected: list[list[int]]
+    judged: list[bool]
+
+
+TABLE_SEARCH = dict(bos_id=S_BOS, eos_id=S_EOS, beam_size=PAPER.beam_size, alpha=PAPER.alpha)
+TABLE_BATCHES = ((101, 6), (102, 16), (103, 48), (104, 48))  # (seed, max_len): short and long horizons
+TABLES_PER_BATCH = 40
+NEAR_TIE = 1e-5  # scores closer than this at a cut count as tied: float32 sums may order them either way
+
+
+@functools.lru_cache(maxsize=1)
+def table_cases() -> tuple[TableCase, ...]:
+    """The random-table witnesses of decode.beam: ``TABLE_BATCHES`` batches of ``TABLES_PER_BATCH`` tables."""
+    cases = []
+    for seed, max_len in TABLE_BATCHES:
+        src, tables = table_sources(TABLES_PER_BATCH, seed=seed), RandomTables(seed)
+        expected = expected_beam(tables, src, max_len=max_len, **TABLE_SEARCH)
+        ties: list[bool] = []
+        plain = t2t_search(tables, src, max_len=max_len, ties=ties, **TABLE_SEARCH)
+        cases.append(TableCase(seed, max_len, src, expected, [p == e and not t for p, e, t in zip(plain, expected, ties)]))
+    return tuple(cases)
+
+
+def t2t_search(scores: Scores | RandomTables, src: Tensor, *, bos_id: int, eos_id: int, beam_size: int,
+               alpha: float, max_len: int | Tensor | None, bound: str = "max", candidates: int = 2,
+               ties: list[bool] | None = None) -> list[list[int]]:
+    """tensor2tensor's beam search, one source at a time in plain Python, with knobs that name departures: the
+    early-stop ``bound`` divides the best live log-probability by lp(maximum length) ("max", §6.1's procedure) or by
+    lp(current length) ("current": stops while a live hypothesis can still win); ``candidates`` x K candidates per
+    step (2: K live hypotheses remain however many end; 1: only the K best may continue or finish). ``ties``, when
+    given, receives per source whether two scores within NEAR_TIE met at a cut (the 2K candidates, the K live, the
+    K finished, the early stop, the winner): there the output depends on how ties are broken."""
+    limits = output_limits(src, scores.pad_id, max_len=max_len).tolist()
+
+    def lp(n: int) -> float:
+        return ((5.0 + n) / 6.0) ** alpha
+
+    def cut(ranked: list[float], k: int) -> bool:
+        return len(ranked) > k > 0 and ranked[k - 1] - ranked[k] < NEAR_TIE
+
+    outputs = []
+    for b in range(src.size(0)):
+        alive: list[tuple[float, list[int]]] = [(0.0, [])]
+        finished: list[tuple[float, list[int]]] = []  # (score, tokens)
+        tied = False
+        for i in range(limits[b]):
+            prefixes = torch.tensor([[bos_id] + seq for _, seq in alive], dtype=torch.long)
+            rows = scores.log_probs(src[b:b + 1].expand(len(alive), -1), prefixes).tolist()
+            ranked = sorted(((lp0 + x, seq + [v]) for (lp0, seq), row in zip(alive, rows) for v, x in enumerate(row)
+                             if v != scores.pad_id and x > -math.inf), key=lambda c: -c[0])
+            cands = ranked[:candidates * beam_size]
+            going = [c for c in cands if c[1][-1] != eos_id]
+            alive = going[:beam_size]
+            ended = [(c[0] / lp(i + 1), c[1]) for c in cands if c[1][-1] == eos_id]
+            merged = sorted(finished + ended, key=lambda f: -f[0])
+            finished = merged[:beam_size]
+            tied |= (cut([c[0] for c in ranked], candidates * beam_size) or cut([c[0] for c in going], beam_size)
+                     or cut([f[0] for f in merged], beam_size))
+            if not alive:
+                break
+            divisor = lp(limits[b]) if bound == "max" else lp(i + 1)
+            if finished:
+                lowest, reach = min(f[0] for f in finished), alive[0][0] / divisor
+                tied |= abs(lowest - reach) < NEAR_TIE
+                if lowest > reach:
+                    break
+        tied |= cut([f[0] for f in finished], 1)
+        outputs.append(finished[0][1] if finished else alive[0][1])
+        if ties is not None:
+            ties.append(tied)
+    return outputs
+
+
+TABLE_VARIANTS: dict[str, Variant] = {
+    "early-stop-current-length": Variant("tensor2tensor's early stop with the best live log-probability divided by "
+                                         "lp(current length) instead of lp(maximum length): it stops while a live "
+                                         "hypothesis can still win", lambda s, src, **kw: t2t_search(
+                                             s, src, bound="current", **kw)),
+    "k-candidates": Variant("only the K best candidates of a step may continue or finish (tensor2tensor takes 2K, so "
+                            "that K live hypotheses remain however many end)", lambda s, src, **kw: t2t_search(
+                                s, src, candidates=1, **kw)),
+    "finished-in-beam": BEAM_VARIANTS["finished-in-beam"],
+    "no-penalty": BEAM_VARIANTS["no-penalty"],
+    "length-power": BEAM_VARIANTS["length-power"],
 }

@@ -46,8 +46,11 @@ from .decoding import (
     SCRIPTED_MAX_LEN,
     SCRIPTED_ROWS,
     SCRIPTED_SOURCES,
+    TABLE_SEARCH,
+    TABLE_VARIANTS,
     CacheVariant,
     ForwardScores,
+    RandomTables,
     Replay,
     Schedule,
     ScriptedScores,
@@ -63,6 +66,7 @@ from .decoding import (
     replay,
     rows_of,
     scripted_witnesses,
+    table_cases,
 )
 from .harness import CheckTimeout, ImplementationError, build_model, could_not_check, violation
 from .outputs import log_probs, require_deterministic
@@ -686,6 +690,36 @@ def test_search_component_keeps_finished_hypotheses_aside(search_fn: Any) -> Non
     """Beam 4, alpha 0.6: an output that finished at the first step and is outscored by four live hypotheses
     still wins (later ends are far worse)."""
     check_scripted_search(search_fn, "early")
+
+
+@pytest.mark.clause("decode.beam")
+@pytest.mark.component_kind("search")
+def test_search_component_equals_the_reference_on_random_tables(search_fn: Any) -> None:
+    """Beam 4, alpha 0.6, GNMT's penalty given, on 160 random score tables (horizons of 6 to 48 tokens; forks
+    between ending and going on, long likely continuations, ties): the search returns the reference's output on every
+    table no near tie decides. Early stopping, the finished set, the 2K candidates and ties all decide some of them."""
+    for case in table_cases():
+        tables = RandomTables(case.seed)
+        rows, call = call_search(search_fn, tables, case.src, max_len=case.max_len, **TABLE_SEARCH)
+        bad = [b for b, (g, e, j) in enumerate(zip(rows, case.expected, case.judged)) if j and g != e]
+        if not bad:
+            continue
+        b = bad[0]
+        named = [v.describe for v in TABLE_VARIANTS.values()
+                 if v.run(tables, case.src[b:b + 1], max_len=case.max_len, **TABLE_SEARCH) == [rows[b]]]
+        violation(measured=f"table {b} (source {case.src[b].tolist()}): the search returned {rows[b]} "
+                  f"({hypothesis_scores(tables, case.src[b], rows[b], bos_id=S_BOS)}), the reference returns "
+                  f"{case.expected[b]} ({hypothesis_scores(tables, case.src[b], case.expected[b], bos_id=S_BOS)}); "
+                  f"{len(bad)} of the batch's {sum(case.judged)} judged tables differ"
+                  + (f"; the output matches {named[0]}" if named else "; no named variant reproduces it"),
+                  expected="beam 4, summed log-probabilities divided by GNMT's ((5 + |Y|) / 6)^0.6 (|Y| with the end "
+                           "symbol), the 2K best candidates per step, finished hypotheses kept aside (K best), "
+                           "tensor2tensor's early stop: lowest finished score > best live log-probability / "
+                           "lp(maximum length)",
+                  call=f"{call} on random score tables (seed {case.seed}; V = 7: pad 0, start 1, end 2, tokens 3-6; "
+                       "conformance.decoding.RandomTables)",
+                  hint="an early stop bounding the live hypotheses by lp(current length), only K candidates per step, "
+                       "finished hypotheses competing for the beam slots, or another length penalty")
 
 
 @pytest.mark.clause("decode.max-length")

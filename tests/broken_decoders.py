@@ -330,6 +330,43 @@ def search_finished_in_beam(decoder, src: Tensor, *, bos_id: int, eos_id: int, p
     return torch.tensor([o + [pad_id] * (width - len(o)) for o in outs], dtype=torch.long).view(len(outs), width)
 
 
+@torch.no_grad()
+def search_early_stop_current_length(decoder, src: Tensor, *, bos_id: int, eos_id: int, pad_id: int, beam_size: int,
+                                     alpha: float, max_len: int | Tensor | None,
+                                     length_penalty: LengthPenalty) -> Tensor:
+    """tensor2tensor's search written per source, with the early stop bounding the live hypotheses by lp(current
+    length) instead of lp(maximum length)."""
+    limits = output_limits(src, pad_id, max_len=max_len).tolist()
+
+    def lp(n: int) -> float:
+        return float(length_penalty(torch.tensor(n), alpha))
+
+    outs = []
+    for b in range(src.size(0)):
+        state = decoder.begin_decoding(src[b:b + 1])
+        beams: list[tuple[float, list[int]]] = [(0.0, [])]
+        done: list[tuple[float, list[int]]] = []
+        for step in range(limits[b]):
+            scores, state = decoder.decode_step(state, torch.tensor([seq[-1] if seq else bos_id for _, seq in beams]))
+            logp = torch.log_softmax(scores.double(), dim=-1)
+            logp[:, pad_id] = -math.inf
+            flat = [(total + float(x), row, v) for row, ((total, _), dist) in enumerate(zip(beams, logp))
+                    for v, x in enumerate(dist) if x > -math.inf]
+            top = sorted(flat, key=lambda c: -c[0])[:2 * beam_size]
+            done = sorted(done + [(c[0] / lp(step + 1), beams[c[1]][1] + [c[2]]) for c in top if c[2] == eos_id],
+                          key=lambda d: -d[0])[:beam_size]
+            keep = [c for c in top if c[2] != eos_id][:beam_size]
+            if not keep:
+                break
+            state = decoder.reorder_state(state, torch.tensor([c[1] for c in keep]))
+            beams = [(c[0], beams[c[1]][1] + [c[2]]) for c in keep]
+            if done and min(d[0] for d in done) > beams[0][0] / lp(step + 1):  # BUG: lp(limits[b]) bounds them
+                break
+        outs.append(done[0][1] if done else beams[0][1])
+    width = max((len(o) for o in outs), default=0)
+    return torch.tensor([o + [pad_id] * (width - len(o)) for o in outs], dtype=torch.long).view(len(outs), width)
+
+
 # name -> (search, bug, {clause: why}); registered as search components "broken-<name>"
 BROKEN_SEARCHES: dict[str, tuple[Callable[..., object], str, dict[str, str]]] = {
     "length-power": (search_length_power, "ranks by |Y|^alpha whatever length_penalty it is given", {
@@ -338,6 +375,9 @@ BROKEN_SEARCHES: dict[str, tuple[Callable[..., object], str, dict[str, str]]] = 
         BEAM: "an output that finished first and was pushed out of the slots is lost"}),
     "max-len-padded-width": (search_max_len_padded_width, "default limit: the padded batch width + 50", {
         MAXLEN: "short sources in a padded batch decode too long"}),
+    "early-stop-current-length": (search_early_stop_current_length, "the early stop divides the best live "
+                                  "log-probability by lp(current length), not lp(maximum length)", {
+        BEAM: "it stops while a live hypothesis can still finish better than the best finished one"}),
 }
 
 

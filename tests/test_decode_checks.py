@@ -3,6 +3,8 @@ naming the call (never a crash of the suite), and the named variants are what th
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -188,3 +190,45 @@ def test_the_builtin_length_penalties_are_their_closed_forms():
                      (no_length_penalty, "none")):
         for alpha in (0.0, 0.3, 0.6, 1.0):
             assert torch.allclose(fn(n, alpha).double(), oracles.length_penalty(n, alpha, form=form)), (form, alpha)
+
+
+def test_the_reference_search_is_tensor2tensors_on_every_random_table_no_near_tie_decides():
+    """The reference beam search (batched) against an independent per-source transcription (conformance.decoding.
+    t2t_search) on 320 random tables: equal wherever no two scores within NEAR_TIE meet at a cut."""
+    from conformance.decoding import TABLE_SEARCH, RandomTables, expected_beam, t2t_search, table_sources
+
+    untied = 0
+    for seed, max_len in ((201, 6), (202, 16), (203, 48), (204, 48), (205, 24), (206, 10), (207, 32), (208, 48)):
+        src, tables = table_sources(40, seed=seed), RandomTables(seed)
+        ties: list[bool] = []
+        plain = t2t_search(tables, src, max_len=max_len, ties=ties, **TABLE_SEARCH)
+        expected = expected_beam(tables, src, max_len=max_len, **TABLE_SEARCH)
+        diff = [b for b, (p, e, t) in enumerate(zip(plain, expected, ties)) if not t and p != e]
+        assert not diff, f"seed {seed}: tables {diff} differ: {[(plain[b], expected[b]) for b in diff]}"
+        untied += ties.count(False)
+    assert untied >= 200, f"only {untied} of 320 tables free of near ties at a cut"
+
+
+def test_the_random_tables_exercise_every_rule_of_the_search():
+    """On the judged tables, each departure (early stop by lp(current length), K candidates, finished hypotheses in the
+    beam slots, no penalty, |Y|^alpha) changes some output; some judged outputs pass through exact ties; the early
+    stop ends some searches before their limit."""
+    from conformance.decoding import TABLE_SEARCH, TABLE_VARIANTS, RandomTables, _table_log_probs, table_cases
+
+    cases = table_cases()
+    judged = sum(sum(c.judged) for c in cases)
+    assert judged >= 100, judged
+    for name, variant in TABLE_VARIANTS.items():
+        changed = sum(j and o != e for c in cases
+                      for o, e, j in zip(variant.run(RandomTables(c.seed), c.src, max_len=c.max_len, **TABLE_SEARCH),
+                                         c.expected, c.judged))
+        assert changed >= 1, f"no judged table tells the reference from {name}"
+    tied = 0
+    for c in cases:
+        for row, out, j in zip(c.src.tolist(), c.expected, c.judged):
+            prefixes = [tuple([1] + out[:t]) for t in range(len(out))]
+            dists = [[x for x in _table_log_probs(c.seed, (tuple(row), p)) if x > -math.inf] for p in prefixes]
+            tied += j and any(len(set(d)) < len(d) for d in dists)
+    assert tied >= 10, f"only {tied} judged outputs pass through a prefix with two equally likely tokens"
+    short = sum(j and e[-1:] == [2] and len(e) < c.max_len for c in cases for e, j in zip(c.expected, c.judged))
+    assert short >= 50, short
