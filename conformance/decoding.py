@@ -20,7 +20,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 import torch
 from torch import Tensor
@@ -202,7 +202,7 @@ class ScriptedScores:
         return PrefixState(state.src.index_select(0, indices), state.prefix.index_select(0, indices))
 
 
-Scores = ForwardScores | ScriptedScores
+Scores = Union[ForwardScores, ScriptedScores, "RandomTables"]  # noqa: UP007  # RandomTables is defined below
 
 
 def describe_generate(src: Tensor, pad_id: int, **kw: Any) -> str:
@@ -474,6 +474,7 @@ class CacheVariant:
 
     def __init__(self, twin: Any, knob: str, window: int = 0):
         self.model, self.knob, self.window = twin, knob, window
+        self.pad_id = twin.config.pad_id
 
     def begin_decoding(self, src: Tensor) -> Any:
         from reference.decoding import KVCache, LayerCache, init_cache
@@ -545,11 +546,11 @@ TABLE_VOCAB = 7  # pad 0, start 1, end 2 (S_PAD, S_BOS, S_EOS), tokens 3 .. 6
 TABLE_TOKENS = (3, 4, 5, 6)
 
 
-@functools.lru_cache(maxsize=None)
-def _table_mix(seed: int, src: tuple[int, ...]) -> tuple[list[int], int]:
+@functools.cache
+def _table_mix(seed: int, src: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
     """A table's own mix of kinds (peaked, fork, ending, flat) and its horizon (0: none)."""
     table = random.Random(hash((seed, src)))
-    mix = [table.choice(m) for m in ((1, 4, 20), (0, 1, 3), (1, 2, 4), (0, 1, 4))]
+    mix = tuple(table.choice(m) for m in ((1, 4, 20), (0, 1, 3), (1, 2, 4), (0, 1, 4)))
     return mix, table.choice([0, 0, 2, 5, 10, 20, 40])
 
 
@@ -560,9 +561,9 @@ def _table_log_probs(seed: int, key: tuple[tuple[int, ...], tuple[int, ...]]) ->
     mix, depth = _table_mix(seed, key[0])
     t = len(key[1]) - 1  # output tokens so far
     if depth and t == 0:
-        mix = [1, 6, 1, 2]  # a fork first: end at once, or go on
+        mix = (1, 6, 1, 2)  # a fork first: end at once, or go on
     elif depth:
-        mix = [20, 0, 0, 1] if t < depth else [1, 1, 8, 0]
+        mix = (20, 0, 0, 1) if t < depth else (1, 1, 8, 0)
     rng = random.Random(hash((seed, key)))
     kind = rng.choices(("peaked", "fork", "ending", "flat"), mix)[0]
     w = [0.0] * TABLE_VOCAB
@@ -588,11 +589,12 @@ def _table_log_probs(seed: int, key: tuple[tuple[int, ...], tuple[int, ...]]) ->
 class RandomTables:
     """A step decoder whose next-token distribution is drawn at random for each (source, prefix): every source is
     its own score table. Probabilities are random weights normalized, two of them equal (a tie) at half the
-    prefixes of up to 2 tokens; a prefix's distribution is peaked on one token (a hypothesis that stays likely for long), leans
-    to the end symbol, forks (the end symbol and one token share most of the mass: end now, or go on and be judged
-    by a larger length penalty later), or is flat, in proportions each table draws. Some tables have a horizon: a fork
-    first, then peaked steps until a drawn depth (2 to 40 tokens), then likely ends, where continuing past a finished
-        hypothesis pays off only to a search that bounds the live ones by lp(maximum length).
+    prefixes of up to 2 tokens; a prefix's distribution is peaked on one token (a hypothesis that stays likely
+    for long), leans to the end symbol, forks (the end symbol and one token share most of the mass: end now, or
+    go on and be judged by a larger length penalty later), or is flat, in proportions each table draws. Some
+    tables have a horizon: a fork first, then peaked steps until a drawn depth (2 to 40 tokens), then likely ends,
+    where continuing past a finished hypothesis pays off only to a search that bounds the live ones by
+    lp(maximum length).
 
     Log-probabilities are float64; padding and the start symbol get none (-inf)."""
 
@@ -635,7 +637,7 @@ class TableCase:
     judged: list[bool]
 
 
-TABLE_SEARCH = dict(bos_id=S_BOS, eos_id=S_EOS, beam_size=PAPER.beam_size, alpha=PAPER.alpha)
+TABLE_SEARCH: dict[str, Any] = dict(bos_id=S_BOS, eos_id=S_EOS, beam_size=PAPER.beam_size, alpha=PAPER.alpha)
 TABLE_BATCHES = ((101, 6), (102, 16), (103, 48), (104, 48))  # (seed, max_len): short and long horizons
 TABLES_PER_BATCH = 40
 NEAR_TIE = 1e-5  # scores closer than this at a cut count as tied: float32 sums may order them either way
@@ -650,11 +652,12 @@ def table_cases() -> tuple[TableCase, ...]:
         expected = expected_beam(tables, src, max_len=max_len, **TABLE_SEARCH)
         ties: list[bool] = []
         plain = t2t_search(tables, src, max_len=max_len, ties=ties, **TABLE_SEARCH)
-        cases.append(TableCase(seed, max_len, src, expected, [p == e and not t for p, e, t in zip(plain, expected, ties)]))
+        judged = [p == e and not t for p, e, t in zip(plain, expected, ties)]
+        cases.append(TableCase(seed, max_len, src, expected, judged))
     return tuple(cases)
 
 
-def t2t_search(scores: Scores | RandomTables, src: Tensor, *, bos_id: int, eos_id: int, beam_size: int,
+def t2t_search(scores: Scores, src: Tensor, *, bos_id: int, eos_id: int, beam_size: int,
                alpha: float, max_len: int | Tensor | None, bound: str = "max", candidates: int = 2,
                ties: list[bool] | None = None) -> list[list[int]]:
     """tensor2tensor's beam search, one source at a time in plain Python, with knobs that name departures: the

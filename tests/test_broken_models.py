@@ -111,7 +111,7 @@ CONFORMING_COMPONENTS = ["length_penalty:reference", "search:reference"]
 # lp(current length) changed no output on the sharpened witness model for any end symbol at max_len 8 or 20).
 SEEN_ALONE_ONLY = {"search:broken-early-stop-current-length"}
 COMPOSED = {f"reference+{kind}={name}": clauses for (kind, _, name), clauses in
-            ((c.partition(":"), cl) for c, cl in DEPARTING_COMPONENTS.items()) if c not in SEEN_ALONE_ONLY}
+            ((c.partition(":"), cl) for c, cl in DEPARTING_COMPONENTS.items() if c not in SEEN_ALONE_ONLY)}
 COMPOSED_CONFORMING = "reference+search=reference+length_penalty=reference"
 # The training components (optimizers, schedules, criteria) run the train area alone and composed into the
 # reference; the built-ins that depart from §5 declare it (registry), so no table repeats their clauses here.
