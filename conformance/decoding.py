@@ -25,7 +25,7 @@ from typing import Any, Union
 import torch
 from torch import Tensor
 
-from reference.decoding import (
+from aiayn_conformance.reference.decoding import (
     Hypotheses,
     LengthPenalty,
     PrefixState,
@@ -35,9 +35,9 @@ from reference.decoding import (
     greedy_search,
     output_limits,
 )
-from spec.config import ModelConfig
-from spec.contract import STEP_DECODING_METHODS, has_capability
-from spec.decoding import TRANSLATION
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.contract import STEP_DECODING_METHODS, has_capability
+from aiayn_conformance.spec.decoding import TRANSLATION
 
 from .configs import OTHER_CONFIGS
 from .harness import CheckTimeout, ImplementationError, as_log_probs, could_not_check, run_forward
@@ -477,7 +477,7 @@ class CacheVariant:
         self.pad_id = twin.config.pad_id
 
     def begin_decoding(self, src: Tensor) -> Any:
-        from reference.decoding import KVCache, LayerCache, init_cache
+        from aiayn_conformance.reference.decoding import KVCache, LayerCache, init_cache
 
         cache = init_cache(self.model, src)
         if self.knob != "cross-from-embeddings":
@@ -489,7 +489,7 @@ class CacheVariant:
         return KVCache(layers, cache.src_mask), 0
 
     def decode_step(self, state: Any, tokens: Tensor) -> tuple[Tensor, Any]:
-        from reference.decoding import KVCache, LayerCache, _attend
+        from aiayn_conformance.reference.decoding import KVCache, LayerCache, _attend
 
         (cache, t), m = state, self.model
         start = {"positions-restart": 0, "positions-from-1": t + 1}.get(self.knob, t)
@@ -511,7 +511,7 @@ class CacheVariant:
         return m.generator(y[:, 0]), (KVCache(tuple(layers), cache.src_mask), t + 1)
 
     def reorder_state(self, state: Any, indices: Tensor) -> Any:
-        from reference.decoding import KVCache, LayerCache, reorder
+        from aiayn_conformance.reference.decoding import KVCache, LayerCache, reorder
 
         cache, t = state
         moved = reorder(cache, indices)

@@ -25,9 +25,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from reference.training import train_step
-from spec.config import ModelConfig
-from spec.training import TrainConfig
+from aiayn_conformance.reference.training import train_step
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.training import TrainConfig
 
 from .harness import build_model, seeded
 from .recipe import Recipe, recipe_for

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 import torch
 
-from implementations import Component, ComponentUnavailable, Implementation
-from reference.training import adam, lrate, teacher_forcing
-from spec.contract import has_capability
-from spec.training import TrainConfig
+from aiayn_conformance.implementations import Component, ComponentUnavailable, Implementation
+from aiayn_conformance.reference.training import adam, lrate, teacher_forcing
+from aiayn_conformance.spec.contract import has_capability
+from aiayn_conformance.spec.training import TrainConfig
 
 from . import shapes
 from .components import from_factory

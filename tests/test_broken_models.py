@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance import threads
-from implementations import get_registry
-from spec import CLAUSES
+from aiayn_conformance.conformance import threads
+from aiayn_conformance.implementations import get_registry
+from aiayn_conformance.spec import CLAUSES
 
 ROOT = Path(__file__).resolve().parents[1]
 BROKEN_PLUGIN = ROOT / "tests" / "broken_models.py"

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.catalogue import clauses_markdown
+from aiayn_conformance.conformance.catalogue import clauses_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -13,7 +13,8 @@ def test_clause_catalogue_doc_is_current(monkeypatch):
     monkeypatch.chdir(ROOT)
     doc = (ROOT / "docs" / "clauses.md").read_text()
     assert doc == clauses_markdown(), \
-        "docs/clauses.md is stale: regenerate it with `python3 -m conformance.catalogue > docs/clauses.md`"
+        "docs/clauses.md is stale: regenerate it with " \
+        "`python3 -m aiayn_conformance.conformance.catalogue > docs/clauses.md`"
 
 
 def test_readme_names_every_suite_option():
@@ -63,15 +64,15 @@ def test_dev_extra_holds_the_ci_tools():
 
 def test_audits_doc_is_current():
     """docs/audits.md is generated from the registrations: every summary, source, note and deviation reason."""
-    from implementations.__main__ import audits_markdown
+    from aiayn_conformance.implementations.__main__ import audits_markdown
 
     doc = (ROOT / "docs" / "audits.md").read_text()
     assert doc == audits_markdown(), \
-        "docs/audits.md is stale: regenerate it with `python3 -m implementations > docs/audits.md`"
+        "docs/audits.md is stale: regenerate it with `python3 -m aiayn_conformance.implementations > docs/audits.md`"
 
 
 def test_audits_doc_covers_every_builtin_and_each_declared_deviation():
-    from implementations.registry import Registry
+    from aiayn_conformance.implementations.registry import Registry
 
     doc = (ROOT / "docs" / "audits.md").read_text()
     sections = {chunk.split("\n", 1)[0].strip(): chunk for chunk in doc.split("\n## ")[1:]}
@@ -86,8 +87,8 @@ def test_audits_doc_covers_every_builtin_and_each_declared_deviation():
 def test_readme_matrix_matches_the_declared_deviations():
     """The README's audit matrix (pasted from `aiayn audit --format md`) shows a D exactly where each
     built-in declares a deviation, and no unexpected result."""
-    from aiayn.report import AREA_CLAUSES
-    from implementations.registry import Registry
+    from aiayn_conformance.implementations.registry import Registry
+    from aiayn_conformance.report import AREA_CLAUSES
 
     impls = Registry(entry_points=False, env={}).load().implementations
     lines = (ROOT / "README.md").read_text().splitlines()

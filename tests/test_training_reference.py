@@ -10,15 +10,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conformance.train_probes import (
+from aiayn_conformance.conformance.train_probes import (
     SMOOTHING_CONVENTIONS,
     convention_targets,
     diagnose_schedule,
     optimizer_updates,
     recover_targets,
 )
-from reference.model import Transformer
-from reference.training import (
+from aiayn_conformance.reference.model import Transformer
+from aiayn_conformance.reference.training import (
     LabelSmoothedCrossEntropy,
     LRateScheduler,
     PaperRecipe,
@@ -28,8 +28,8 @@ from reference.training import (
     teacher_forcing,
     train_step,
 )
-from spec import BASE_TRAINING, BIG_TRAINING, TrainConfig
-from spec.config import ModelConfig
+from aiayn_conformance.spec import BASE_TRAINING, BIG_TRAINING, TrainConfig
+from aiayn_conformance.spec.config import ModelConfig
 
 
 # -- Eq. (3) (§5.3): the derived values of the paper's base and big models ----------------------------------------

@@ -39,13 +39,13 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
-from reference.decoding import PrefixDecoding
-from reference.model import sinusoid_table
-from spec.config import ModelConfig
-from spec.schema import CanonicalKey, Target, load_canonical
+from aiayn_conformance.reference.decoding import PrefixDecoding
+from aiayn_conformance.reference.model import sinusoid_table
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.schema import CanonicalKey, Target, load_canonical
 
-from .declarations import Implementation
-from .hookspecs import hookimpl
+from ..declarations import Implementation
+from ..hookspecs import hookimpl
 
 __all__ = ["TorchNNTransformer", "build", "DEVIATIONS"]
 

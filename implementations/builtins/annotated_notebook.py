@@ -97,11 +97,11 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
-from spec.config import ModelConfig
-from spec.schema import CanonicalKey, Target, load_canonical
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.schema import CanonicalKey, Target, load_canonical
 
-from .declarations import Implementation
-from .hookspecs import hookimpl
+from ..declarations import Implementation
+from ..hookspecs import hookimpl
 
 __all__ = ["EncoderDecoder", "AnnotatedNotebookTransformer", "build", "DEVIATIONS"]
 

@@ -37,13 +37,13 @@ from collections.abc import Mapping
 
 from torch import Tensor, nn
 
-from spec.config import ModelConfig
-from spec.schema import CanonicalKey, Target, load_canonical
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.schema import CanonicalKey, Target, load_canonical
 
-from .availability import unavailable_reason
-from .declarations import Implementation
+from ..availability import unavailable_reason
+from ..declarations import Implementation
+from ..hookspecs import hookimpl
 from .hf_decoding import BEAM, DECODING_NOTE, HF_CITED, MAX_LENGTH, HFDecoding
-from .hookspecs import hookimpl
 
 __all__ = ["FSMTAdapter", "build", "DEVIATIONS", "WRITTEN_FOR", "CITED"]
 

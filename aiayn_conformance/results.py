@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import spec
-from spec import CLAUSES
+from aiayn_conformance import spec
+from aiayn_conformance.spec import CLAUSES
 
 __all__ = ["AuditResult", "BAD", "BROKEN", "ClauseResult", "SCHEMA", "STATUSES", "SubjectResult", "fold"]
 

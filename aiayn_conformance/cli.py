@@ -11,8 +11,8 @@ import argparse
 import json
 import sys
 
-from implementations import PluginError, get_registry
-from implementations.availability import version_note
+from aiayn_conformance.implementations import PluginError, get_registry
+from aiayn_conformance.implementations.availability import version_note
 
 from . import commands
 

@@ -1,10 +1,10 @@
 """Built-in plugin: the reference implementation (``reference/model.py``), the oracle, with the paper's training
 recipe (``reference/training.py``) exposed through the contract's recipe capabilities."""
 
-from reference.model import build
+from aiayn_conformance.reference.model import build
 
-from .declarations import Implementation
-from .hookspecs import hookimpl
+from ..declarations import Implementation
+from ..hookspecs import hookimpl
 
 NOTES = ("The oracle: every other subject is compared with it (`reference/model.py`, the paper to the letter). "
          "It declares no deviation and must pass every clause. It decodes with `reference/decoding.py`: a key/value "

@@ -30,13 +30,13 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
-from reference.decoding import PrefixDecoding
-from reference.model import causal_mask, padding_mask, sinusoid_table
-from spec.config import ModelConfig
-from spec.schema import load_canonical, parameter_schema
+from aiayn_conformance.reference.decoding import PrefixDecoding
+from aiayn_conformance.reference.model import causal_mask, padding_mask, sinusoid_table
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.schema import load_canonical, parameter_schema
 
-from .declarations import Implementation
-from .hookspecs import hookimpl
+from ..declarations import Implementation
+from ..hookspecs import hookimpl
 
 __all__ = ["PreNormTransformer", "build", "DEVIATIONS"]
 
@@ -220,7 +220,7 @@ def register_implementations(register):
         name="prenorm",
         build=build,
         summary="The paper's model with pre-norm residuals x + Dropout(F(LN(x))) and a final LayerNorm per stack",
-        source="aiayn-conformance implementations/prenorm.py (tensor2tensor transformer_base v2+ layout)",
+        source="aiayn-conformance implementations/builtins/prenorm.py (tensor2tensor transformer_base v2+ layout)",
         output="logits",
         deviations=DEVIATIONS,
         notes=NOTES,

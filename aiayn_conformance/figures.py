@@ -1,6 +1,6 @@
 """Pictures for the HTML audit report, drawn with matplotlib (Agg) in a guarded subprocess.
 
-``python -m aiayn.figures --impl NAME --out DIR [--plugin P]`` writes PNGs and ``index.json``
+``python -m aiayn_conformance.figures --impl NAME --out DIR [--plugin P]`` writes PNGs and ``index.json``
 (``{"figures": {file: title}, "errors": [...]}``). Each picture is measured on the
 implementation itself, built with the suite's tiny configuration:
 
@@ -27,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from spec.contract import has_capability
+from aiayn_conformance.spec.contract import has_capability
 
 TIMEOUT_S = 180
 
@@ -36,7 +36,7 @@ def figures_for(name: str, *, plugins: list[str], workdir: Path) -> tuple[dict[s
     """Draw the pictures of one implementation in a subprocess: ({title: base64 PNG}, [errors])."""
     out = workdir / f"figures-{name.replace('/', '_')}"
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "aiayn.figures", "--impl", name, "--out", str(out)]
+    cmd = [sys.executable, "-m", "aiayn_conformance.figures", "--impl", name, "--out", str(out)]
     cmd += [f"--plugin={p}" for p in plugins]
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
@@ -54,7 +54,7 @@ def figures_for(name: str, *, plugins: list[str], workdir: Path) -> tuple[dict[s
 
 # -- measurements (in the subprocess) ------------------------------------------------------------------------
 def _model(impl, config):
-    from conformance.harness import build_model, checking
+    from aiayn_conformance.conformance.harness import build_model, checking
 
     with checking("model.shape"):  # a failure to build reads as the suite's "could not be checked"
         return build_model(impl, config)
@@ -62,7 +62,7 @@ def _model(impl, config):
 
 def positional_table(impl, config, length: int = 24):
     """(the implementation's table, the paper's table), both [length, d_model] float64."""
-    from reference.model import sinusoid_table
+    from aiayn_conformance.reference.model import sinusoid_table
 
     model = _model(impl, config)
     if not has_capability(model, "positional_encoding"):
@@ -79,8 +79,8 @@ def target_influence(impl, config, length: int = 10):
     """[i, j] = largest change of output position i's log-probabilities when target token j changes."""
     import torch
 
-    from conformance.harness import as_log_probs, checking, run_forward
-    from conformance.inputs import random_tokens
+    from aiayn_conformance.conformance.harness import as_log_probs, checking, run_forward
+    from aiayn_conformance.conformance.inputs import random_tokens
 
     model = _model(impl, config)
     src = random_tokens(config, [7, 7], 7, vocab=config.src_vocab, seed=1)
@@ -101,7 +101,7 @@ def encoder_statistics(impl, config):
     """(mean, std) of the encoder output per position, averaged over a batch without padding: [S] each."""
     import torch
 
-    from conformance.inputs import random_tokens
+    from aiayn_conformance.conformance.inputs import random_tokens
 
     model = _model(impl, config)
     if not has_capability(model, "encode"):
@@ -119,8 +119,8 @@ def draw(name: str, out: Path, plugins: list[str]) -> dict:
     import matplotlib.pyplot as plt
     import torch
 
-    from conformance.inputs import CONFIG
-    from implementations import get_registry
+    from aiayn_conformance.conformance.inputs import CONFIG
+    from aiayn_conformance.implementations import get_registry
 
     impl = get_registry(plugins).get(name)
     figures: dict[str, str] = {}
@@ -247,7 +247,7 @@ def learning_curves_figure(name: str, curves: list[dict]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m aiayn.figures", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m aiayn_conformance.figures", description=__doc__.splitlines()[0])
     p.add_argument("--impl", required=True)
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--plugin", action="append", default=[])

@@ -48,15 +48,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from reference.decoding import LayerCache, generate
-from reference.model import sinusoid_table
-from reference.training import PaperRecipe
-from spec.config import ModelConfig
-from spec.decoding import DecodeConfig
-from spec.schema import CanonicalKey, Target, load_canonical, parameter_schema
+from aiayn_conformance.reference.decoding import LayerCache, generate
+from aiayn_conformance.reference.model import sinusoid_table
+from aiayn_conformance.reference.training import PaperRecipe
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.decoding import DecodeConfig
+from aiayn_conformance.spec.schema import CanonicalKey, Target, load_canonical, parameter_schema
 
-from .declarations import Implementation
-from .hookspecs import hookimpl
+from ..declarations import Implementation
+from ..hookspecs import hookimpl
 
 __all__ = ["FusedTransformer", "FusedCache", "build"]
 
@@ -354,7 +354,7 @@ def register_implementations(register):
         name="fused",
         build=build,
         summary="The paper's model written for speed: fused QKV/KV projections, SDPA, F.layer_norm; conforming",
-        source="aiayn-conformance implementations/fused.py",
+        source="aiayn-conformance implementations/builtins/fused.py",
         output="logits",
         notes=NOTES,
     ))

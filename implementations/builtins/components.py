@@ -13,17 +13,17 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from reference.decoding import beam_search, gnmt_length_penalty
-from reference.model import (
+from aiayn_conformance.reference.decoding import beam_search, gnmt_length_penalty
+from aiayn_conformance.reference.model import (
     LayerNorm,
     PositionwiseFeedForward,
     scaled_dot_product_attention,
     sinusoid_table,
 )
-from reference.training import adam, label_smoothed_cross_entropy, lrate_scheduler
+from aiayn_conformance.reference.training import adam, label_smoothed_cross_entropy, lrate_scheduler
 
-from .declarations import Component, ComponentUnavailable
-from .hookspecs import hookimpl
+from ..declarations import Component, ComponentUnavailable
+from ..hookspecs import hookimpl
 
 __all__ = ["ComponentUnavailable", "GELUFeedForward", "annotated_rate_schedule", "hf_inverse_sqrt_schedule",
            "length_power_penalty", "no_length_penalty", "sdpa_attention", "t2t_timing_signal", "torch_adam_defaults",

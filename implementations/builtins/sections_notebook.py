@@ -86,11 +86,11 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
-from spec.config import ModelConfig
-from spec.schema import CanonicalKey, Target, load_canonical
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.schema import CanonicalKey, Target, load_canonical
 
-from .declarations import Implementation
-from .hookspecs import hookimpl
+from ..declarations import Implementation
+from ..hookspecs import hookimpl
 
 __all__ = ["SectionsNotebookTransformer", "build", "DEVIATIONS"]
 

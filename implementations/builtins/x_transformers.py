@@ -48,12 +48,12 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
-from spec.config import ModelConfig
-from spec.schema import CanonicalKey, Target, load_canonical
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.schema import CanonicalKey, Target, load_canonical
 
-from .availability import unavailable_reason
-from .declarations import Implementation
-from .hookspecs import hookimpl
+from ..availability import unavailable_reason
+from ..declarations import Implementation
+from ..hookspecs import hookimpl
 
 __all__ = ["XTransformerAdapter", "build", "DEVIATIONS", "WRITTEN_FOR", "CITED"]
 

@@ -31,8 +31,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from spec.config import TINY, ModelConfig
-from spec.schema import NORMS
+from aiayn_conformance.spec.config import TINY, ModelConfig
+from aiayn_conformance.spec.schema import NORMS
 
 __all__ = ["ScaffoldError", "Scaffold", "add_parser", "load_class", "build_with_config", "propose", "render", "run"]
 
@@ -719,9 +719,9 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import Tensor, nn
 
-from implementations import Implementation, hookimpl
-from spec.config import ModelConfig
-from spec.schema import CanonicalKey, Target, load_canonical
+from aiayn_conformance.implementations import Implementation, hookimpl
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.schema import CanonicalKey, Target, load_canonical
 
 {s.import_line}
 

@@ -62,7 +62,7 @@ DECODING_NOTE = (
     "Decoding is the library's own: `begin_decoding`/`decode_step`/`reorder_state` drive the model's key/value "
     "cache (`EncoderDecoderCache`, reordered with `reorder_cache`) one token at a time as `generate` does, and "
     "`generate` calls the model's `generate` configured toward §6.1 (greedy, or beams with `length_penalty=alpha` "
-    "and `early_stopping='never'`; the padding id suppressed; implementations/hf_decoding.py)."
+    "and `early_stopping='never'`; the padding id suppressed; implementations/builtins/hf_decoding.py)."
 )
 
 

@@ -6,7 +6,7 @@ import html
 import json
 import os
 
-from spec import AREAS, CLAUSES
+from aiayn_conformance.spec import AREAS, CLAUSES
 
 from .results import AuditResult, SubjectResult
 
@@ -66,7 +66,7 @@ def text(result: AuditResult, color: bool = False) -> str:
         verdict = _paint(s.verdict, "32" if s.conforming else "31", color)
         lines.append(f"{s.name.ljust(name_w)}  {cells}  {verdict}")
     lines += ["", LEGEND]
-    lines.append("columns: clauses of each area in catalogue order (`python -m spec` lists them)")
+    lines.append("columns: clauses of each area in catalogue order (`python -m aiayn_conformance.spec` lists them)")
     fails = failures(result)
     if fails:
         lines += ["", "Unexpected results:"]

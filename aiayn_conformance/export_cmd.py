@@ -12,8 +12,8 @@ import argparse
 import sys
 import time
 
-from implementations import PluginError, UnknownNameError, get_registry
-from spec import preset
+from aiayn_conformance.implementations import PluginError, UnknownNameError, get_registry
+from aiayn_conformance.spec import preset
 
 
 def add_parser(sub) -> None:
@@ -78,11 +78,11 @@ def run(args: argparse.Namespace) -> int:
         _say("--out PATH is required (or --generation --out-dir DIR)")
         return 2
     try:
-        import export
+        from aiayn_conformance import export
     except ImportError as exc:
         _say(f"the onnx extra is not installed ({exc}); pip install 'aiayn-conformance[onnx]'")
         return 2
-    from export import ExportError
+    from aiayn_conformance.export import ExportError
 
     started = time.perf_counter()
     try:
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _ctranslate2(model, output: str, config, args: argparse.Namespace) -> int:
     try:
-        from export import ctranslate2 as ct2
+        from aiayn_conformance.export import ctranslate2 as ct2
     except ImportError as exc:  # pragma: no cover - the module itself imports ctranslate2 lazily
         _say(f"cannot load the CTranslate2 exporter ({exc})")
         return 2

@@ -21,7 +21,7 @@ from pathlib import Path
 
 
 def add_parser(sub) -> None:
-    from conformance.learning import TASKS
+    from aiayn_conformance.conformance.learning import TASKS
 
     p = sub.add_parser("train", help="train a tiny model of an implementation on a copy or reversal task, "
                                      "with a progress bar and a plot of its learning curves",
@@ -68,10 +68,10 @@ class ProgressBar:
 
 def _recipe_line(impl, config) -> str:
     """Which recipe pieces are the implementation's own, without training (a throwaway build)."""
-    from conformance.harness import seeded
-    from conformance.learning import PAD
-    from conformance.recipe import recipe_for
-    from spec.training import TrainConfig
+    from aiayn_conformance.conformance.harness import seeded
+    from aiayn_conformance.conformance.learning import PAD
+    from aiayn_conformance.conformance.recipe import recipe_for
+    from aiayn_conformance.spec.training import TrainConfig
 
     with seeded(0):
         probe = impl.build(config)
@@ -80,9 +80,17 @@ def _recipe_line(impl, config) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from conformance.harness import checking
-    from conformance.learning import BOS, EOS, PAD, TASKS, greedy_decode, task_batch, train_implementation
-    from implementations import PluginError, UnknownNameError, get_registry
+    from aiayn_conformance.conformance.harness import checking
+    from aiayn_conformance.conformance.learning import (
+        BOS,
+        EOS,
+        PAD,
+        TASKS,
+        greedy_decode,
+        task_batch,
+        train_implementation,
+    )
+    from aiayn_conformance.implementations import PluginError, UnknownNameError, get_registry
 
     if args.steps is not None and args.steps < 1:
         _say(f"--steps must be at least 1, got {args.steps}")

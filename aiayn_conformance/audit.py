@@ -35,10 +35,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from implementations import PluginError, UnknownNameError, get_registry
-from implementations.availability import version_note
-from spec import CLAUSES
-from spec.clauses import parse_clause_ids
+from aiayn_conformance.implementations import PluginError, UnknownNameError, get_registry
+from aiayn_conformance.implementations.availability import version_note
+from aiayn_conformance.spec import CLAUSES
+from aiayn_conformance.spec.clauses import parse_clause_ids
 
 from . import report
 from .results import AuditResult, ClauseResult, SubjectResult, fold
@@ -124,7 +124,7 @@ def run_job(job: Job, *, plugins: list[str], extra: list[str], workdir: Path, ti
 
     ``env``: variables added to the suite process's environment (the torch thread share).
     """
-    import conformance
+    from aiayn_conformance import conformance
 
     suite = Path(conformance.__file__).resolve().parent
     out = workdir / f"run-{abs(hash(job.label))}-{time.monotonic_ns()}.json"
@@ -220,7 +220,7 @@ def audit(jobs: list[Job], *, plugins: list[str], extra: list[str], jobs_n: int,
         jobs = group(jobs, jobs_n)
         timeout = timeout * max(len(j.parts) for j in jobs) if any(j.parts for j in jobs) else timeout
     progress.total = len(jobs)
-    from conformance import threads
+    from aiayn_conformance.conformance import threads
 
     env = threads.environment_for(min(max(1, jobs_n), len(jobs)))  # each concurrent run's share of the CPUs
     with tempfile.TemporaryDirectory(prefix="aiayn-audit-") as tmp:
