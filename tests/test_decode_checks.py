@@ -195,7 +195,13 @@ def test_the_builtin_length_penalties_are_their_closed_forms():
 def test_the_reference_search_is_tensor2tensors_on_every_random_table_no_near_tie_decides():
     """The reference beam search (batched) against an independent per-source transcription (conformance.decoding.
     t2t_search) on 320 random tables: equal wherever no two scores within NEAR_TIE meet at a cut."""
-    from aiayn_conformance.conformance.decoding import TABLE_SEARCH, RandomTables, expected_beam, t2t_search, table_sources
+    from aiayn_conformance.conformance.decoding import (
+        TABLE_SEARCH,
+        RandomTables,
+        expected_beam,
+        t2t_search,
+        table_sources,
+    )
 
     untied = 0
     for seed, max_len in ((201, 6), (202, 16), (203, 48), (204, 48), (205, 24), (206, 10), (207, 32), (208, 48)):
@@ -213,7 +219,13 @@ def test_the_random_tables_exercise_every_rule_of_the_search():
     """On the judged tables, each departure (early stop by lp(current length), K candidates, finished hypotheses in the
     beam slots, no penalty, |Y|^alpha) changes some output; some judged outputs pass through exact ties; the early
     stop ends some searches before their limit."""
-    from aiayn_conformance.conformance.decoding import TABLE_SEARCH, TABLE_VARIANTS, RandomTables, _table_log_probs, table_cases
+    from aiayn_conformance.conformance.decoding import (
+        TABLE_SEARCH,
+        TABLE_VARIANTS,
+        RandomTables,
+        _table_log_probs,
+        table_cases,
+    )
 
     cases = table_cases()
     judged = sum(sum(c.judged) for c in cases)
