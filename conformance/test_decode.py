@@ -316,12 +316,12 @@ def history_sources() -> torch.Tensor:
 
 def _history_variant(twin: Any, src: torch.Tensor, got: list[list[int]], first: int, **kw: Any) -> str:
     """The named cache bug (on the reference ``twin`` holding the weights generate ran with) whose greedy or beam
-    outputs ``generate`` reproduces, or ''. Windows are tried at the first differing output position and at powers
-    of two below it."""
+    outputs ``generate`` reproduces, or ''. Windows are tried at the first differing output position and at the
+    powers of two up to 32 (a beam can change an early token for a difference scored later)."""
     if twin is None:
         return ""
     search = greedy_rows if kw.get("beam_size", 1) == 1 else expected_beam
-    windows = sorted({first, *(2 ** i for i in range(1, 7) if 2 ** i < first)}, reverse=True)
+    windows = sorted({max(first, 1), *(2 ** i for i in range(6))})
     for knob, what in CACHE_VARIANTS.items():
         for w in (windows if knob == "self-window" else [0]):
             variant = CacheVariant(twin, knob, window=w)
