@@ -9,11 +9,15 @@ even in an implementation whose forward differs from the reference's. An adapter
 weights holds the visible weights with embeddings (hence, tied, the logits) three times larger: sharp
 distributions, under which one more likely token costs less than the length penalty gives back, so
 α = 0 and α = 0.6 choose different outputs (witnesses are searched for at test time; a check without one
-skips with the reason). Every input is deterministic.
+skips with the reason). Sharpened, the next token depends almost only on the last one, so one beam witness runs
+on the weights unsharpened at §6.1's output length (longest source + 50), where a cache inside ``generate`` that
+restarts positions, keeps a window or is left out of the reorder changes the outputs. The cached decoder is driven
+through every position up to max_len. Every input is deterministic.
 
 Components alone (``--component``, kinds ``length_penalty`` and ``search``): a length penalty against GNMT's
 closed form and by the output the reference beam search chooses with it, a beam search by its outputs and its
-default limit, both on scripted step decoders whose answers are worked out by hand (``ScriptedScores``).
+default limit, both on scripted step decoders whose answers are worked out by hand (``ScriptedScores``), and a
+beam search against the reference on 160 random score tables (``RandomTables``).
 Composed into the reference (``reference+search=NAME``), a search is audited whole by the checks above.
 """
 

@@ -5,10 +5,13 @@ A plugin for the suite's own tests (``--plugin tests/broken_decoders.py``), the 
 ``tests/test_broken_models.py`` runs ``conformance/test_decode.py`` over every model here, asserting each
 is caught by exactly the clauses it declares. Each registers as ``broken-decoder-<bug>``.
 
-Two families, so each clause is proven by bugs that break it alone:
+Three families, so each clause is proven by bugs that break it alone:
 
 * cache bugs live in the step-level methods (``begin_decoding``, ``decode_step``, ``reorder_state``);
   these models offer no ``generate``, so only ``decode.incremental`` runs on them;
+* cache bugs inside ``generate`` (positions restarting at 0, the self-attention cache left out of the
+  reorder, an 8-position window) in models that offer only ``generate``, as library adapters do: only the
+  search clauses can see them;
 * search bugs live in ``generate``, over the reference's correct cache: greedy search that does not stop
   at the end symbol, beam search with another length penalty or without a finished set, a default
   maximum length that is not the source's real length + 50.
