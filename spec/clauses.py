@@ -291,8 +291,9 @@ _RECORDS: tuple[Clause, ...] = (
     Clause("decode.incremental", "3", "must",
            "A cached (incremental) decoder computes, at every step, the next-token distribution the full "
            "forward computes on the same prefix: the new token at position t, the prefix length (§3.5), "
-           "cross-attention over the final encoder output of the row's own source, across padded sources, "
-           "rows finished early and beam reordering.", "§3.5",
+           "self-attention over every earlier position, cross-attention over the final encoder output of the "
+           "row's own source, at every position up to max_len, across padded sources, rows finished early and "
+           "beam reordering.", "§3.5",
            severity_reason=(
                "§3's decoder is auto-regressive over the model's own function; a cache that computes another "
                "next-token distribution than the forward on the same prefix decodes with another model.")),
@@ -307,8 +308,9 @@ _RECORDS: tuple[Clause, ...] = (
     Clause("decode.beam", "6.1", "must",
            "Beam search with beam size 4 and length penalty alpha = 0.6 ranks hypotheses by their summed "
            "log-probabilities divided by GNMT's ((5 + |Y|) / 6)^alpha, keeps finished hypotheses aside and "
-           "stops early when no live hypothesis can beat them (tensor2tensor's procedure): its outputs equal "
-           "the reference beam search's on the same scores, token for token.",
+           "stops early when no live hypothesis can beat them, bounding the live ones by lp(maximum length) "
+           "(tensor2tensor's procedure, 2K candidates per step): its outputs equal the reference beam search's "
+           "on the same scores, token for token, wherever no tie decides.",
            severity_reason=(
                "§6.1 states beam 4 and GNMT's length penalty with alpha = 0.6; another ranking chooses other "
                "outputs than the procedure the paper's BLEU scores come from.")),

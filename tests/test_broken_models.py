@@ -106,8 +106,12 @@ DECODE_COMPONENTS = "length_penalty:all,search:all"
 DEPARTING_COMPONENTS = {"length_penalty:length-power": {"decode.beam"}, "length_penalty:none": {"decode.beam"},
                         **{f"search:broken-{n}": set(c) for n, (_, _, c) in BROKEN_SEARCHES.items()}}
 CONFORMING_COMPONENTS = ["length_penalty:reference", "search:reference"]
+# Searches whose bug only the random score tables reach (conformance.decoding.RandomTables, driven alone): composed
+# into the reference, the model witnesses' distributions never meet the regime where it decides (the early stop by
+# lp(current length) changed no output on the sharpened witness model for any end symbol at max_len 8 or 20).
+SEEN_ALONE_ONLY = {"search:broken-early-stop-current-length"}
 COMPOSED = {f"reference+{kind}={name}": clauses for (kind, _, name), clauses in
-            ((c.partition(":"), cl) for c, cl in DEPARTING_COMPONENTS.items())}
+            ((c.partition(":"), cl) for c, cl in DEPARTING_COMPONENTS.items() if c not in SEEN_ALONE_ONLY)}
 COMPOSED_CONFORMING = "reference+search=reference+length_penalty=reference"
 # The training components (optimizers, schedules, criteria) run the train area alone and composed into the
 # reference; the built-ins that depart from §5 declare it (registry), so no table repeats their clauses here.
@@ -307,7 +311,7 @@ def test_the_reference_decoding_components_pass_alone_and_composed(decoders_run,
 def test_every_decoding_component_check_fails_for_some_departing_component(decoders_run):
     """Each length-penalty and search check is proven able to fail: a departing component fails it."""
     runs, unproven = _unproven_component_checks(decoders_run[1], list(DEPARTING_COMPONENTS) + CONFORMING_COMPONENTS)
-    assert len(runs) == 5, sorted(runs)  # two length-penalty checks, three search checks
+    assert len(runs) == 6, sorted(runs)  # two length-penalty checks, four search checks
     assert not unproven, f"component checks no departing component fails: {unproven}"
 
 
