@@ -5,7 +5,9 @@ For each strategy: every draw meets its contract (shape, dtype, value range; tok
 right padding with ``config.pad_id``; at least one real token per row; the bounds it is given; under a shape
 contract, only shapes the implementation under test accepts), checked with ``@given`` on bounded examples; and it
 can produce the edge cases it claims (a fully padded tail, length 1, batch 1, the longest length, a query row
-with no allowed key, ...), shown with ``hypothesis.find``.
+with no allowed key, ...), shown with ``hypothesis.find``. attention_mask and kernel_case draw every bit pattern,
+so their masks' polarity (True = may attend) is carried by the dtype: boolean, never a float mask (additive or
+0/1, where 0 can mean either), and a query row with no allowed key is one of all False.
 
 Each contract is written once, as a function returning the problems of one draw (an empty list for a good draw),
 so that the checks themselves can be tested: at the end of the file, deliberately broken copies of the strategies
@@ -14,8 +16,9 @@ so that the checks themselves can be tested: at the end of the file, deliberatel
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 from unittest import mock
 
@@ -149,38 +152,67 @@ def table_problems(size: Any, *, max_length: int = 64, max_d_model: int = 96) ->
     return problems
 
 
+def length_problems(n: Any, low: int, high: int) -> list[str]:
+    return [] if isinstance(n, int) and low <= n <= high else [f"length {n!r} outside {low}..{high}"]
+
+
+def token_problems(t: Any, config: ModelConfig, vocab: int) -> list[str]:
+    """real_tokens' contract: an id of the vocabulary other than the pad id."""
+    if not isinstance(t, int) or not 0 <= t < vocab:
+        return [f"token {t!r} outside the vocabulary 0..{vocab - 1}"]
+    return [f"token {t} is the pad id"] if t == config.pad_id else []
+
+
+def causal_problems(case: Any, config: ModelConfig) -> list[str]:
+    """causal_case's contract: one unpadded sample and a target position 0 <= j < T."""
+    src, tgt, j = case
+    problems = pair_problems((src, tgt), config, batch=(1, 1), padded=False)
+    return problems or ([] if 0 <= j < tgt.size(1) else [f"position j {j} outside 0..{tgt.size(1) - 1}"])
+
+
+def source_padding_problems(case: Any, config: ModelConfig, accepts: ShapeContract | None = None) -> list[str]:
+    """source_padding_case's contract: one unpadded sample with S < max_len, and 1 <= extra <= max_len - S (under
+    a shape contract: S, S + 1 and S + extra accepted)."""
+    src, tgt, extra = case
+    problems = pair_problems((src, tgt), config, batch=(1, 1), max_len=config.max_len - 1, padded=False,
+                             accepts=accepts, src_room=1)
+    if not 1 <= extra <= config.max_len - src.size(1):
+        problems.append(f"extra padding {extra} outside 1..{config.max_len - src.size(1)} (S {src.size(1)})")
+    if accepts is not None and not accepts.accepts_value("src", src.size(1) + extra):
+        problems.append(f"padded source length {src.size(1) + extra} is one the model rejects")
+    return problems
+
+
 def real_count(row: torch.Tensor, config: ModelConfig) -> int:
     return int((row != config.pad_id).sum())
 
 
-# -- lengths and real_tokens -------------------------------------------------------------------------------------
+def a_fully_padded_tail(x: torch.Tensor, config: ModelConfig) -> bool:
+    """A row of one real token and padding after it."""
+    return x.size(1) > 1 and any(real_count(row, config) == 1 for row in x)
+
+
+def a_blocked_query(mask: torch.Tensor) -> bool:
+    """A query row with no allowed key."""
+    return bool((~mask.any(-1)).any())
+
+
+# -- the draws meet their contracts --------------------------------------------------------------------------------
 @META
 @given(data=st.data(), low=st.integers(1, TINY.max_len), span=st.integers(0, 30))
 def test_lengths_respect_their_bounds(data, low, span):
-    assert low <= data.draw(strategies.lengths(TINY, min_value=low, max_value=low + span)) <= low + span
-    assert low <= data.draw(strategies.lengths(TINY, min_value=low)) <= TINY.max_len
-
-
-def test_lengths_reach_both_edges():
-    assert found(strategies.lengths(TINY), lambda n: n == 1) == 1
-    assert found(strategies.lengths(TINY), lambda n: n == TINY.max_len) == TINY.max_len
-    assert found(strategies.lengths(TINY, min_value=3, max_value=9), lambda n: n == 9) == 9
+    assert length_problems(data.draw(strategies.lengths(TINY, min_value=low, max_value=low + span)), low,
+                           low + span) == []
+    assert length_problems(data.draw(strategies.lengths(TINY, min_value=low)), low, TINY.max_len) == []
 
 
 @META
 @given(data=st.data(), which=st.sampled_from(list(CONFIGS)))
 def test_real_tokens_are_ids_of_the_vocabulary_other_than_pad(data, which):
     config = CONFIGS[which]
-    token = data.draw(strategies.real_tokens(config, config.tgt_vocab))
-    assert 0 <= token < config.tgt_vocab and token != config.pad_id
+    assert token_problems(data.draw(strategies.real_tokens(config, config.tgt_vocab)), config, config.tgt_vocab) == []
 
 
-def test_real_tokens_reach_the_smallest_and_largest_ids():
-    assert found(strategies.real_tokens(PAD5, PAD5.tgt_vocab), lambda t: t == 0) == 0
-    assert found(strategies.real_tokens(TINY, TINY.tgt_vocab), lambda t: t == TINY.tgt_vocab - 1) == TINY.tgt_vocab - 1
-
-
-# -- token_batch --------------------------------------------------------------------------------------------------
 @META
 @given(data=st.data(), which=st.sampled_from(list(CONFIGS)), batch=st.integers(1, 4), length=st.integers(1, 8),
        min_real=st.integers(0, 9), padded=st.booleans())
@@ -192,22 +224,6 @@ def test_token_batch_is_right_padded_with_pad_id(data, which, batch, length, min
                           min_real=min_real, padded=padded) == []
 
 
-@pytest.mark.parametrize("which", list(CONFIGS))
-def test_token_batch_reaches_its_edge_rows(which):
-    config = CONFIGS[which]
-    draws = strategies.token_batch(config, vocab=config.src_vocab, batch=3, length=6)
-    tail = found(draws, lambda x: any(real_count(row, config) == 1 for row in x))  # a fully padded tail
-    row = next(row for row in tail if real_count(row, config) == 1)
-    assert row[0] != config.pad_id and row[1:].eq(config.pad_id).all()
-    full = found(draws, lambda x: any(real_count(row, config) == 6 for row in x))  # a row with no padding
-    assert any(row.ne(config.pad_id).all() for row in full)
-    ragged = found(draws, lambda x: len({real_count(row, config) for row in x}) == 3)  # three lengths in one batch
-    assert sorted(real_count(row, config) for row in ragged) != [6, 6, 6]
-    empty = strategies.token_batch(config, vocab=config.src_vocab, batch=2, length=4, min_real=0)
-    assert found(empty, lambda x: real_count(x[0], config) == 0)[0].eq(config.pad_id).all()  # min_real=0: allowed
-
-
-# -- src_tgt ------------------------------------------------------------------------------------------------------
 @META
 @given(data=st.data(), which=st.sampled_from(list(CONFIGS)), min_batch=st.integers(1, 3), more=st.integers(0, 2),
        max_len=st.one_of(st.none(), st.integers(1, 12)), padded=st.booleans())
@@ -218,25 +234,6 @@ def test_src_tgt_respects_its_bounds(data, which, min_batch, more, max_len, padd
     assert pair_problems(pair, config, batch=(min_batch, min_batch + more), max_len=max_len, padded=padded) == []
 
 
-def test_src_tgt_reaches_batch_1_length_1_and_the_longest_lengths():
-    draws = strategies.src_tgt(TINY)
-    src, tgt = found(draws, lambda p: p[0].size(0) == 1 and p[0].size(1) == 1 and p[1].size(1) == 1)
-    assert (src.shape, tgt.shape) == ((1, 1), (1, 1)) and src.item() != TINY.pad_id
-    src, tgt = found(draws, lambda p: p[0].size(1) == TINY.max_len and p[1].size(1) == TINY.max_len)
-    assert src.size(1) == tgt.size(1) == TINY.max_len
-    assert found(draws, lambda p: p[0].size(0) == 4)[1].size(0) == 4
-
-
-@pytest.mark.parametrize("which", list(CONFIGS))
-def test_src_tgt_reaches_a_fully_padded_tail_in_both(which):
-    config = CONFIGS[which]
-    src, tgt = found(strategies.src_tgt(config), lambda p: all(
-        any(real_count(row, config) == 1 and row.numel() > 1 for row in x) for x in p))
-    for x in (src, tgt):
-        row = next(row for row in x if real_count(row, config) == 1)
-        assert row[0] != config.pad_id and row[1:].eq(config.pad_id).all()
-
-
 @META
 @given(data=st.data(), src_room=st.sampled_from([0, 1]))
 def test_src_tgt_draws_only_shapes_the_model_accepts(data, src_room):
@@ -245,78 +242,38 @@ def test_src_tgt_draws_only_shapes_the_model_accepts(data, src_room):
     assert pair_problems(pair, TINY, batch=(1, 2), accepts=accepts, src_room=src_room) == []
 
 
-def test_src_tgt_under_a_contract_still_reaches_every_accepted_edge():
-    with under_test(restricted()):
-        draws = strategies.src_tgt(TINY)
-        assert found(draws, lambda p: p[0].size(1) == 5 and p[1].size(1) == 3 and p[0].size(0) == 2)[0].shape == (2, 5)
-        assert found(draws, lambda p: p[0].size(1) == 1 and p[1].size(1) == 1)[1].shape[1] == 1
-
-
 def test_src_tgt_skips_naming_model_shape_when_no_accepted_shape_is_in_range():
     blocked = r"^blocked by model\.shape: this property needs a batch size from 3 to 4, and the model accepts"
     with under_test(restricted()), pytest.raises(pytest.skip.Exception, match=blocked):
         found(strategies.src_tgt(TINY, min_batch=3, max_batch=4), lambda p: True)
 
 
-# -- causal_case and source_padding_case ---------------------------------------------------------------------------
 @META
 @given(data=st.data(), which=st.sampled_from(list(CONFIGS)))
 def test_causal_case_is_one_unpadded_sample_and_a_target_position(data, which):
     config = CONFIGS[which]
-    src, tgt, j = data.draw(strategies.causal_case(config))
-    assert pair_problems((src, tgt), config, batch=(1, 1), padded=False) == []
-    assert 0 <= j < tgt.size(1)
-
-
-def test_causal_case_reaches_the_first_and_last_positions():
-    draws = strategies.causal_case(TINY)
-    assert found(draws, lambda c: c[1].size(1) == 1)[2] == 0  # T = 1: the only position
-    _, tgt, j = found(draws, lambda c: c[2] == c[1].size(1) - 1 and c[1].size(1) == TINY.max_len)
-    assert j == TINY.max_len - 1
-    assert found(draws, lambda c: c[2] == 0 and c[1].size(1) > 1)[2] == 0
+    assert causal_problems(data.draw(strategies.causal_case(config)), config) == []
 
 
 @META
 @given(data=st.data(), which=st.sampled_from(list(CONFIGS)))
 def test_source_padding_case_leaves_room_for_its_padding(data, which):
     config = CONFIGS[which]
-    src, tgt, extra = data.draw(strategies.source_padding_case(config))
-    assert pair_problems((src, tgt), config, batch=(1, 1), max_len=config.max_len - 1, padded=False) == []
-    assert 1 <= extra <= config.max_len - src.size(1)
-
-
-def test_source_padding_case_reaches_the_longest_padded_source():
-    draws = strategies.source_padding_case(TINY)
-    src, _, extra = found(draws, lambda c: c[0].size(1) + c[2] == TINY.max_len and c[2] > 1)
-    assert src.size(1) + extra == TINY.max_len
-    assert found(draws, lambda c: c[0].size(1) == TINY.max_len - 1)[2] == 1
-    assert found(draws, lambda c: c[0].size(1) == 1 and c[2] == 1)[0].shape == (1, 1)
+    assert source_padding_problems(data.draw(strategies.source_padding_case(config)), config) == []
 
 
 @META
 @given(data=st.data())
 def test_source_padding_case_pads_only_to_accepted_lengths(data):
     with under_test(restricted()) as accepts:
-        src, tgt, extra = data.draw(strategies.source_padding_case(TINY))
-    assert pair_problems((src, tgt), TINY, batch=(1, 1), padded=False, accepts=accepts, src_room=1) == []
-    assert accepts.accepts_value("src", src.size(1) + extra) and src.size(1) + extra <= 5
+        case = data.draw(strategies.source_padding_case(TINY))
+    assert source_padding_problems(case, TINY, accepts) == []
 
 
-# -- attention_mask and kernel_case -------------------------------------------------------------------------------
 @META
 @given(data=st.data(), batch=st.integers(1, 3), lq=st.integers(1, 5), lk=st.integers(1, 5))
 def test_attention_mask_is_boolean_of_its_shape(data, batch, lq, lk):
     assert mask_problems(data.draw(strategies.attention_mask(batch=batch, lq=lq, lk=lk)), (batch, 1, lq, lk)) == []
-
-
-def test_attention_mask_reaches_all_allowed_none_allowed_and_a_blocked_row():
-    small = strategies.attention_mask(batch=1, lq=2, lk=2)
-    assert found(small, lambda m: bool(m.all())).all()
-    assert not found(small, lambda m: not bool(m.any())).any()
-    # in one mask, a query row with no allowed key beside a row allowed every key
-    mixed = found(strategies.attention_mask(batch=2, lq=3, lk=4),
-                  lambda m: bool((~m.any(-1)).any()) and bool(m.all(-1).any()))
-    assert not mixed.any(-1).all() and mixed.all(-1).any()
 
 
 @META
@@ -325,20 +282,6 @@ def test_kernel_case_shapes_dtypes_and_bounds(case):
     assert kernel_problems(case) == []
 
 
-def test_kernel_case_reaches_its_edges():
-    draws = strategies.kernel_case()
-    assert found(draws, lambda c: c[0].dtype == torch.float32)[1].dtype == torch.float32
-    assert found(draws, lambda c: c[0].dtype == torch.float64)[2].dtype == torch.float64
-    q, k, _, _ = found(draws, lambda c: c[0].size(2) == 1 and c[1].size(2) == 1 and c[0].size(3) == 1)
-    assert q.shape[2:] == k.shape[2:] == (1, 1)
-    assert found(draws, lambda c: c[0].size(2) == c[1].size(2) == 7)[3].shape[2:] == (7, 7)  # the upper bounds
-    assert found(draws, lambda c: c[0].size(0) == 3 and c[0].size(1) == 4)[2].shape[:2] == (3, 4)
-    assert found(draws, lambda c: c[0].size(3) == 8)[1].size(3) == 8
-    mask = found(draws, lambda c: bool((~c[3].any(-1)).any()))[3]  # a query row with no allowed key
-    assert not mask.any(-1).all()
-
-
-# -- table_size ---------------------------------------------------------------------------------------------------
 @META
 @given(data=st.data(), max_length=st.integers(1, 64), max_d_model=st.integers(2, 96))
 def test_table_size_respects_its_bounds(data, max_length, max_d_model):
@@ -347,10 +290,115 @@ def test_table_size_respects_its_bounds(data, max_length, max_d_model):
     assert table_problems(data.draw(strategies.table_size())) == []
 
 
-def test_table_size_reaches_its_edges():
-    assert found(strategies.table_size(), lambda s: s == (1, 2)) == (1, 2)
-    assert found(strategies.table_size(), lambda s: s == (64, 96)) == (64, 96)
-    assert found(strategies.table_size(max_length=5, max_d_model=10), lambda s: s[1] == 10) [1] == 10
+# -- the edge cases each strategy claims, found ---------------------------------------------------------------------
+Strategy = Callable[[], st.SearchStrategy[Any]]
+Check = Callable[[Any], list[str]]
+
+
+def _edges() -> dict[str, tuple[Strategy, Callable[[Any], bool], Check]]:
+    """name -> (the strategy, the edge case, its contract): each edge must be found, and meet the contract."""
+    L = TINY.max_len
+    edges: dict[str, tuple[Strategy, Callable[[Any], bool], Check]] = {
+        "lengths 1": (lambda: strategies.lengths(TINY), lambda n: n == 1, lambda n: length_problems(n, 1, L)),
+        "lengths max_len": (lambda: strategies.lengths(TINY), lambda n: n == L, lambda n: length_problems(n, 1, L)),
+        "lengths a given max_value": (lambda: strategies.lengths(TINY, min_value=3, max_value=9), lambda n: n == 9,
+                                      lambda n: length_problems(n, 3, 9)),
+        "real_tokens 0 when pad is 5": (lambda: strategies.real_tokens(PAD5, PAD5.tgt_vocab), lambda t: t == 0,
+                                        lambda t: token_problems(t, PAD5, PAD5.tgt_vocab)),
+        "real_tokens the last id": (lambda: strategies.real_tokens(TINY, 37), lambda t: t == 36,
+                                    lambda t: token_problems(t, TINY, 37)),
+    }
+    for which, config in CONFIGS.items():
+        edges |= _padding_edges(which, config)
+    pair: Check = partial(pair_problems, config=TINY)
+    causal: Check = partial(causal_problems, config=TINY)
+    padding: Check = partial(source_padding_problems, config=TINY)
+    mask: Check = partial(mask_problems, shape=(1, 1, 2, 2))
+    return edges | {
+        "src_tgt batch 1 and lengths 1": (lambda: strategies.src_tgt(TINY),
+                                          lambda p: p[0].shape == p[1].shape == (1, 1), pair),
+        "src_tgt both lengths max_len": (lambda: strategies.src_tgt(TINY),
+                                         lambda p: p[0].size(1) == p[1].size(1) == L, pair),
+        "src_tgt batch max_batch": (lambda: strategies.src_tgt(TINY), lambda p: p[0].size(0) == 4, pair),
+        "causal_case T 1": (lambda: strategies.causal_case(TINY), lambda c: c[1].size(1) == 1, causal),
+        "causal_case the last of max_len positions": (lambda: strategies.causal_case(TINY),
+                                                      lambda c: c[2] == c[1].size(1) - 1 == L - 1, causal),
+        "causal_case the first of several positions": (lambda: strategies.causal_case(TINY),
+                                                       lambda c: c[2] == 0 and c[1].size(1) > 1, causal),
+        "source_padding_case padded to max_len": (lambda: strategies.source_padding_case(TINY),
+                                                  lambda c: c[0].size(1) + c[2] == L and c[2] > 1, padding),
+        "source_padding_case S max_len - 1": (lambda: strategies.source_padding_case(TINY),
+                                              lambda c: c[0].size(1) == L - 1, padding),
+        "source_padding_case S 1, one pad": (lambda: strategies.source_padding_case(TINY),
+                                             lambda c: c[0].size(1) == 1 and c[2] == 1, padding),
+        "attention_mask every key allowed": (lambda: strategies.attention_mask(batch=1, lq=2, lk=2),
+                                             lambda m: bool(m.all()), mask),
+        "attention_mask no key allowed": (lambda: strategies.attention_mask(batch=1, lq=2, lk=2),
+                                          lambda m: not bool(m.any()), mask),
+        "attention_mask a blocked query row beside an open one": (
+            lambda: strategies.attention_mask(batch=2, lq=2, lk=2),
+            lambda m: a_blocked_query(m) and bool(m.all(-1).any()), partial(mask_problems, shape=(2, 1, 2, 2))),
+        "kernel_case float32": (strategies.kernel_case, lambda c: c[0].dtype == torch.float32, kernel_problems),
+        "kernel_case float64": (strategies.kernel_case, lambda c: c[0].dtype == torch.float64, kernel_problems),
+        "kernel_case Lq, Lk and d_k 1": (strategies.kernel_case,
+                                        lambda c: c[0].size(2) == c[1].size(2) == c[0].size(3) == 1, kernel_problems),
+        "kernel_case Lq and Lk 7": (strategies.kernel_case, lambda c: c[0].size(2) == c[1].size(2) == 7,
+                                    kernel_problems),
+        "kernel_case B 3 and h 4": (strategies.kernel_case, lambda c: c[0].shape[:2] == (3, 4), kernel_problems),
+        "kernel_case d_k 8": (strategies.kernel_case, lambda c: c[0].size(3) == 8, kernel_problems),
+        "kernel_case a blocked query row": (strategies.kernel_case, lambda c: a_blocked_query(c[3]),
+                                            kernel_problems),
+        "table_size (1, 2)": (strategies.table_size, lambda s: s == (1, 2), table_problems),
+        "table_size (64, 96)": (strategies.table_size, lambda s: s == (64, 96), table_problems),
+        "table_size a given max_d_model": (lambda: strategies.table_size(max_length=5, max_d_model=10),
+                                           lambda s: s[1] == 10, lambda s: table_problems(s, max_length=5,
+                                                                                          max_d_model=10)),
+    }
+
+
+def _padding_edges(which: str, c: ModelConfig) -> dict[str, tuple[Strategy, Callable[[Any], bool], Check]]:
+    """The padding edges of token_batch and src_tgt under the configuration ``c``."""
+    def batch() -> st.SearchStrategy[torch.Tensor]:
+        return strategies.token_batch(c, vocab=c.src_vocab, batch=3, length=6)
+
+    def check(x: torch.Tensor) -> list[str]:
+        return batch_problems(x, c, vocab=c.src_vocab, rows=(3, 3), width=(6, 6))
+
+    def may_be_empty() -> st.SearchStrategy[torch.Tensor]:
+        return strategies.token_batch(c, vocab=c.src_vocab, batch=2, length=4, min_real=0)
+
+    return {
+        f"token_batch a fully padded tail ({which})": (batch, lambda x: a_fully_padded_tail(x, c), check),
+        f"token_batch a row with no padding ({which})": (
+            batch, lambda x: any(real_count(row, c) == 6 for row in x), check),
+        f"token_batch three lengths in one batch ({which})": (
+            batch, lambda x: len({real_count(row, c) for row in x}) == 3, check),
+        f"token_batch min_real=0: an all-pad row ({which})": (
+            may_be_empty, lambda x: real_count(x[0], c) == 0, partial(batch_problems, config=c, vocab=c.src_vocab,
+                                                                       min_real=0)),
+        f"src_tgt a fully padded tail in src and tgt ({which})": (
+            partial(strategies.src_tgt, c), lambda p: all(a_fully_padded_tail(x, c) for x in p),
+            partial(pair_problems, config=c)),
+    }
+
+
+EDGES = _edges()
+
+
+@pytest.mark.parametrize("edge", list(EDGES))
+def test_each_claimed_edge_case_is_drawn(edge):
+    strategy, condition, contract = EDGES[edge]
+    draw = found(strategy(), condition)  # hypothesis.find: NoSuchExample fails the test
+    assert contract(draw) == []
+
+
+def test_src_tgt_under_a_contract_reaches_the_accepted_edges():
+    with under_test(restricted()) as accepts:
+        draws = strategies.src_tgt(TINY)
+        largest = found(draws, lambda p: p[0].shape == (2, 5) and p[1].size(1) == 3)
+        shortest = found(draws, lambda p: p[0].size(1) == p[1].size(1) == 1)
+    for pair in (largest, shortest):
+        assert pair_problems(pair, TINY, batch=(1, 2), accepts=accepts) == []
 
 
 # -- the profiles -------------------------------------------------------------------------------------------------
@@ -422,6 +470,11 @@ def test_the_other_checks_reject_broken_strategies():
     mixed = strategies.kernel_case().map(lambda c: (c[0], c[1].double(), c[2].double(), c[3]))
     wrong = found(mixed, lambda c: c[0].dtype == torch.float32)
     assert kernel_problems(wrong) == ["dtypes torch.float32, torch.float64, torch.float64: not one of float32, float64"]
+
+    late = strategies.causal_case(TINY).map(lambda c: (c[0], c[1], c[1].size(1)))  # j one past the last position
+    assert causal_problems(found(late, lambda c: True), TINY)[0].startswith("position j")
+    beyond = strategies.source_padding_case(TINY).map(lambda c: (c[0], c[1], TINY.max_len - c[0].size(1) + 1))
+    assert source_padding_problems(found(beyond, lambda c: True), TINY)[0].startswith("extra padding")
 
     odd = strategies.table_size().map(lambda s: (s[0], s[1] - 1))
     size = found(odd, lambda s: True)
