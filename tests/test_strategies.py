@@ -16,6 +16,7 @@ so that the checks themselves can be tested: at the end of the file, deliberatel
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -403,6 +404,13 @@ def test_src_tgt_under_a_contract_reaches_the_accepted_edges():
 
 # -- the profiles -------------------------------------------------------------------------------------------------
 def test_the_profiles_are_as_documented():
+    """Also after the module has run again in-process with "ci" loaded (tests/test_docs.py's pytest.main does
+    this): a setting a profile leaves unset is inherited from the profile loaded at registration."""
+    settings.register_profile("before the reload", parent=settings.default)  # the session's own, put back below
+    try:
+        importlib.reload(strategies)
+    finally:
+        settings.load_profile("before the reload")
     ci, smoke, thorough = (settings.get_profile(name) for name in ("ci", "smoke", "thorough"))
     assert (ci.max_examples, ci.derandomize, ci.deadline) == (10, True, None)
     assert (smoke.max_examples, smoke.derandomize) == (3, True) and "shrink" not in {p.name for p in smoke.phases}
