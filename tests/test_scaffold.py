@@ -1,9 +1,11 @@
 """``aiayn scaffold MODULE:CLASS``: the plugin it writes for the built-in model classes loads the canonical weights
 exactly where their hand-written ``load_reference_state`` puts them, and, on a conforming model, computes the
-reference's outputs once its CHECK lines are accepted as written. Bad targets get one-line errors."""
+reference's outputs once its CHECK lines are accepted as written. Bad targets get one-line errors. The scaffold's code
+keeps its functions short (issue 23: it was split by job, no function over MAX_FUNCTION_LINES)."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import re
 import subprocess
@@ -163,3 +165,39 @@ def test_cannot_build_names_every_constructor_tried(capsys):
                    "embedding_dim=config.d_model, padding_idx=config.pad_id, device=\"cpu\"): no ModelConfig field "
                    "matches the "
                    "required parameter 'num_embeddings'")
+
+
+# -- the scaffold's own code -------------------------------------------------------------------------------------
+SCAFFOLD = ROOT / "aiayn_conformance" / "scaffold"
+MAX_FUNCTION_LINES = 80
+
+
+def function_lengths(source: str, where: str = "<source>") -> dict[str, int]:
+    """Every function in ``source`` (methods and nested functions included) -> its length in lines, from its first
+    decorator to its last line."""
+    lengths = {}
+    for node in ast.walk(ast.parse(source, where)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            start = min([d.lineno for d in node.decorator_list] + [node.lineno])
+            lengths[f"{where}:{node.lineno} {node.name}"] = (node.end_lineno or node.lineno) - start + 1
+    return lengths
+
+
+def test_no_scaffold_function_is_over_80_lines():
+    modules = sorted(SCAFFOLD.glob("*.py"))
+    assert len(modules) >= 5, f"the scaffold is split by job into a package: found {[m.name for m in modules]}"
+    lengths = {k: n for m in modules for k, n in function_lengths(m.read_text(), m.name).items()}
+    assert len(lengths) > 20, "the measure found too few functions to be reading the scaffold"
+    over = {k: n for k, n in lengths.items() if n > MAX_FUNCTION_LINES}
+    assert not over, f"functions over {MAX_FUNCTION_LINES} lines in the scaffold: {over}"
+
+
+def test_the_length_measure_counts_decorators_docstrings_and_nested_functions():
+    def source(body_lines: int) -> str:
+        body = "\n".join(f"        x{n} = {n}" for n in range(body_lines))
+        return f"@decorator\ndef outer():\n    \"\"\"Doc.\"\"\"\n    def inner():\n{body}\n    return inner\n"
+
+    lengths = function_lengths(source(MAX_FUNCTION_LINES - 1))
+    assert lengths == {"<source>:2 outer": MAX_FUNCTION_LINES + 4, "<source>:4 inner": MAX_FUNCTION_LINES}
+    over = {k for k, n in function_lengths(source(MAX_FUNCTION_LINES)).items() if n > MAX_FUNCTION_LINES}
+    assert over == {"<source>:2 outer", "<source>:4 inner"}
