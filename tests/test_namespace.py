@@ -90,3 +90,20 @@ def test_each_part_imports_from_outside_the_checkout(module, tmp_path):
     res = run(f"import {module}; print({module}.__name__)", tmp_path)
     assert res.returncode == 0 and res.stdout.strip() == module, res.stderr
     assert "DeprecationWarning" not in res.stderr
+
+
+def test_every_sub_package_is_in_the_wheel():
+    """setuptools' packages list is explicit (package-dir maps folders): a new sub-package must be named there."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(project["packages"])
+    found = set()
+    for name, folder in project["package-dir"].items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder)
+            if any((ROOT / folder / part).is_symlink() for part in rel.parents) or (ROOT / folder / rel).is_symlink():
+                continue  # aiayn_conformance/spec -> ../spec: the mapped folder itself
+            found.add(".".join((name, *rel.parts)))
+    assert found == listed, f"in the tree but not in pyproject's packages: {sorted(found - listed)}; " \
+                            f"listed but not in the tree: {sorted(listed - found)}"
