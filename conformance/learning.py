@@ -25,11 +25,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from reference.training import train_step
+from reference.model import Transformer
+from reference.training import teacher_forcing, train_step
 from spec.config import ModelConfig
 from spec.training import TrainConfig
 
-from .harness import build_model, seeded
+from .harness import as_log_probs, build_model, seeded
 from .recipe import Recipe, recipe_for
 
 __all__ = ["PAD", "BOS", "EOS", "Task", "TASKS", "task_batch", "greedy_decode", "exact_match", "LearningCurve",
@@ -224,3 +225,79 @@ def one_thread():
         yield
     finally:
         torch.set_num_threads(before)
+
+
+# -- train.equivalence: lockstep training from one initial state ------------------------------------------------------
+LOCKSTEP_UPDATES = 10  # Eq. (3) with warmup_steps = 10: the rate rises to its peak at the last update
+
+
+@dataclass
+class Lockstep:
+    """What K updates from one state measured: the loss of each update (before it) and the log-probabilities of a
+    probe batch after the last one (eval mode), with the parameters that were held fixed."""
+
+    loss: Tensor  # (K,) float64
+    log_probs: Tensor  # (B, T, V) float64, the probe batch after the K updates
+    frozen: list[str] = field(default_factory=list)
+
+
+def lockstep_batches(config: ModelConfig, k: int = LOCKSTEP_UPDATES) -> list[tuple[Tensor, Tensor]]:
+    """``k`` seeded, right-padded (source [4, 7], target [4, 6]) batches over ``config``'s vocabularies; no start
+    symbol inside a target."""
+    def tokens(lengths: list[int], total: int, vocab: int, seed: int) -> Tensor:
+        g = torch.Generator().manual_seed(seed)
+        ids = torch.randint(FIRST_SYMBOL, vocab, (len(lengths), total), generator=g)
+        for b, n in enumerate(lengths):
+            ids[b, n:] = config.pad_id
+        return ids
+
+    return [(tokens([7, 4, 2, 6], 7, config.src_vocab, 100 + i), tokens([5, 3, 1, 6], 6, config.tgt_vocab, 200 + i))
+            for i in range(k)]
+
+
+def reference_initial_state(config: ModelConfig, seed: int = 0) -> dict[str, Tensor]:
+    """The reference's initial state for ``config`` (its own initialisation, ``seed``) in the canonical schema: the
+    state a model that loads canonical weights starts ``train.learns`` and ``train.equivalence`` from."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        reference = Transformer(config)
+    return {k: v.detach() for k, v in reference.state_dict().items()}
+
+
+def parameters_outside_the_schema(model: nn.Module, state: dict[str, Tensor],
+                                  load: Callable[[nn.Module, dict[str, Tensor]], None]) -> list[str]:
+    """The names of ``model``'s parameters that ``load(model, state)`` sets to the same value whatever the canonical
+    state holds (projection biases set to 0, fixed tables): the parameters the paper's model lacks. Found by loading
+    ``state`` shifted by 0.5, then ``state`` itself, and keeping the parameters neither load changed."""
+    shifted: dict[int, Tensor] = {}
+    load(model, {k: shifted.setdefault(id(v), v + 0.5) for k, v in state.items()})  # ties stay tied
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    load(model, state)
+    return [n for n, p in model.named_parameters() if torch.equal(before[n], p.detach())]
+
+
+def lockstep(model: nn.Module, output_kind: str, config: ModelConfig, batches: list[tuple[Tensor, Tensor]],
+             probe: tuple[Tensor, Tensor], *, frozen: list[str] = ()) -> Lockstep:
+    """Train ``model`` (already holding its initial state) on ``batches`` with the reference's recipe (Adam with the
+    paper's settings, Eq. (3) peaking at the last update, label smoothing 0.1, the shifted target), one update per
+    batch, in train mode, the parameters named in ``frozen`` held fixed; then read the log-probabilities of
+    ``probe`` (source, target) in eval mode. Exceptions propagate."""
+    train_config = TrainConfig(warmup_steps=len(batches))
+    named = dict(model.named_parameters())
+    for name in frozen:
+        named[name].requires_grad_(False)
+    recipe = recipe_for(model, output_kind, train_config, d_model=config.d_model, vocab=config.tgt_vocab,
+                        pad_id=config.pad_id, own=False)
+    optimizer = recipe.make_optimizer(p for p in model.parameters() if p.requires_grad)
+    scheduler = recipe.make_scheduler(optimizer)
+    losses = []
+    with one_thread():
+        for src, target in batches:
+            step = train_step(model, src, target, optimizer=optimizer, scheduler=scheduler, criterion=recipe.criterion,
+                              bos_id=BOS, make_batch=recipe.make_batch)
+            losses.append(step.loss)
+        model.eval()
+        with torch.no_grad():
+            decoder_input, _ = teacher_forcing(probe[1], BOS)
+            out = as_log_probs(model(probe[0], decoder_input), output_kind)
+    return Lockstep(torch.tensor(losses, dtype=torch.float64), out.detach().to(torch.float64), list(frozen))

@@ -22,13 +22,17 @@ import pytest
 import torch
 
 from implementations import Component, ComponentUnavailable, Implementation
+from reference.model import Transformer
 from reference.training import adam, lrate, teacher_forcing
 from spec.contract import has_capability
+from spec.schema import parameter_count
+from spec.tolerance import compare
 from spec.training import TrainConfig
 
 from . import shapes
 from .components import from_factory
 from .harness import (
+    as_log_probs,
     CheckTimeout,
     ClauseViolation,
     ImplementationError,
@@ -38,8 +42,17 @@ from .harness import (
     run_forward,
     violation,
 )
-from .inputs import CONFIG, random_tokens, witness_batch
-from .learning import TASKS, train_implementation
+from .inputs import CONFIG, fitted, random_tokens, witness_batch
+from .learning import (
+    LOCKSTEP_UPDATES,
+    TASKS,
+    Lockstep,
+    lockstep,
+    lockstep_batches,
+    parameters_outside_the_schema,
+    reference_initial_state,
+    train_implementation,
+)
 from .recipe import call, has_schedule, missing_schedule, schedule_trace, scheduler_trace
 from .train_probes import (
     COLUMNS,
@@ -51,6 +64,8 @@ from .train_probes import (
     optimizer_updates,
     recover_targets,
 )
+from .outputs import compare_real, log_probs
+from .transplant import STATE_SEED, load_into, reference_twin, transplanted, visible_state
 
 PAD = CONFIG.pad_id
 PAPER = TrainConfig()  # the paper's recipe: what the implementation's capabilities are asked for
@@ -96,6 +111,122 @@ def test_every_parameter_gets_a_finite_nonzero_gradient(impl: Implementation) ->
                   f"all-zero gradient: {names}", expected="every parameter takes part in the computation",
                   call=call_text, hint="a module built but never called (e.g. a layer norm that is defined but "
                                        "another one reused), or a path cut by detach()")
+
+
+# -- train.equivalence ---------------------------------------------------------------------------------------------
+# The recipe is the reference's whatever the implementation exposes: the clause judges the model's forward and
+# backward pass; the implementation's own recipe pieces are judged by the recipe clauses below.
+LOCKSTEP_CONFIG = CONFIG.replace(dropout=0.0)
+RECIPE_TEXT = (f"the reference's recipe (Adam(0.9, 0.98, 1e-9), Eq. (3) with warmup_steps = {LOCKSTEP_UPDATES}, label "
+               "smoothing 0.1, BOS + target[:, :-1])")
+
+
+def load_state(model: Any, state: dict[str, torch.Tensor]) -> None:
+    load_into(model, state)
+
+
+def trainable_scalars(model: Any, frozen: list[str]) -> int:
+    seen: set[int] = set()
+    total = 0
+    for name, p in model.named_parameters():
+        if p.requires_grad and name not in frozen and id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel()
+    return total
+
+
+def train_in_lockstep(impl: Implementation, model: Any, batches: list, probe: tuple) -> tuple[Lockstep, list[str]]:
+    """The implementation's lockstep run and the names of its parameters that did not move in it."""
+    state = reference_initial_state(LOCKSTEP_CONFIG)
+    try:
+        frozen = parameters_outside_the_schema(model, state, load_state)
+        start = {n: p.detach().clone() for n, p in model.named_parameters()}
+        run = lockstep(model, impl.output, LOCKSTEP_CONFIG, batches, probe, frozen=frozen)
+    except (CheckTimeout, ImplementationError, ClauseViolation, pytest.skip.Exception):
+        raise
+    except Exception as exc:
+        could_not_check("training from the reference's initial state raised", exc)
+    still = [n for n, p in model.named_parameters() if n not in frozen and torch.equal(start[n], p.detach())]
+    return run, still
+
+
+def lockstep_hint(model: Any, frozen: list[str], still: list[str], losses_agree: bool) -> str:
+    """What the measurements show about where the updates part (never a guess at a line of code)."""
+    hints = []
+    if still:
+        hints.append(f"{len(still)} parameter(s) never moved in {LOCKSTEP_UPDATES} updates: "
+                     f"{', '.join(still[:4])}{' ...' if len(still) > 4 else ''} (requires_grad=False, a tensor "
+                     "that is not an nn.Parameter, or a path cut by detach())")
+    own, paper = trainable_scalars(model, frozen), parameter_count(LOCKSTEP_CONFIG)
+    if own != paper:
+        hints.append(f"{own} trainable scalars where the paper's model has {paper} (parameters tied in the paper "
+                     "trained apart, an extra module, or some left out)")
+    if frozen:
+        hints.append(f"{len(frozen)} parameter(s) outside the schema take part in the forward, held fixed at the "
+                     "values load_reference_state gives them: a module the paper lacks (an extra layer norm, say) "
+                     "can agree at the loaded weights and part from the paper's once the others move")
+    if not hints:
+        hints.append("every parameter moves and the counts agree, but the updates differ: a backward pass that is "
+                     "not the forward's gradient (a detach() on one path, a gradient scaled or clipped inside the "
+                     "model, a custom autograd Function)")
+    if losses_agree:
+        hints.append("the losses agree; only the outputs after the last update differ")
+    return "; ".join(hints)
+
+
+def require_the_reference_forward(impl: Implementation) -> None:
+    """Skip, as blocked by model.reference-equivalence, unless the implementation holding the visible weights (norm
+    gains and biases far from 1 and 0, sharp attention) computes the reference's outputs: at the reference's initial
+    state (unit gains, zero biases) an extra or shared norm is the identity and would only show once trained."""
+    state = visible_state(CONFIG, seed=STATE_SEED)
+    src, tgt = witness_batch()
+    got = log_probs(transplanted(impl), impl, src, tgt)
+    with torch.no_grad():
+        want = as_log_probs(reference_twin(CONFIG, state)(src, tgt), "logits")
+    found = compare_real(got, want, tgt, PAD)
+    if not found.ok:
+        pytest.skip(f"blocked by model.reference-equivalence: holding the visible weights (seed {STATE_SEED}) the "
+                    f"forward is not the reference's ({found.describe()} on {describe_call(src, tgt, PAD)}), so its "
+                    "updates cannot be judged apart from it")
+
+
+@pytest.mark.clause("train.equivalence")
+def test_trains_in_lockstep_with_the_reference(impl: Implementation) -> None:
+    model = build_model(impl, LOCKSTEP_CONFIG, train=True)
+    if not has_capability(model, "load_reference_state"):
+        pytest.skip(f"{impl.name} has no load_reference_state(state): training in lockstep needs the reference's "
+                    "initial state loaded into it (a capability, spec.contract)")
+    require_the_reference_forward(impl)
+    batches = [fitted(src, tgt, LOCKSTEP_CONFIG) for src, tgt in lockstep_batches(LOCKSTEP_CONFIG)]
+    probe = witness_batch(LOCKSTEP_CONFIG)
+    run, still = train_in_lockstep(impl, model, batches, probe)
+    reference = Transformer(LOCKSTEP_CONFIG)
+    reference.load_reference_state(reference_initial_state(LOCKSTEP_CONFIG))
+    expected = lockstep(reference, "logits", LOCKSTEP_CONFIG, batches, probe)
+    frozen = f"; held fixed (outside the schema): {', '.join(run.frozen)}" if run.frozen else ""
+    call_text = (f"load_reference_state(the reference's initial state, seed 0), then {len(batches)} updates in train "
+                 f"mode (dropout 0) on seeded padded batches {describe_call(*batches[0], PAD)} ..., with "
+                 f"{RECIPE_TEXT}; then the eval-mode log-probabilities of {describe_call(*probe, PAD)}{frozen}")
+    first = compare(run.loss[:1], expected.loss[:1], dtype=torch.float32, scope="training")
+    if not first.ok:
+        pytest.skip(f"blocked by model.reference-equivalence: before any update the loss is {run.loss[0]:.6g}, the "
+                    f"reference's {expected.loss[0]:.6g} from the same weights and batch: the forward is not the "
+                    "reference's, so the updates cannot be judged apart from it")
+    losses = compare(run.loss, expected.loss, dtype=torch.float32, scope="training")
+    real = (probe[1] != PAD)[..., None].expand_as(expected.log_probs)
+    outputs = compare(run.log_probs[real], expected.log_probs[real], dtype=torch.float32, scope="training")
+    if losses.ok and outputs.ok:
+        return
+    curve = ", ".join(f"{a:.5g} ({b:.5g})" for a, b in zip(run.loss.tolist(), expected.loss.tolist()))
+    part = int(((run.loss - expected.loss).abs() > 1e-4 + 1e-4 * expected.loss.abs()).nonzero()[0]) + 1 \
+        if not losses.ok else None
+    measured = (f"losses of updates 1..{len(batches)}: {curve} (the reference's in brackets)"
+                + (f", apart from update {part} on: {losses.describe()}" if part else "")
+                + f"; log-probabilities after the last update: {outputs.describe()}")
+    violation(measured=measured,
+              expected=f"the reference's losses and outputs, update by update ({losses.tol}; the same weights and "
+                       "batches make the same gradients and so the same updates)",
+              call=call_text, hint=lockstep_hint(model, run.frozen, still, losses.ok))
 
 
 # -- the recipe an implementation exposes ----------------------------------------------------------------------

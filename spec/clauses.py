@@ -241,6 +241,17 @@ _RECORDS: tuple[Clause, ...] = (
            severity_reason=(
                "§5 trains every parameter by gradient descent; a parameter that gets no gradient, or a "
                "non-finite one on an ordinary padded batch, is never learned as in the paper.")),
+    Clause("train.equivalence", "5", "must",
+           "Loaded with the reference's initial state (canonical schema) and trained with the reference's recipe "
+           "(Adam with the paper's settings, Eq. (3), label smoothing 0.1, the shifted target) on the same batches "
+           "with dropout 0, the implementation trains in lockstep with the reference: the loss of every update "
+           "and the outputs after the last agree within the training tolerance. The forward and the backward "
+           "pass are judged together, the recipe apart (the other train clauses judge the implementation's own). "
+           "Parameters the paper's model lacks (those load_reference_state sets to a fixed value) are held fixed.",
+           severity_reason=(
+               "§5 trains the paper's model by gradient descent on its loss; a backward pass that is not the "
+               "forward's gradient (a detached path, a scaled branch, a parameter that never updates) trains "
+               "another model from the same start.")),
     Clause("train.lr-schedule", "5.3", "must",
            "Update step_num = 1, 2, ... runs at the learning rate d_model^-0.5 * min(step_num^-0.5, "
            "step_num * warmup_steps^-1.5) with warmup_steps = 4000 (d_model the model's): linear warmup to a "
