@@ -30,11 +30,15 @@ from reference.training import teacher_forcing, train_step
 from spec.config import ModelConfig
 from spec.training import TrainConfig
 
+from spec.contract import has_capability
+
 from .harness import as_log_probs, build_model, seeded
 from .recipe import Recipe, recipe_for
+from .transplant import load_into
 
 __all__ = ["PAD", "BOS", "EOS", "Task", "TASKS", "task_batch", "greedy_decode", "exact_match", "LearningCurve",
-           "learn", "train_implementation"]
+           "learn", "train_implementation", "REFERENCE_START", "OWN_START", "reference_initial_state",
+           "LOCKSTEP_UPDATES", "Lockstep", "lockstep", "lockstep_batches", "parameters_outside_the_schema"]
 
 PAD, BOS, EOS = 0, 1, 2
 FIRST_SYMBOL = 3
@@ -146,6 +150,7 @@ class LearningCurve:
     accuracy: float = 0.0
     seconds: float = 0.0
     stopped: str = ""  # why training stopped early ("" when it ran every update)
+    start: str = ""  # the initial state: REFERENCE_START or OWN_START
 
     @property
     def passed(self) -> bool:
@@ -198,19 +203,33 @@ def learn(model: nn.Module, recipe: Recipe, task: Task, *, seed: int = 0, steps:
     return curve
 
 
+REFERENCE_START = ("the reference's initial state for the seed (loaded with load_reference_state: N(0, d_model^-0.5) "
+                   "embeddings, Xavier-uniform matrices, unit gains, zero biases)")
+OWN_START = "its own initialisation (the adapter has no load_reference_state to start from the reference's)"
+
+
 def train_implementation(impl: Any, task: Task, *, seed: int = 0, own: bool = True, steps: int | None = None,
-                         on_step: Callable[[int, int, LearningCurve], None] | None = None
-                         ) -> tuple[nn.Module, LearningCurve]:
+                         on_step: Callable[[int, int, LearningCurve], None] | None = None,
+                         reference_start: bool = True) -> tuple[nn.Module, LearningCurve]:
     """Build ``impl`` at the task's size (seeded) and train it with its recipe (the reference's pieces where it
     exposes none, or everywhere with ``own=False``): the ``train.learns`` check, ``aiayn train`` and the
     stability test all run this, under the clause under test (``harness.checking("train.learns")`` outside a
-    test). A build that fails raises ImplementationError; the rest propagates."""
+    test). The paper fixes no initialisation and a tiny model's result hangs on it, so a model that loads canonical
+    weights starts from the reference's initial state for ``seed`` (``reference_start``); one that cannot starts
+    from its own (``curve.start`` says which). A build that fails raises ImplementationError; the rest
+    propagates."""
     model = build_model(impl, task.config, seed=seed, train=True)
+    start = OWN_START
+    if reference_start and has_capability(model, "load_reference_state"):
+        load_into(model, reference_initial_state(task.config, seed), getattr(impl, "name", ""))
+        model.train()
+        start = REFERENCE_START
     recipe = recipe_for(model, impl.output, task.train_config, d_model=task.config.d_model, vocab=task.vocab,
                         pad_id=PAD, own=own)
     with seeded(seed), one_thread(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # schedulers warning about their own stepping order
         curve = learn(model, recipe, task, seed=seed, steps=steps, on_step=on_step)
+    curve.start = start
     return model, curve
 
 

@@ -61,7 +61,9 @@ from .train_probes import (
     convention_targets,
     describe_hyperparameters,
     diagnose_schedule,
+    group_of,
     optimizer_updates,
+    probe_parameters,
     recover_targets,
 )
 from .outputs import compare_real, log_probs
@@ -282,47 +284,61 @@ def test_learning_rate_follows_eq3(adapter: Any) -> None:
 
 
 # -- train.optimizer -----------------------------------------------------------------------------------------------
-def judge_optimizer(optimizer: Any, param: torch.nn.Parameter, made_by: str) -> None:
-    """Fail the clause unless ``optimizer`` (built over ``param``) updates as Adam(0.9, 0.98, 1e-9) without decay."""
+def judge_optimizer(optimizer: Any, params: list[torch.nn.Parameter], made_by: str) -> None:
+    """Fail the clause unless ``optimizer`` (built over ``params``: a matrix and a vector) updates each as
+    Adam(0.9, 0.98, 1e-9) without decay, whatever parameter group holds it."""
     if not isinstance(optimizer, torch.optim.Optimizer):
         could_not_check(f"{made_by} returned {type(optimizer).__name__}, not a torch.optim.Optimizer")
-    text, diffs = describe_hyperparameters(optimizer, PAPER.betas, PAPER.adam_eps)
     try:
-        probe = optimizer_updates(optimizer, param)
+        probes = optimizer_updates(optimizer, params)
     except CheckTimeout:
         raise
     except Exception as exc:
+        text, _ = describe_hyperparameters(optimizer, PAPER.betas, PAPER.adam_eps)
         could_not_check(f"the optimizer {text} raised on step()", exc)
-    if probe.ok:
-        return
-    call_text = (f"{made_by} -> {text}; lr set to {probe.lr:g}, 12 steps of fixed gradients on 8 float64 "
-                 f"coordinates ({', '.join(COLUMNS)})")
+    groups = len(optimizer.param_groups)
+    for param, probe in zip(params, probes):
+        if not probe.ok:
+            judge_parameter(optimizer, param, probe, groups, made_by)
+
+
+def judge_parameter(optimizer: Any, param: torch.nn.Parameter, probe: Any, groups: int, made_by: str) -> None:
+    index, group = group_of(optimizer, param)
+    text, diffs = describe_hyperparameters(optimizer, PAPER.betas, PAPER.adam_eps, group)
+    what = f"the {'x'.join(map(str, probe.shape))} {'matrix' if len(probe.shape) == 2 else 'vector'}"
+    where = f"{what} (parameter group {index} of {groups})" if index >= 0 else f"{what} (in no parameter group)"
+    call_text = (f"{made_by} over an 8x8 matrix and an 8-vector -> {groups} parameter group(s); lr set to "
+                 f"{probe.lr:g}, 12 steps of fixed gradients on 8 float64 columns ({', '.join(COLUMNS)}), every row "
+                 "of the matrix alike")
     if bool((probe.updates == 0).all()):
-        measured = "the optimizer left the parameter it was given unchanged"
-        hint = "the optimizer must update the params it receives"
+        measured = f"the optimizer left {where} unchanged"
+        hint = ("the optimizer must update every parameter it receives (one filtered out of its groups, or groups "
+                "built from other parameters than those passed)")
+    elif not probe.rows_agree:
+        measured = f"the rows of {where} moved differently though they got the same gradients"
+        hint = "an update that is not per coordinate (a norm-wise or matrix-wise rule: LAMB, Adafactor ...)"
     else:
         j, rel = probe.worst
-        measured = (f"{text}; its updates differ from Adam(0.9, 0.98, 1e-9)'s, most on the coordinate with "
-                    f"{COLUMNS[j]}: {probe.updates[j].item():.6g} vs {probe.expected[j].item():.6g} "
+        measured = (f"{where}: {text}; its updates differ from Adam(0.9, 0.98, 1e-9)'s, most on the coordinate "
+                    f"with {COLUMNS[j]}: {probe.updates[j].item():.6g} vs {probe.expected[j].item():.6g} "
                     f"(relative difference {rel:.3g})")
         hint = "; ".join(diffs) if diffs else "the update rule is not Adam's with these settings"
         if diffs and any("beta2 0.999" in x for x in diffs) and any("1e-08" in x for x in diffs):
             hint += " (torch.optim.Adam's defaults)"
+        if groups > 1:
+            hint += f", in the group holding {what} only"
     violation(measured=measured,
-              expected="Adam with beta1 = 0.9, beta2 = 0.98, epsilon = 1e-9 and no weight decay (§5.3)",
+              expected="Adam with beta1 = 0.9, beta2 = 0.98, epsilon = 1e-9 and no weight decay (§5.3) for every "
+                       "parameter, whatever its group",
               call=call_text, hint=hint)
-
-
-def probe_parameter() -> torch.nn.Parameter:
-    return torch.nn.Parameter(torch.ones(8, dtype=torch.float64))
 
 
 @pytest.mark.clause("train.optimizer")
 def test_optimizer_is_adam_with_the_paper_settings(adapter: Any) -> None:
     require(adapter, "make_optimizer", "params, train_config")
-    param = probe_parameter()
-    optimizer = call("make_optimizer(params, train_config)", adapter.make_optimizer, [param], PAPER)
-    judge_optimizer(optimizer, param, "make_optimizer([p], TrainConfig())")
+    params = probe_parameters()
+    optimizer = call("make_optimizer(params, train_config)", adapter.make_optimizer, list(params), PAPER)
+    judge_optimizer(optimizer, params, "make_optimizer(params, TrainConfig())")
 
 
 # -- train.label-smoothing -----------------------------------------------------------------------------------------
@@ -562,9 +578,9 @@ def test_learns_a_tiny_task(impl: Implementation, task_name: str, request: pytes
 @pytest.mark.clause("train.optimizer")
 @pytest.mark.component_kind("optimizer")
 def test_optimizer_component_is_adam_with_the_paper_settings(component: Component) -> None:
-    param = probe_parameter()
-    optimizer = from_factory(component, [param], PAPER)
-    judge_optimizer(optimizer, param, f"{component.name}: factory([p], TrainConfig())")
+    params = probe_parameters()
+    optimizer = from_factory(component, list(params), PAPER)
+    judge_optimizer(optimizer, params, f"{component.name}: factory(params, TrainConfig())")
 
 
 @pytest.mark.clause("train.lr-schedule")

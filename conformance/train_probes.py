@@ -21,7 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["eq3", "diagnose_schedule", "schedule_table", "OptimizerProbe", "optimizer_updates",
+__all__ = ["eq3", "diagnose_schedule", "schedule_table", "OptimizerProbe", "optimizer_updates", "probe_parameters",
+           "group_of",
            "describe_hyperparameters", "Recovery", "recover_targets", "SMOOTHING_CONVENTIONS", "convention_targets",
            "as_scores"]
 
@@ -129,9 +130,11 @@ def gradient_sequence(steps: int = 12) -> Tensor:
 
 @dataclass
 class OptimizerProbe:
-    updates: Tensor  # (8,) total change of each coordinate under the optimizer
+    updates: Tensor  # (8,) total change of each coordinate under the optimizer (a matrix: its first row)
     expected: Tensor  # (8,) the same under Adam(0.9, 0.98, 1e-9), no weight decay
     lr: float
+    shape: tuple[int, ...] = (8,)  # the probe parameter's shape
+    rows_agree: bool = True  # a matrix: every row moved as its first (they get the same gradients)
 
     @property
     def worst(self) -> tuple[int, float]:
@@ -141,33 +144,59 @@ class OptimizerProbe:
 
     @property
     def ok(self) -> bool:
-        return bool(((self.updates - self.expected).abs() <= 1e-6 * self.expected.abs() + 1e-13).all())
+        return self.rows_agree and bool(((self.updates - self.expected).abs()
+                                         <= 1e-6 * self.expected.abs() + 1e-13).all())
 
 
 COLUMNS = ("gradient 1e-9", "gradient 1e-8", "gradient 1 then 1e-3", "alternating +-1", "zero gradient",
            "noise", "gradient 1e3", "ramp")
 
 
-def optimizer_updates(optimizer: torch.optim.Optimizer, param: torch.nn.Parameter, *, lr: float = 1e-3,
-                      betas: tuple[float, float] = (0.9, 0.98), eps: float = 1e-9) -> OptimizerProbe:
-    """Run ``optimizer`` (built over ``param``, 8 float64 values of 1.0) at rate ``lr`` on ``gradient_sequence``,
-    beside ``torch.optim.Adam`` with the paper's settings on a copy."""
-    twin = torch.nn.Parameter(param.detach().clone())
-    reference = torch.optim.Adam([twin], lr=lr, betas=betas, eps=eps, weight_decay=0.0)
+def probe_parameters() -> list[torch.nn.Parameter]:
+    """What ``make_optimizer`` is given: an (8, 8) matrix and an (8,) vector of float64 ones, the two kinds a recipe
+    may put in different parameter groups (weight decay on matrices only, say)."""
+    return [torch.nn.Parameter(torch.ones(8, 8, dtype=torch.float64)),
+            torch.nn.Parameter(torch.ones(8, dtype=torch.float64))]
+
+
+def optimizer_updates(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter], *, lr: float = 1e-3,
+                      betas: tuple[float, float] = (0.9, 0.98), eps: float = 1e-9) -> list[OptimizerProbe]:
+    """Run ``optimizer`` (built over ``params``, float64 ones of 8 columns: a vector, or a matrix whose every row
+    gets the same gradients) at rate ``lr`` on ``gradient_sequence``, beside ``torch.optim.Adam`` with the paper's
+    settings on copies; one probe per parameter."""
+    twins = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    reference = torch.optim.Adam(twins, lr=lr, betas=betas, eps=eps, weight_decay=0.0)
     for group in optimizer.param_groups:
         group["lr"] = lr
-    start = param.detach().clone()
+    starts = [p.detach().clone() for p in params]
     for grad in gradient_sequence():
-        param.grad, twin.grad = grad.clone(), grad.clone()
+        for p, twin in zip(params, twins):
+            p.grad, twin.grad = grad.expand_as(p).clone(), grad.expand_as(p).clone()
         optimizer.step()
         reference.step()
-    return OptimizerProbe((param.detach() - start), (twin.detach() - start), lr)
+    probes = []
+    for p, twin, start in zip(params, twins, starts):
+        moved, want = (p.detach() - start).reshape(-1, 8), (twin.detach() - start).reshape(-1, 8)
+        rows_agree = bool(((moved - moved[:1]).abs() <= 1e-12 + 1e-9 * moved[:1].abs()).all())
+        probes.append(OptimizerProbe(moved[0], want[0], lr, tuple(p.shape), rows_agree))
+    return probes
 
 
-def describe_hyperparameters(optimizer: Any, betas: tuple[float, float], eps: float) -> tuple[str, list[str]]:
-    """("Adam(betas=(0.9, 0.999), eps=1e-08, weight_decay=0)", ["beta2 0.999, not 0.98", ...])."""
-    groups = getattr(optimizer, "param_groups", None) or [{}]
-    group = groups[0]
+def group_of(optimizer: Any, param: torch.nn.Parameter) -> tuple[int, dict]:
+    """(index, group) of the parameter group holding ``param`` ((-1, {}) when none does)."""
+    for i, group in enumerate(getattr(optimizer, "param_groups", None) or []):
+        if any(p is param for p in group.get("params", [])):
+            return i, group
+    return -1, {}
+
+
+def describe_hyperparameters(optimizer: Any, betas: tuple[float, float], eps: float,
+                             group: dict | None = None) -> tuple[str, list[str]]:
+    """("Adam(betas=(0.9, 0.999), eps=1e-08, weight_decay=0)", ["beta2 0.999, not 0.98", ...]) for ``group`` (the
+    optimizer's first parameter group by default)."""
+    if group is None:
+        groups = getattr(optimizer, "param_groups", None) or [{}]
+        group = groups[0]
     shown = {k: group[k] for k in ("betas", "eps", "weight_decay", "amsgrad") if k in group}
     text = f"{type(optimizer).__name__}({', '.join(f'{k}={v}' for k, v in shown.items())})"
     diffs = []

@@ -262,8 +262,9 @@ _RECORDS: tuple[Clause, ...] = (
                "from 0, a step per epoch) trains with other rates than the paper's results come from.")),
     Clause("train.optimizer", "5.3", "must",
            "The optimizer's updates are Adam's with beta1 = 0.9, beta2 = 0.98, epsilon = 1e-9 and no weight "
-           "decay (the paper gives Adam's three settings and names no weight decay among its regularizers, "
-           "§5.4).",
+           "decay for every parameter, whatever parameter group holds it (a matrix and a vector are probed: "
+           "recipes often group them apart). The paper gives Adam's three settings and names no weight decay "
+           "among its regularizers (§5.4).",
            severity_reason=(
                "§5.3 states Adam with beta1 = 0.9, beta2 = 0.98 and epsilon = 1e-9; torch's defaults (0.999, "
                "1e-8) or a weight decay change every update.")),

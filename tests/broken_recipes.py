@@ -91,6 +91,14 @@ class AdamWDecay(Recipe):
         return torch.optim.AdamW(params, lr=0.0, betas=train_config.betas, eps=train_config.adam_eps)  # BUG: wd 0.01
 
 
+class DecayOnMatrices(Recipe):
+    def make_optimizer(self, params, train_config):
+        params = list(params)
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},  # BUG: decay on matrices
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        return torch.optim.AdamW(groups, lr=0.0, betas=train_config.betas, eps=train_config.adam_eps)
+
+
 # -- criteria --------------------------------------------------------------------------------------------------------
 class NoSmoothing(Recipe):
     def make_criterion(self, train_config):
@@ -161,6 +169,8 @@ BROKEN_RECIPES: dict[str, tuple[Callable[..., nn.Module], str, dict[str, str]]] 
         "train.optimizer": "beta2 0.999 and eps 1e-8"}),
     "adamw-decay": (AdamWDecay, "AdamW with its default weight decay 0.01", {
         "train.optimizer": "decoupled weight decay 0.01"}),
+    "adamw-decay-on-matrices": (DecayOnMatrices, "AdamW with weight decay 0.1 on the matrices, none on vectors", {
+        "train.optimizer": "the matrices' parameter group decays by 0.1 (the vectors' group is Adam's)"}),
     "no-smoothing": (NoSmoothing, "cross entropy without label smoothing", {
         "train.label-smoothing": "one-hot targets"}),
     "smoothing-swapped": (SwappedSmoothing, "confidence and smoothing swapped", {
