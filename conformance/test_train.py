@@ -392,11 +392,14 @@ def judge_smoothing(criterion: Criterion, kind: str, made_by: str, request: pyte
     others = torch.cat([off[:, :PAD], off[:, PAD + 1:]], dim=1)
     others = others[~torch.isnan(others)].reshape(q.size(0), -1)
     found_eps = 1.0 - float(true.mean())
-    measured = (f"the true class gets {float(true.mean()):.6g} (eps = {found_eps:.4g}), the other classes "
+    measured = (f"normalized to sum 1, the true class gets {float(true.mean()):.6g} (eps = {found_eps:.4g}), the other classes "
                 f"{float(others.min()):.4g} to {float(others.max()):.4g}, the padding class "
                 f"{float(off_pad.mean()):.4g}")
+    unnormalized = unnormalized_hint(rec.weight[real], float(true.mean()), float(others.mean()), eps, vocab)
     if found_eps < 1e-4 and float(others.abs().max()) < 1e-6:
         hint = "no label smoothing: the target is one-hot (a plain cross entropy)"
+    elif unnormalized:
+        hint = unnormalized
     elif float(others.max() - others.min()) < 1e-6 and float(true.min()) > float(others.max()):
         hint = f"eps_ls = {found_eps:.4g} instead of {eps:g} (closest spread: {SMOOTHING_CONVENTIONS[best]})"
     elif float(true.mean()) < float(others.max()):
@@ -408,6 +411,28 @@ def judge_smoothing(criterion: Criterion, kind: str, made_by: str, request: pyte
               expected=f"1 - {eps:g} on the true class and {eps:g} spread evenly over the others ("
                        f"{'; '.join(SMOOTHING_CONVENTIONS.values())}); closest: {best}, off by {errors[best]:.3g}",
               call=call_text, hint=hint)
+
+
+def unnormalized_hint(weight: torch.Tensor, true: float, other: float, eps: float, vocab: int) -> str:
+    """The hint for a target distribution that does not sum to 1, or "".
+
+    The gradient gives each position's distribution normalized (q / s) and its weight c = s * w, w the position's
+    weight in the loss. With the loss a mean over the real targets (w = 1 / n) or a sum (w = 1), s follows; it is
+    named when it is not 1 and s * q gives the true class exactly the paper's 1 - eps."""
+    c = weight.to(torch.float64)
+    if float((c - c.mean()).abs().max()) > 1e-9 * float(c.abs().mean()):
+        return ""
+    for normalization, s in (("a mean over the real targets", float(c.mean()) * c.numel()),
+                             ("a sum", float(c.mean()))):
+        if abs(s - 1.0) > 1e-6 and abs(s * true - (1.0 - eps)) < 1e-6:
+            spread = s * other
+            named = next((f" = {form}" for form, value in (("eps/V", eps / vocab), ("eps/(V-1)", eps / (vocab - 1)),
+                                                          ("eps/(V-2)", eps / (vocab - 2)))
+                          if abs(spread - value) < 1e-9), "")
+            return (f"a target distribution that does not sum to 1: taking the loss as {normalization}, it sums to "
+                    f"{s:.6g}, with 1 - eps = {1 - eps:g} on the true class and {spread:.4g}{named} on each other "
+                    f"class{' (the eps/V the true class should also get is missing)' if named == ' = eps/V' else ''}")
+    return ""
 
 
 def own_criterion(adapter: Any) -> Criterion:
@@ -515,6 +540,8 @@ def test_decoder_input_is_the_target_shifted_right(adapter: Any) -> None:
     elif unshifted_pair:
         hint = "input target[:, :-1] and labels target[:, 1:] on a target without a start symbol: the first token " \
                "is never predicted and no BOS is used"
+    elif not bool(wrong_input.any()):
+        hint = labels_hint(labels, target, decoder_input, real)
     elif bool(wrong_input[:, 0].any()):
         hint = "the decoder input does not start with the start symbol"
     else:
@@ -525,6 +552,21 @@ def test_decoder_input_is_the_target_shifted_right(adapter: Any) -> None:
               expected=f"decoder input {want_input.masked_fill(~real, PAD).tolist()} (BOS, then the target without "
                        "its last token; positions past the end unconstrained), labels = the target",
               call=call_text, hint=hint)
+
+
+def labels_hint(labels: torch.Tensor, target: torch.Tensor, decoder_input: torch.Tensor, real: torch.Tensor) -> str:
+    """The hint of train.shift when the decoder input is right and only the labels are wrong."""
+    def same(a: torch.Tensor, b: torch.Tensor, where: torch.Tensor) -> bool:
+        return bool(((a == b) | ~where).all())
+
+    if same(labels[:, :-1], target[:, 1:], real[:, 1:]):
+        return ("the decoder input is right (BOS + target[:, :-1]) but the labels are shifted too: position i is "
+                "trained to predict target token i + 1, the shift applied to the labels as well as to the input")
+    if same(labels, decoder_input, real):
+        return ("the decoder input is right (BOS + target[:, :-1]) but the labels are that input: position i is "
+                "trained to repeat the token it reads")
+    return ("the decoder input is right (BOS + target[:, :-1]) but the labels are not the target: padding positions "
+            "labelled, or the labels built from another tensor")
 
 
 # -- train.learns --------------------------------------------------------------------------------------------------

@@ -103,8 +103,66 @@ def diagnose_schedule(rates: Iterable[float], d_model: int, warmup: int) -> tupl
             scaled = "" if math.isclose(c, 1.0, rel_tol=1e-3) else f", scaled by {c:.4g}"
             return (f"Eq. (3)'s shape with warmup_steps = {peak}{scaled}; {table}",
                     f"warmup_steps = {peak} instead of {warmup}")
+    named = dropped_min(r, k, d_model, warmup) or linear_warmup(r, k, peak)
+    if named is not None:
+        return f"{named[0]}; {table}", named[1]
     return (f"not Eq. (3)'s shape (its highest rate {r.max().item():.4g} at update {peak}); {table}",
-            "another schedule (linear or cosine decay, a constant with warmup ...)")
+            "another schedule (cosine decay, steps, a cycle ...)")
+
+
+def _scale(r: Tensor, form: Tensor, rtol: float = 1e-5) -> float | None:
+    """c when ``r`` = c * ``form`` at every update (within ``rtol``), else None."""
+    ratio = r / form
+    c = ratio.mean()
+    return float(c) if bool(((ratio - c).abs() <= rtol * c.abs()).all()) else None
+
+
+def _scaled(c: float) -> str:
+    return "" if math.isclose(c, 1.0, rel_tol=1e-5) else f", scaled by {c:.4g}"
+
+
+def dropped_min(r: Tensor, k: Tensor, d_model: int, warmup: int) -> tuple[str, str] | None:
+    """One term of Eq. (3)'s min() alone (or a max() for the min), possibly scaled."""
+    d = d_model ** -0.5
+    forms = (
+        (d * k.pow(-0.5), "step_num^-0.5 alone: no warmup, the rate starts at its highest and only decays",
+         "the min() of Eq. (3) dropped, keeping its decay term step_num^-0.5: no warmup"),
+        (d * k * warmup ** -1.5, f"step_num * {warmup}^-1.5 alone: the rate rises linearly for every update and never "
+                                 "decays", "the min() of Eq. (3) dropped, keeping its warmup term: no decay"),
+        (d * torch.maximum(k.pow(-0.5), k * warmup ** -1.5), "the larger of Eq. (3)'s two terms: the rate falls until "
+                                                             f"update {warmup}, then rises",
+         "max() where Eq. (3) takes min()"),
+    )
+    for form, measured, hint in forms:
+        c = _scale(r, form)
+        if c is not None:
+            return f"{measured}{_scaled(c)}", hint
+    return None
+
+
+def _linear(y: Tensor, x: Tensor) -> bool:
+    """True when y is a + b x at every point (within 1e-6 of y's range) and not constant."""
+    if y.numel() < 3 or float(y.max() - y.min()) == 0.0:
+        return False
+    design = torch.stack([torch.ones_like(x), x], dim=1)
+    coef = torch.linalg.lstsq(design, y[:, None]).solution
+    return float((design @ coef - y[:, None]).abs().max()) <= 1e-6 * float(y.abs().max())
+
+
+def linear_warmup(r: Tensor, k: Tensor, peak: int) -> tuple[str, str] | None:
+    """A linear rise to the peak followed by something other than Eq. (3)'s step_num^-0.5 decay."""
+    if peak < 3 or peak >= r.numel() or not _linear(r[:peak], k[:peak]):
+        return None
+    tail, top = r[peak - 1:], r[peak - 1].item()
+    if bool((tail == top).all()):
+        return (f"a linear warmup to {top:.4g} at update {peak}, then constant",
+                "a linear warmup to a constant rate: Eq. (3) decays as step_num^-0.5 after its warmup")
+    if _linear(tail, k[peak - 1:]):
+        return (f"a linear warmup to {top:.4g} at update {peak}, then a linear decay",
+                "a linear warmup and linear decay (e.g. transformers' get_linear_schedule_with_warmup): Eq. (3) "
+                "decays as step_num^-0.5 after its warmup")
+    return (f"a linear warmup to {top:.4g} at update {peak}, then a decay that is not step_num^-0.5",
+            "a linear warmup followed by another decay: Eq. (3) decays as step_num^-0.5 after its warmup")
 
 
 # -- the optimizer (§5.3) ------------------------------------------------------------------------------------------
