@@ -44,7 +44,10 @@ from .harness import (
 )
 from .inputs import CONFIG, fitted, random_tokens, witness_batch
 from .learning import (
+    CONFORMING_RANGE,
     LOCKSTEP_UPDATES,
+    OWN_START,
+    SMALL_INIT_RANGE,
     TASKS,
     Lockstep,
     lockstep,
@@ -588,7 +591,7 @@ def test_learns_a_tiny_task(impl: Implementation, task_name: str, request: pytes
     if curve.passed:
         request.node.user_properties.append((
             "aiayn_note", f"{task.name}: {curve.accuracy:.0%} of held-out sequences after {len(curve.loss)} "
-                          f"updates, trained with {curve.recipe}"))
+                          f"updates, trained with {curve.recipe}, from {curve.start}"))
         return
     first, last = curve.loss[0], curve.loss[-1]
     tf = curve.teacher_forced[-1]
@@ -596,7 +599,8 @@ def test_learns_a_tiny_task(impl: Implementation, task_name: str, request: pytes
         hint = f"{curve.stopped}; learning rate at that update: {curve.lr[-1]:.3g}"
     elif tf >= 0.9:
         hint = (f"teacher-forced, it predicts {tf:.0%} of the target tokens, but not from the source alone: the "
-                "decoder read the future during training (causal mask, or the shift of the decoder input)")
+                "decoder read the future during training (causal mask), or the decoder input and labels are not offset "
+                "as §3.1 offsets them (train.shift)")
     elif last > 0.7 * first:
         hint = (f"the loss barely fell ({first:.3g} -> {last:.3g}) at learning rates {min(curve.lr):.3g} to "
                 f"{max(curve.lr):.3g}: the recipe does not train this model (rate, optimizer or criterion)")
@@ -604,13 +608,21 @@ def test_learns_a_tiny_task(impl: Implementation, task_name: str, request: pytes
         hint = (f"it learns, too slowly or not the task (loss {first:.3g} -> {last:.3g}, teacher-forced accuracy "
                 f"{tf:.0%}, learning rates {min(curve.lr):.3g} to {max(curve.lr):.3g}): a weak recipe, or broken "
                 "attention, masks or positional information")
+    if curve.start == OWN_START:
+        hint += (f"; it started from its own initialisation, which the paper does not fix and on which this tiny "
+                 f"model's result hangs (the reference itself measured {SMALL_INIT_RANGE[task.name]} on this task "
+                 "from N(0, 0.02) matrices): a load_reference_state would start it from the reference's")
+    else:
+        hint += "; not the initialisation: it started from the reference's initial state"
     violation(measured=f"greedy decoding reproduces {curve.accuracy:.0%} of {task.eval_size} held-out sequences "
                        f"after {len(curve.loss)} updates (held-out accuracy along the way: "
                        f"{', '.join(f'{a:.0%}' for a in curve.greedy)})",
               expected=f"at least {task.threshold:.0%} ({task.summary}, {task.min_len}-{task.max_len} symbols, "
-                       f"{task.steps} updates of {task.batch_size}); a conforming model reaches 90% or more",
-              call=f"build(config N=1, d_model 32, h 4, d_ff 64, vocab {task.vocab}, dropout 0), seed 0, trained "
-                   f"with {curve.recipe}", hint=hint)
+                       f"{task.steps} updates of {task.batch_size}); from the reference's initial state conforming "
+                       f"models measured {CONFORMING_RANGE[task.name]} (the reference, fused and an independently "
+                       "written model, seeds 0-4)",
+              call=f"build(config N=1, d_model 32, h 4, d_ff 64, vocab {task.vocab}, dropout 0), seed 0, from "
+                   f"{curve.start}, trained with {curve.recipe}", hint=hint)
 
 
 # -- components alone: optimizers, learning-rate schedules, criteria (--component) --------------------------------

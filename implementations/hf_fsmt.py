@@ -102,9 +102,10 @@ class FSMTAdapter(HFDecoding, nn.Module):
 
     # -- the adapter contract ------------------------------------------------------------------------------
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
-        """src (B, S), tgt (B, T) right-padded ids -> logits (B, T, tgt_vocab): the documented call."""
+        """src (B, S), tgt (B, T) right-padded ids -> logits (B, T, tgt_vocab): the teacher-forced call of the
+        training path (``labels=`` turns the cache off, so the model builds its causal and padding masks)."""
         out = self.model(input_ids=src, attention_mask=self._keep(src), decoder_input_ids=tgt,
-                         decoder_attention_mask=self._keep(tgt))
+                         decoder_attention_mask=self._keep(tgt), use_cache=False)
         return out.logits
 
     def encode(self, src: Tensor) -> Tensor:
