@@ -18,7 +18,7 @@ import contextlib
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -28,17 +28,17 @@ from torch import Tensor, nn
 from reference.model import Transformer
 from reference.training import teacher_forcing, train_step
 from spec.config import ModelConfig
-from spec.training import TrainConfig
-
 from spec.contract import has_capability
+from spec.training import TrainConfig
 
 from .harness import as_log_probs, build_model, seeded
 from .recipe import Recipe, recipe_for
 from .transplant import load_into
 
 __all__ = ["PAD", "BOS", "EOS", "Task", "TASKS", "task_batch", "greedy_decode", "exact_match", "LearningCurve",
-           "learn", "train_implementation", "REFERENCE_START", "OWN_START", "CONFORMING_RANGE", "SMALL_INIT_RANGE", "reference_initial_state",
-           "LOCKSTEP_UPDATES", "Lockstep", "lockstep", "lockstep_batches", "parameters_outside_the_schema"]
+           "learn", "train_implementation", "REFERENCE_START", "OWN_START", "CONFORMING_RANGE", "SMALL_INIT_RANGE",
+           "reference_initial_state", "LOCKSTEP_UPDATES", "Lockstep", "lockstep", "lockstep_batches",
+           "parameters_outside_the_schema"]
 
 PAD, BOS, EOS = 0, 1, 2
 FIRST_SYMBOL = 3
@@ -304,7 +304,7 @@ def parameters_outside_the_schema(model: nn.Module, state: dict[str, Tensor],
 
 
 def lockstep(model: nn.Module, output_kind: str, config: ModelConfig, batches: list[tuple[Tensor, Tensor]],
-             probe: tuple[Tensor, Tensor], *, frozen: list[str] = ()) -> Lockstep:
+             probe: tuple[Tensor, Tensor], *, frozen: Sequence[str] = ()) -> Lockstep:
     """Train ``model`` (already holding its initial state) on ``batches`` with the reference's recipe (Adam with the
     paper's settings, Eq. (3) peaking at the last update, label smoothing 0.1, the shifted target), one update per
     batch, in train mode, the parameters named in ``frozen`` held fixed; then read the log-probabilities of

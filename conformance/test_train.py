@@ -32,10 +32,10 @@ from spec.training import TrainConfig
 from . import shapes
 from .components import from_factory
 from .harness import (
-    as_log_probs,
     CheckTimeout,
     ClauseViolation,
     ImplementationError,
+    as_log_probs,
     build_model,
     could_not_check,
     describe_call,
@@ -56,6 +56,7 @@ from .learning import (
     reference_initial_state,
     train_implementation,
 )
+from .outputs import compare_real, log_probs
 from .recipe import call, has_schedule, missing_schedule, schedule_trace, scheduler_trace
 from .train_probes import (
     COLUMNS,
@@ -69,7 +70,6 @@ from .train_probes import (
     probe_parameters,
     recover_targets,
 )
-from .outputs import compare_real, log_probs
 from .transplant import STATE_SEED, load_into, reference_twin, transplanted, visible_state
 
 PAD = CONFIG.pad_id
@@ -395,8 +395,8 @@ def judge_smoothing(criterion: Criterion, kind: str, made_by: str, request: pyte
     others = torch.cat([off[:, :PAD], off[:, PAD + 1:]], dim=1)
     others = others[~torch.isnan(others)].reshape(q.size(0), -1)
     found_eps = 1.0 - float(true.mean())
-    measured = (f"normalized to sum 1, the true class gets {float(true.mean()):.6g} (eps = {found_eps:.4g}), the other classes "
-                f"{float(others.min()):.4g} to {float(others.max()):.4g}, the padding class "
+    measured = (f"normalized to sum 1, the true class gets {float(true.mean()):.6g} (eps = {found_eps:.4g}), the "
+                f"other classes {float(others.min()):.4g} to {float(others.max()):.4g}, the padding class "
                 f"{float(off_pad.mean()):.4g}")
     unnormalized = unnormalized_hint(rec.weight[real], float(true.mean()), float(others.mean()), eps, vocab)
     if found_eps < 1e-4 and float(others.abs().max()) < 1e-6:
