@@ -181,8 +181,8 @@ NOTES = (
     "this audit is of the architecture configured toward the paper, not of those checkpoints. "
     "train.learns starts it from the reference's initial state (it loads canonical weights): 100% on copy and "
     "83.5-96% on reversal (seeds 0-1); from the library's own N(0, 0.02) initialisation (init_std, "
-    f"{M}:401) the same tiny model reached about 5% on reversal, as the reference itself does from that "
-    "initialisation: an initialisation artifact, not a departure."
+    f"{M}:401) the same tiny model reproduced 2-4.5% of the reversals (seeds 0-1), as the reference itself does "
+    "from N(0, 0.02) matrices (2-3.5%): an initialisation artifact, not a departure."
     + " " + DECODING_NOTE
 )
 
