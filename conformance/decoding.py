@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from reference.decoding import (
+from aiayn_conformance.reference.decoding import (
     Hypotheses,
     LengthPenalty,
     PrefixState,
@@ -33,9 +33,9 @@ from reference.decoding import (
     greedy_search,
     output_limits,
 )
-from spec.config import ModelConfig
-from spec.contract import STEP_DECODING_METHODS, has_capability
-from spec.decoding import TRANSLATION
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.contract import STEP_DECODING_METHODS, has_capability
+from aiayn_conformance.spec.decoding import TRANSLATION
 
 from .configs import OTHER_CONFIGS
 from .harness import CheckTimeout, ImplementationError, as_log_probs, could_not_check, run_forward
@@ -440,7 +440,7 @@ class CacheVariant:
         self.model, self.knob = twin, knob
 
     def begin_decoding(self, src: Tensor) -> Any:
-        from reference.decoding import KVCache, LayerCache, init_cache
+        from aiayn_conformance.reference.decoding import KVCache, LayerCache, init_cache
 
         cache = init_cache(self.model, src)
         if self.knob != "cross-from-embeddings":
@@ -452,7 +452,7 @@ class CacheVariant:
         return KVCache(layers, cache.src_mask)
 
     def decode_step(self, cache: Any, tokens: Tensor) -> tuple[Tensor, Any]:
-        from reference.decoding import KVCache, LayerCache, _attend
+        from aiayn_conformance.reference.decoding import KVCache, LayerCache, _attend
 
         m, t = self.model, cache.length
         start = {"positions-restart": 0, "positions-from-1": t + 1}.get(self.knob, t)
@@ -472,7 +472,7 @@ class CacheVariant:
         return m.generator(y[:, 0]), KVCache(tuple(layers), cache.src_mask)
 
     def reorder_state(self, cache: Any, indices: Tensor) -> Any:
-        from reference.decoding import KVCache, LayerCache, reorder
+        from aiayn_conformance.reference.decoding import KVCache, LayerCache, reorder
 
         moved = reorder(cache, indices)
         if indices.numel() != cache.src_mask.size(0):  # the expansion to beams: everything moves

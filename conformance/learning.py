@@ -25,11 +25,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from reference.model import Transformer
-from reference.training import teacher_forcing, train_step
-from spec.config import ModelConfig
-from spec.contract import has_capability
-from spec.training import TrainConfig
+from aiayn_conformance.reference.model import Transformer
+from aiayn_conformance.reference.training import teacher_forcing, train_step
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.contract import has_capability
+from aiayn_conformance.spec.training import TrainConfig
 
 from .harness import as_log_probs, build_model, seeded
 from .recipe import Recipe, recipe_for

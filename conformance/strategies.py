@@ -27,7 +27,7 @@ import torch
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
-from spec.config import ModelConfig
+from aiayn_conformance.spec.config import ModelConfig
 
 from . import shapes
 

@@ -25,10 +25,10 @@ from typing import Any
 import pytest
 import torch
 
-from implementations import Component, Implementation
-from reference.decoding import beam_search, output_limits
-from spec.contract import has_capability
-from spec.tolerance import compare
+from aiayn_conformance.implementations import Component, Implementation
+from aiayn_conformance.reference.decoding import beam_search, output_limits
+from aiayn_conformance.spec.contract import has_capability
+from aiayn_conformance.spec.tolerance import compare
 
 from . import oracles, shapes
 from .components import from_factory

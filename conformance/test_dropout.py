@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from implementations import Implementation
-from spec.contract import has_capability
+from aiayn_conformance.implementations import Implementation
+from aiayn_conformance.spec.contract import has_capability
 
 from . import readout_probes as ro
 from .harness import build_model, describe_call, run_forward, violation

@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 import torch
 
-from implementations import Component, ComponentUnavailable, Implementation
-from reference.model import Transformer
-from reference.training import adam, lrate, teacher_forcing
-from spec.contract import has_capability
-from spec.schema import parameter_count
-from spec.tolerance import compare
-from spec.training import TrainConfig
+from aiayn_conformance.implementations import Component, ComponentUnavailable, Implementation
+from aiayn_conformance.reference.model import Transformer
+from aiayn_conformance.reference.training import adam, lrate, teacher_forcing
+from aiayn_conformance.spec.contract import has_capability
+from aiayn_conformance.spec.schema import parameter_count
+from aiayn_conformance.spec.tolerance import compare
+from aiayn_conformance.spec.training import TrainConfig
 
 from . import shapes
 from .components import from_factory

@@ -30,8 +30,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from implementations import Component, Implementation, hookimpl
-from reference.decoding import (
+from aiayn_conformance.implementations import Component, Implementation, hookimpl
+from aiayn_conformance.reference.decoding import (
     KVCache,
     LayerCache,
     LengthPenalty,
@@ -41,8 +41,8 @@ from reference.decoding import (
     output_limits,
     reorder,
 )
-from reference.model import Transformer
-from spec.config import ModelConfig
+from aiayn_conformance.reference.model import Transformer
+from aiayn_conformance.spec.config import ModelConfig
 
 INC, GREEDY, BEAM, MAXLEN = "decode.incremental", "decode.greedy", "decode.beam", "decode.max-length"
 

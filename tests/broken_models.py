@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from implementations import Implementation, hookimpl
-from reference.model import (
+from aiayn_conformance.implementations import Implementation, hookimpl
+from aiayn_conformance.reference.model import (
     DecoderLayer,
     EncoderLayer,
     LayerNorm,
@@ -47,8 +47,8 @@ from reference.model import (
     padding_mask,
     sinusoid_table,
 )
-from spec.config import ModelConfig
-from spec.contract import RECIPE_METHODS
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.contract import RECIPE_METHODS
 
 EQ = "model.reference-equivalence"
 LEARNS = "train.learns"

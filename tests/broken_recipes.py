@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from implementations import Implementation, hookimpl
-from reference.model import Transformer
-from reference.training import LabelSmoothedCrossEntropy, LRateScheduler, lrate, smoothed_targets
+from aiayn_conformance.implementations import Implementation, hookimpl
+from aiayn_conformance.reference.model import Transformer
+from aiayn_conformance.reference.training import LabelSmoothedCrossEntropy, LRateScheduler, lrate, smoothed_targets
 
 LEARNS = "train.learns"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conformance.decoding import (
+from aiayn_conformance.conformance.decoding import (
     DECODE_CONFIG,
     CacheVariant,
     ForwardScores,
@@ -18,8 +18,8 @@ from conformance.decoding import (
     replay,
     rows_of,
 )
-from conformance.harness import ImplementationError, checking
-from reference.model import Transformer
+from aiayn_conformance.conformance.harness import ImplementationError, checking
+from aiayn_conformance.reference.model import Transformer
 
 CFG = DECODE_CONFIG
 
@@ -122,7 +122,7 @@ def test_forward_scores_memoize_each_prefix_once():
 
 
 def test_finished_in_beam_loses_an_early_winner_that_the_reference_keeps():
-    from reference.decoding import beam_search
+    from aiayn_conformance.reference.decoding import beam_search
 
     torch.manual_seed(0)
     model = Transformer(CFG).eval()
@@ -143,7 +143,7 @@ def test_the_scripted_witnesses_are_as_worked_out():
     """The component checks' witnesses (conformance.decoding): the reference beam search chooses [a, end] on the
     penalty row and [end] on the early row; no penalty and |Y|^alpha choose otherwise on the first, slots shared
     by finished hypotheses on the second; and a never-ending script runs each source to its real length + 50."""
-    from conformance.decoding import (
+    from aiayn_conformance.conformance.decoding import (
         BEAM_VARIANTS,
         NEVER_ENDING_SOURCES,
         NEVER_ENDS,
@@ -153,7 +153,7 @@ def test_the_scripted_witnesses_are_as_worked_out():
         expected_beam,
         scripted_witnesses,
     )
-    from reference.decoding import beam_search
+    from aiayn_conformance.reference.decoding import beam_search
 
     kw = dict(bos_id=1, eos_id=2, beam_size=4, alpha=0.6, max_len=SCRIPTED_MAX_LEN)
     assert expected_beam(scripted_witnesses(), SCRIPTED_SOURCES, **kw) == [[3, 2], [2]]
@@ -168,9 +168,9 @@ def test_the_scripted_witnesses_are_as_worked_out():
 
 
 def test_the_builtin_length_penalties_are_their_closed_forms():
-    from conformance import oracles
-    from implementations.components import length_power_penalty, no_length_penalty
-    from reference.decoding import gnmt_length_penalty
+    from aiayn_conformance.conformance import oracles
+    from aiayn_conformance.implementations.builtins.components import length_power_penalty, no_length_penalty
+    from aiayn_conformance.reference.decoding import gnmt_length_penalty
 
     n = torch.arange(1, 61)
     for fn, form in ((gnmt_length_penalty, "paper"), (length_power_penalty, "length-power"),

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance import test_mask, test_norm, test_position
-from conformance.diagnosis import diagnosis_of, explanation, fail_on_variant_departure
-from conformance.harness import ClauseViolation, build_model, checking
-from conformance.inputs import CONFIG, random_tokens
-from conformance.transplant import OWN_SCALE, SHARP, sharp_or_own, transplanted
-from implementations import Implementation, get_registry
-from reference.model import Transformer, padding_mask
+from aiayn_conformance.conformance import test_mask, test_norm, test_position
+from aiayn_conformance.conformance.diagnosis import diagnosis_of, explanation, fail_on_variant_departure
+from aiayn_conformance.conformance.harness import ClauseViolation, build_model, checking
+from aiayn_conformance.conformance.inputs import CONFIG, random_tokens
+from aiayn_conformance.conformance.transplant import OWN_SCALE, SHARP, sharp_or_own, transplanted
+from aiayn_conformance.implementations import Implementation, get_registry
+from aiayn_conformance.reference.model import Transformer, padding_mask
 
 BROKEN_PLUGIN = Path(__file__).resolve().parent / "broken_models.py"
 

@@ -18,17 +18,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from registered import library_module, library_plugins
 
-from conformance.transplant import reference_twin, visible_state
-from implementations.availability import installed_version, parse_written_for, version_note
-from reference.model import sinusoid_table
-from spec.config import TINY, ModelConfig
-from spec.tolerance import compare
+from aiayn_conformance.conformance.transplant import reference_twin, visible_state
+from aiayn_conformance.implementations.availability import installed_version, parse_written_for, version_note
+from aiayn_conformance.reference.model import sinusoid_table
+from aiayn_conformance.spec.config import TINY, ModelConfig
+from aiayn_conformance.spec.tolerance import compare
 
-PLUGINS = {"hf-marian": "implementations.hf_marian", "hf-fsmt": "implementations.hf_fsmt",
-           "hf-bart": "implementations.hf_bart", "x-transformers": "implementations.x_transformers"}
-LIBRARY = {"hf-marian": "transformers", "hf-fsmt": "transformers", "hf-bart": "transformers",
-           "x-transformers": "x_transformers"}
+PLUGINS = library_plugins()  # name -> plugin module, read from the registry
 
 CONFIGS = {
     "tied": TINY.replace(dropout=0.0),
@@ -48,7 +46,7 @@ def batch(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def adapter(name: str, cfg: ModelConfig):
-    pytest.importorskip(LIBRARY[name])
+    pytest.importorskip(library_module(name))
     return importlib.import_module(PLUGINS[name]).build(cfg).eval()
 
 
@@ -252,7 +250,7 @@ def test_hf_cached_steps_equal_the_full_forward(name):
 def test_hf_greedy_generate_is_the_reference_greedy_search_on_the_same_model(name):
     """generate(beam_size=1) returns what the reference greedy search returns driving the adapter's own cached
     decoder: the start symbol dropped, finished rows padded, the padding id never generated."""
-    from reference.decoding import greedy_search, search_tokens
+    from aiayn_conformance.reference.decoding import greedy_search, search_tokens
 
     cfg = CONFIGS["pad-3"]
     model, _ = loaded(name, cfg, adjust=lambda n, t: t * 3 if "embed" in n or n.startswith("generator") else t)
@@ -321,7 +319,7 @@ def test_cited_lines_match_the_installed_source_of_the_version_written_for(name)
         pytest.skip(f"{distribution} is not installed")
     if installed != version:
         pytest.skip(f"{version_note(module.WRITTEN_FOR)}: the cited lines describe {version}")
-    package = importlib.util.find_spec(LIBRARY[name])
+    package = importlib.util.find_spec(library_module(name))
     assert package is not None and package.origin is not None
     site = Path(package.origin).parent.parent
     wrong = []
@@ -336,7 +334,7 @@ def test_cited_lines_match_the_installed_source_of_the_version_written_for(name)
 @pytest.mark.parametrize("name", list(PLUGINS))
 def test_unseen_departures_are_known_clauses_not_declared(name):
     """``UNSEEN`` (real departures the suite does not observe yet) names catalogue clauses, none also declared."""
-    from spec.clauses import CLAUSES
+    from aiayn_conformance.spec.clauses import CLAUSES
 
     unseen = getattr(importlib.import_module(PLUGINS[name]), "UNSEEN", {})
     assert set(unseen) <= set(CLAUSES), sorted(set(unseen) - set(CLAUSES))
@@ -345,7 +343,7 @@ def test_unseen_departures_are_known_clauses_not_declared(name):
 
 @pytest.mark.parametrize("name", list(PLUGINS))
 def test_the_registration_records_the_version(name):
-    from implementations import get_registry
+    from aiayn_conformance.implementations import get_registry
 
     impl = get_registry().get(name)
     module = importlib.import_module(PLUGINS[name])

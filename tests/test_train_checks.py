@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = '''
 import torch
 
-from implementations import Implementation, hookimpl
-from reference.model import Transformer
+from aiayn_conformance.implementations import Implementation, hookimpl
+from aiayn_conformance.reference.model import Transformer
 
 
 class DividesByZero(Transformer):

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conformance.train_probes import (
+from aiayn_conformance.conformance.train_probes import (
     SMOOTHING_CONVENTIONS,
     convention_targets,
     describe_hyperparameters,
@@ -20,8 +20,8 @@ from conformance.train_probes import (
     probe_parameters,
     recover_targets,
 )
-from reference.model import Transformer
-from reference.training import (
+from aiayn_conformance.reference.model import Transformer
+from aiayn_conformance.reference.training import (
     LabelSmoothedCrossEntropy,
     LRateScheduler,
     PaperRecipe,
@@ -31,8 +31,8 @@ from reference.training import (
     teacher_forcing,
     train_step,
 )
-from spec import BASE_TRAINING, BIG_TRAINING, TrainConfig
-from spec.config import ModelConfig
+from aiayn_conformance.spec import BASE_TRAINING, BIG_TRAINING, TrainConfig
+from aiayn_conformance.spec.config import ModelConfig
 
 
 # -- Eq. (3) (§5.3): the derived values of the paper's base and big models ----------------------------------------
