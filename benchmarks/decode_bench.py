@@ -102,7 +102,7 @@ def _timed(fn: Callable[[], Any], repeats: int) -> tuple[list[float], Any]:
 def _search(decoder: Any, src: Any, beam: int, pad_id: int, new_tokens: int) -> Any:
     import torch
 
-    from reference.decoding import beam_search, greedy_search
+    from aiayn_conformance.reference.decoding import beam_search, greedy_search
 
     with torch.inference_mode():
         if beam == 1:
@@ -115,7 +115,7 @@ def _profile(decoder: Any, src: Any, pad_id: int, steps: int = NEW_TOKENS) -> st
     """Where a cached greedy decode's time goes: begin_decoding, the decoder steps, the search around them."""
     import torch
 
-    from reference.decoding import greedy_search
+    from aiayn_conformance.reference.decoding import greedy_search
 
     spent = {"begin": 0.0, "steps": 0.0}
 
@@ -163,12 +163,12 @@ def bench(preset: str, batches: list[int], repeats: int, *, new_tokens: int = NE
           ctranslate2: bool = True) -> list[str]:
     import torch
 
+    from aiayn_conformance.export.decoders import ForwardPrefix, MemoryPrefix
+    from aiayn_conformance.export.kv_cache import OrtCachedDecoder, OrtPrefixDecoder, export_cached_generation
+    from aiayn_conformance.export.onnx import export_generation
+    from aiayn_conformance.implementations import get_registry
+    from aiayn_conformance.spec.contract import has_step_decoding
     from benchmarks.perf import config_for
-    from export.decoders import ForwardPrefix, MemoryPrefix
-    from export.kv_cache import OrtCachedDecoder, OrtPrefixDecoder, export_cached_generation
-    from export.onnx import export_generation
-    from implementations import get_registry
-    from spec.contract import has_step_decoding
 
     cfg = config_for(preset, SRC_LEN)
     threads = torch.get_num_threads()
@@ -197,7 +197,7 @@ def bench(preset: str, batches: list[int], repeats: int, *, new_tokens: int = NE
         else:
             notes.append("fused cached: not measured (the fused implementation has no step decoding)")
         if ctranslate2:
-            from export import ctranslate2 as ct2
+            from aiayn_conformance.export import ctranslate2 as ct2
 
             if ct2.available():
                 t0 = time.perf_counter()

@@ -37,9 +37,16 @@ def _median_s(fn, repeats: int) -> float:
 def bench(preset: str, repeats: int) -> list[str]:
     import torch
 
+    from aiayn_conformance.export.onnx import (
+        export_generation,
+        export_onnx,
+        ort_greedy_decode,
+        session,
+        torch_greedy_decode,
+        verify,
+    )
+    from aiayn_conformance.implementations import get_registry
     from benchmarks.perf import config_for
-    from export.onnx import export_generation, export_onnx, ort_greedy_decode, session, torch_greedy_decode, verify
-    from implementations import get_registry
 
     cfg = config_for(preset, 128)
     torch.manual_seed(0)

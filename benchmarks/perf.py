@@ -77,14 +77,14 @@ class Result:
 
 
 def config_for(preset: str, length: int):
-    from spec import BASE, ModelConfig
+    from aiayn_conformance.spec import BASE, ModelConfig
 
     if preset == "small":
         return ModelConfig(src_vocab=8000, tgt_vocab=8000, d_model=256, n_heads=4, d_ff=1024, n_layers=3,
                            max_len=max(length, 64))
     if preset == "base":
         return BASE.replace(max_len=max(length, BASE.max_len))
-    from spec import preset as named
+    from aiayn_conformance.spec import preset as named
 
     return named(preset).replace(max_len=max(length, 64))
 
@@ -105,7 +105,7 @@ def measure(impl_name: str, preset: str, batch: int, length: int, mode: str, *, 
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from implementations import get_registry
+    from aiayn_conformance.implementations import get_registry
 
     if threads:
         torch.set_num_threads(threads)

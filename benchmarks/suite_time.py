@@ -5,7 +5,14 @@ model of ``tests/shape_limited_models.py``, which accept only some shapes (the s
 that rejects shapes must cost about what a conforming one costs). Each run is a fresh process with the default
 (``ci``) hypothesis profile, as a user runs it; the figure includes interpreter and torch start-up.
 
-Usage: ``python -m benchmarks.suite_time [--impl reference,fused,torch-nn] [--repeats N] [--skip-shape-limited]``.
+``--test-command`` times the README's test command instead (the pytest part of its second code block, run as
+written from the checkout): the project's whole test run, target at most 10 minutes on a 2-core machine.
+``--area decode`` times one area alone (``pytest conformance/test_decode.py``, so every clause ``decode.*``) per
+implementation, against that area's budget (the decode area: 10 s per implementation, the long-horizon issue);
+the shape-limited models are then left out.
+
+Usage: ``python -m benchmarks.suite_time [--impl reference,fused,torch-nn] [--repeats N] [--skip-shape-limited]
+[--area AREA] [--test-command]``.
 """
 
 from __future__ import annotations
@@ -22,11 +29,36 @@ TARGET_S = 30.0
 SHAPE_LIMITED_PLUGIN = ROOT / "tests" / "shape_limited_models.py"
 SHAPE_LIMITED = ("shape-fixed-length", "shape-max-length-4", "shape-batch-of-one")
 SHAPE_LIMITED_TARGET_S = 20.0
+TEST_COMMAND_TARGET_S = 600.0
 
 
-def run_once(impl: str, *extra: str, timeout: float = 1800) -> tuple[float, str, int]:
+def readme_test_command() -> list[str]:
+    """The pytest command of the README's second code block (after its ``pip install ... &&``), as argv."""
+    blocks = (ROOT / "README.md").read_text().split("```")[1::2]
+    command = blocks[1].strip().split("&&")[-1].split()
+    if command[:3] != ["python3", "-m", "pytest"]:
+        raise SystemExit(f"the README's second code block is not a pytest command: {' '.join(command)}")
+    return [sys.executable, *command[1:]]
+
+
+def time_test_command(timeout: float = 3600) -> int:
+    """Run the README's test command once and print its wall time against the target."""
+    cmd = readme_test_command()
+    print(f"README test command: {' '.join(['python3', *cmd[1:]])}")
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-m", "pytest", "conformance/", f"--impl={impl}", "-q",
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    seconds = time.perf_counter() - t0
+    summary = (res.stdout.strip().splitlines() or ["no output"])[-1].strip("= ")
+    verdict = "met" if seconds <= TEST_COMMAND_TARGET_S else f"missed by {seconds - TEST_COMMAND_TARGET_S:.0f} s"
+    print(f"| wall s | target | result |\n|---|---|---|\n| {seconds:.0f} | <= {TEST_COMMAND_TARGET_S:.0f} s: {verdict} "
+          f"| {summary} |")
+    return res.returncode
+AREA_TARGET_S = {"decode": 10.0}  # seconds per implementation for one area alone, where an issue set one
+
+
+def run_once(impl: str, *extra: str, timeout: float = 1800, target: str = "conformance/") -> tuple[float, str, int]:
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-m", "pytest", target, f"--impl={impl}", "-q",
                           "-p", "no:cacheprovider", *extra], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     seconds = time.perf_counter() - t0
     summary = (res.stdout.strip().splitlines() or ["no output"])[-1].strip("= ")
@@ -38,7 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--impl", default="reference,fused,torch-nn")
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--skip-shape-limited", action="store_true", help="leave out the shape-limited models")
+    p.add_argument("--test-command", action="store_true",
+                   help="time the README's test command (the whole test run) instead, target <= 600 s")
+    p.add_argument("--area", help="time this area alone (conformance/test_AREA.py), e.g. decode")
     args = p.parse_args(argv)
+    if args.test_command:
+        return time_test_command()
+    if args.area:
+        return time_area(args.area, [s.strip() for s in args.impl.split(",") if s.strip()], args.repeats)
     print("| implementation | wall s (median) | without ONNX export s | result |")
     print("|---|---|---|---|")
     for impl in [s.strip() for s in args.impl.split(",") if s.strip()]:
@@ -62,6 +101,28 @@ def main(argv: list[str] | None = None) -> int:
         med = statistics.median(r[0] for r in runs)
         verdict = "met" if med <= SHAPE_LIMITED_TARGET_S else f"missed by {med - SHAPE_LIMITED_TARGET_S:.1f} s"
         print(f"| {impl} | {med:.1f} (target: {verdict}) | {runs[-1][1]} |")
+    return 0
+
+
+def time_area(area: str, impls: list[str], repeats: int) -> int:
+    """One area's checks alone, per implementation: wall time (median of ``repeats`` fresh processes)."""
+    target = ROOT / "conformance" / f"test_{area}.py"
+    if not target.exists():
+        areas = sorted(f.stem.removeprefix("test_") for f in (ROOT / "conformance").glob("test_*.py"))
+        print(f"error: unknown area {area!r}; accepted: {', '.join(areas)}", file=sys.stderr)
+        return 2
+    budget = AREA_TARGET_S.get(area)
+    print(f"Area {area} alone (pytest conformance/test_{area}.py)" + (f", target at most {budget:g} s each" if budget
+                                                                      else "") + ":")
+    print()
+    print("| implementation | wall s (median) | result |")
+    print("|---|---|---|")
+    for impl in impls:
+        runs = [run_once(impl, target=f"conformance/test_{area}.py") for _ in range(repeats)]
+        med = statistics.median(r[0] for r in runs)
+        verdict = "" if budget is None else (" (target: met)" if med <= budget else
+                                             f" (target: missed by {med - budget:.1f} s)")
+        print(f"| {impl} | {med:.1f}{verdict} | {runs[-1][1]} |")
     return 0
 
 

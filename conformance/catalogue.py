@@ -1,6 +1,6 @@
-"""``python3 -m conformance.catalogue > docs/clauses.md``: the clause catalogue with each clause's checks.
+"""``python3 -m aiayn_conformance.conformance.catalogue > docs/clauses.md``: the clause catalogue with its checks.
 
-The file is the catalogue ``python3 -m spec`` prints (ids, sections, severities, statements, tolerance
+The file is the catalogue ``python3 -m aiayn_conformance.spec`` prints (ids, sections, severities, statements, tolerance
 policy) followed by a section that lists, per clause, the checks of the suite: read from pytest's own
 collection of ``conformance/`` (``--impl=reference --component=all``, so the model-level checks and the
 component checks of every kind are collected), never from a hand-kept list. tests/test_docs.py keeps the file
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from spec.__main__ import catalogue_markdown
-from spec.clauses import CLAUSES
+from aiayn_conformance.spec.__main__ import catalogue_markdown
+from aiayn_conformance.spec.clauses import CLAUSES
 
 __all__ = ["Check", "collected_checks", "checks_markdown", "clauses_markdown"]
 

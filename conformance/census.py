@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from spec.contract import has_capability
-from spec.schema import tied_groups
+from aiayn_conformance.spec.contract import has_capability
+from aiayn_conformance.spec.schema import tied_groups
 
 from .harness import build_model
 from .inputs import CONFIG, witness_batch
@@ -24,7 +24,7 @@ from .outputs import log_probs
 from .transplant import load_into, visible_state
 
 if TYPE_CHECKING:
-    from implementations import Implementation
+    from aiayn_conformance.implementations import Implementation
 
 __all__ = ["census", "shared_parameters", "blocked_by_layers", "DEAD"]
 

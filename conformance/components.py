@@ -2,7 +2,7 @@
 
 A crash means the clause under test could not be checked (``ImplementationError``); a component that cannot
 run on this machine (``ComponentUnavailable``) is skipped with its reason. The factories' call contracts are
-in ``implementations/components.py`` and docs/components.md; the checks that use these helpers sit in the
+in ``implementations/builtins/components.py`` and docs/components.md; the checks that use these helpers sit in the
 module of the clause they check (``test_attention.py``, ``test_mask.py``, ``test_norm.py``, ...).
 """
 
@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch
 
-from implementations.components import ComponentUnavailable
+from aiayn_conformance.implementations.builtins.components import ComponentUnavailable
 
 from .harness import CheckTimeout, could_not_check
 
 if TYPE_CHECKING:
-    from implementations import Component
+    from aiayn_conformance.implementations import Component
 
 __all__ = ["Kernel", "from_factory", "call_kernel", "qkv", "key_padding", "B", "H", "LQ", "LK", "DK"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from spec.config import TINY, ModelConfig
+from aiayn_conformance.spec.config import TINY, ModelConfig
 
 __all__ = ["CONFIG", "OTHER_CONFIGS", "config_change"]
 

@@ -15,15 +15,17 @@ penalty"), never to accept it.
 
 from __future__ import annotations
 
+import functools
 import math
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 import torch
 from torch import Tensor
 
-from reference.decoding import (
+from aiayn_conformance.reference.decoding import (
     Hypotheses,
     LengthPenalty,
     PrefixState,
@@ -33,9 +35,9 @@ from reference.decoding import (
     greedy_search,
     output_limits,
 )
-from spec.config import ModelConfig
-from spec.contract import STEP_DECODING_METHODS, has_capability
-from spec.decoding import TRANSLATION
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.contract import STEP_DECODING_METHODS, has_capability
+from aiayn_conformance.spec.decoding import TRANSLATION
 
 from .configs import OTHER_CONFIGS
 from .harness import CheckTimeout, ImplementationError, as_log_probs, could_not_check, run_forward
@@ -47,6 +49,7 @@ __all__ = [
     "Schedule", "incremental_schedule", "Replay", "replay", "drive", "CacheVariant", "CACHE_VARIANTS",
     "Script", "ScriptedScores", "Scores", "scripted_witnesses", "call_search", "PENALTY_SCRIPT", "EARLY_SCRIPT",
     "NEVER_ENDS", "SCRIPTED_SOURCES", "SCRIPTED_ROWS", "SCRIPTED_MAX_LEN", "NEVER_ENDING_SOURCES",
+    "RandomTables", "table_sources", "TableCase", "table_cases", "t2t_search", "TABLE_VARIANTS", "TABLE_SEARCH",
 ]
 
 # Positions up to the longest witness source + 50 (§6.1): the tiny preset's max_len (24) is too short.
@@ -199,7 +202,7 @@ class ScriptedScores:
         return PrefixState(state.src.index_select(0, indices), state.prefix.index_select(0, indices))
 
 
-Scores = ForwardScores | ScriptedScores
+Scores = Union[ForwardScores, ScriptedScores, "RandomTables"]  # noqa: UP007  # RandomTables is defined below
 
 
 def describe_generate(src: Tensor, pad_id: int, **kw: Any) -> str:
@@ -355,28 +358,59 @@ class Schedule:
     ``expand``: the rows after ``begin_decoding`` (as beam search expands sources to beams).
     ``tokens``: per step, the token fed to each row (``pad_id`` for a row that has finished).
     ``reorders``: step -> indices applied with ``reorder_state`` before that step's tokens.
+    ``finishes``: row -> the step from which it is fed padding (until a reorder replaces it, or to the end).
     """
 
     src: Tensor  # (B, S)
     expand: Tensor  # (N,) source of each row
     tokens: Tensor  # (steps, N)
     reorders: dict[int, Tensor]
+    finishes: dict[int, int]
+
+    def describe(self, pad_id: int) -> str:
+        """The calls the schedule makes, for a failure message."""
+        reorders = "; ".join(f"before step {t}: {idx.tolist()}" for t, idx in self.reorders.items())
+        finished = ", ".join(f"row {r} from step {t}" for r, t in self.finishes.items())
+        return (f"begin_decoding(src {list(self.src.shape)}, real lengths {(self.src != pad_id).sum(1).tolist()}), "
+                f"reorder_state to {self.expand.tolist()}, decode_step x {self.tokens.size(0)} (padding fed to "
+                f"{finished}), reorder_state {reorders}")
 
 
-def incremental_schedule(config: ModelConfig = DECODE_CONFIG, *, bos_id: int = PAPER.bos_id) -> Schedule:
-    """Three right-padded sources (real lengths 6, 3, 1) expanded to two rows each; 7 steps from the start
-    symbol; row 3 finishes after step 2 and is fed padding; before step 4 the rows are reordered (row 3
-    dropped, row 4 duplicated), as beam search does."""
+STAYS = 1  # the schedule's row that finishes early and stays in the batch
+
+
+def incremental_schedule(config: ModelConfig = DECODE_CONFIG, *, bos_id: int = PAPER.bos_id,
+                         steps: int | None = None, seed: int = 22) -> Schedule:
+    """Three right-padded sources (real lengths 6, 3, 1) expanded to two rows each, fed ``steps`` tokens
+    (default ``config.max_len``: every position the model has, far past any window a cache might keep) from the
+    start symbol. Rows finish early as searches make them: row 3 at step 3 (then dropped), row 1 at the first
+    quarter (fed padding to the end, as greedy search feeds a finished row), row 5 at two thirds (then dropped).
+    Four reorders in the middle (before steps 4, a quarter, a half and three quarters in) draw each new row from
+    the rows still going on, across sources, with repeats and drops, as beam search does; the row finished for
+    good stays in place."""
+    steps = config.max_len if steps is None else steps
     src = decode_sources([6, 3, 1], seed=21, config=config)
-    g = torch.Generator().manual_seed(22)
-    steps, rows = 7, 6
-    tokens = torch.randint(1, config.tgt_vocab, (steps, rows), generator=g)
+    expand = torch.tensor([0, 0, 1, 1, 2, 2])
+    n = expand.numel()
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(1, config.tgt_vocab, (steps, n), generator=g)
     tokens[tokens == config.pad_id] = bos_id
     tokens[0] = bos_id
-    tokens[3:, 3] = config.pad_id  # row 3 has finished: padding from step 3 on (until it is dropped)
-    reorders = {4: torch.tensor([5, 0, 1, 2, 4, 4])}
-    tokens[4:, 3] = tokens[4:, 4]  # the new row 3 continues the old row 2 (real tokens again)
-    return Schedule(src, torch.tensor([0, 0, 1, 1, 2, 2]), tokens, reorders)
+    finishes = {r: t for r, t in ((3, 3), (STAYS, steps // 4 - 2), (5, 2 * steps // 3)) if 0 < t < steps}
+    at = sorted({t for t in (4, steps // 4, steps // 2 + 1, 3 * steps // 4 + 2) if 0 < t < steps})
+    reorders: dict[int, Tensor] = {}
+    done = torch.zeros(n, dtype=torch.bool)  # the row's lineage has finished: it is fed padding
+    for t in range(steps):
+        if t in reorders or t in at:
+            live = (~done).nonzero().flatten()
+            idx = live[torch.randint(0, live.numel(), (n,), generator=g)]
+            if done[STAYS]:  # finished for good: kept in place, fed padding to the end
+                idx[STAYS] = STAYS
+            reorders[t] = idx
+            done = done[idx]
+        done |= torch.tensor([finishes.get(r) == t for r in range(n)])
+        tokens[t][done] = config.pad_id
+    return Schedule(src, expand, tokens, reorders, finishes)
 
 
 @dataclass
@@ -434,27 +468,30 @@ def drive(decoder: Any, schedule: Schedule, output: str, vocab: int) -> list[Ten
 
 
 class CacheVariant:
-    """The reference's cached decoder (``reference.decoding``) with one named bug, run on the reference twin."""
+    """The reference's cached decoder (``reference.decoding``) with one named bug, run on the reference twin.
 
-    def __init__(self, twin: Any, knob: str):
-        self.model, self.knob = twin, knob
+    Its state is (the reference's ``KVCache``, t): t counts the tokens fed, since a windowed cache holds fewer."""
+
+    def __init__(self, twin: Any, knob: str, window: int = 0):
+        self.model, self.knob, self.window = twin, knob, window
+        self.pad_id = twin.config.pad_id
 
     def begin_decoding(self, src: Tensor) -> Any:
-        from reference.decoding import KVCache, LayerCache, init_cache
+        from aiayn_conformance.reference.decoding import KVCache, LayerCache, init_cache
 
         cache = init_cache(self.model, src)
         if self.knob != "cross-from-embeddings":
-            return cache
+            return cache, 0
         x = self.model.embed(src, self.model.src_embed)  # the encoder's input instead of its output
         layers = tuple(LayerCache(c.self_k, c.self_v, l.cross_attn.split_heads(l.cross_attn.k(x)),
                                   l.cross_attn.split_heads(l.cross_attn.v(x)))
                        for l, c in zip(self.model.decoder, cache.layers))
-        return KVCache(layers, cache.src_mask)
+        return KVCache(layers, cache.src_mask), 0
 
-    def decode_step(self, cache: Any, tokens: Tensor) -> tuple[Tensor, Any]:
-        from reference.decoding import KVCache, LayerCache, _attend
+    def decode_step(self, state: Any, tokens: Tensor) -> tuple[Tensor, Any]:
+        from aiayn_conformance.reference.decoding import KVCache, LayerCache, _attend
 
-        m, t = self.model, cache.length
+        (cache, t), m = state, self.model
         start = {"positions-restart": 0, "positions-from-1": t + 1}.get(self.knob, t)
         y = m.embed(tokens[:, None], m.tgt_embed, start=start)
         layers = []
@@ -462,6 +499,8 @@ class CacheVariant:
             sa = layer.self_attn
             k_new, v_new = sa.split_heads(sa.k(y)), sa.split_heads(sa.v(y))
             k, v = torch.cat([c.self_k, k_new], dim=2), torch.cat([c.self_v, v_new], dim=2)
+            if self.knob == "self-window":  # only the last `window` positions are kept (the new one included)
+                k, v = k[:, :, -self.window:], v[:, :, -self.window:]
             if self.knob == "self-cache-dropped":
                 y = layer.norm1(y + _attend(sa, y, k_new, v_new, None))
             else:
@@ -469,21 +508,22 @@ class CacheVariant:
             y = layer.norm2(y + _attend(layer.cross_attn, y, c.cross_k, c.cross_v, cache.src_mask))
             y = layer.norm3(y + layer.ffn(y))
             layers.append(LayerCache(k, v, c.cross_k, c.cross_v))
-        return m.generator(y[:, 0]), KVCache(tuple(layers), cache.src_mask)
+        return m.generator(y[:, 0]), (KVCache(tuple(layers), cache.src_mask), t + 1)
 
-    def reorder_state(self, cache: Any, indices: Tensor) -> Any:
-        from reference.decoding import KVCache, LayerCache, reorder
+    def reorder_state(self, state: Any, indices: Tensor) -> Any:
+        from aiayn_conformance.reference.decoding import KVCache, LayerCache, reorder
 
+        cache, t = state
         moved = reorder(cache, indices)
         if indices.numel() != cache.src_mask.size(0):  # the expansion to beams: everything moves
-            return moved
+            return moved, t
         if self.knob == "cross-not-reordered":
             return KVCache(tuple(LayerCache(n.self_k, n.self_v, o.cross_k, o.cross_v)
-                                 for n, o in zip(moved.layers, cache.layers)), cache.src_mask)
+                                 for n, o in zip(moved.layers, cache.layers)), cache.src_mask), t
         if self.knob == "self-not-reordered":
             return KVCache(tuple(LayerCache(o.self_k, o.self_v, n.cross_k, n.cross_v)
-                                 for n, o in zip(moved.layers, cache.layers)), moved.src_mask)
-        return moved
+                                 for n, o in zip(moved.layers, cache.layers)), moved.src_mask), t
+        return moved, t
 
 
 CACHE_VARIANTS: dict[str, str] = {
@@ -496,4 +536,186 @@ CACHE_VARIANTS: dict[str, str] = {
     "cross-from-embeddings": "cross-attention keys/values computed from the encoder's input embeddings instead of "
                              "the final encoder output (the wrong memory)",
     "self-cache-dropped": "self-attention over the new token only (the prefix's keys/values are not kept)",
+    "self-window": "a self-attention cache that keeps only the last {window} positions (a sliding window: earlier "
+                   "keys/values are dropped)",
+}
+
+
+# -- random score tables: any search against the reference on scores drawn at random -----------------------------
+TABLE_VOCAB = 7  # pad 0, start 1, end 2 (S_PAD, S_BOS, S_EOS), tokens 3 .. 6
+TABLE_TOKENS = (3, 4, 5, 6)
+
+
+@functools.cache
+def _table_mix(seed: int, src: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
+    """A table's own mix of kinds (peaked, fork, ending, flat) and its horizon (0: none)."""
+    table = random.Random(hash((seed, src)))
+    mix = tuple(table.choice(m) for m in ((1, 4, 20), (0, 1, 3), (1, 2, 4), (0, 1, 4)))
+    return mix, table.choice([0, 0, 2, 5, 10, 20, 40])
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def _table_log_probs(seed: int, key: tuple[tuple[int, ...], tuple[int, ...]]) -> list[float]:
+    """The log-probabilities table ``seed`` gives after the prefix ``key[1]`` for the source ``key[0]``
+    (``RandomTables``). Ints and tuples hash the same in every run, so the tables are deterministic."""
+    mix, depth = _table_mix(seed, key[0])
+    t = len(key[1]) - 1  # output tokens so far
+    if depth and t == 0:
+        mix = (1, 6, 1, 2)  # a fork first: end at once, or go on
+    elif depth:
+        mix = (20, 0, 0, 1) if t < depth else (1, 1, 8, 0)
+    rng = random.Random(hash((seed, key)))
+    kind = rng.choices(("peaked", "fork", "ending", "flat"), mix)[0]
+    w = [0.0] * TABLE_VOCAB
+    for tok in TABLE_TOKENS:
+        w[tok] = rng.uniform(0.0, 2.0) if kind in ("peaked", "fork") else rng.uniform(1.0, 4.0)
+    if kind == "peaked":  # one token far more likely than the rest, the end symbol unlikely
+        w[rng.choice(TABLE_TOKENS)] = rng.uniform(50.0, 800.0)
+        w[S_EOS] = rng.choice([0.0, rng.uniform(0.0, 1.0)])
+    elif kind == "fork":  # end now or go on: the end symbol and one token share most of the mass
+        w[rng.choice(TABLE_TOKENS)] = rng.uniform(10.0, 30.0)
+        w[S_EOS] = rng.uniform(15.0, 40.0)
+    elif kind == "ending":  # the end symbol likely
+        w[S_EOS] = rng.uniform(8.0, 200.0)
+    else:  # flat
+        w[S_EOS] = rng.choice([0.0, rng.uniform(0.0, 4.0)])
+    if t < 3 and rng.random() < 0.5:  # a tie in the first steps: two tokens exactly as likely
+        a, b = rng.sample((S_EOS, *TABLE_TOKENS), 2)
+        w[b] = w[a]
+    total = sum(w)
+    return [math.log(x / total) if x > 0 else -math.inf for x in w]
+
+
+class RandomTables:
+    """A step decoder whose next-token distribution is drawn at random for each (source, prefix): every source is
+    its own score table. Probabilities are random weights normalized, two of them equal (a tie) at half the
+    prefixes of up to 2 tokens; a prefix's distribution is peaked on one token (a hypothesis that stays likely
+    for long), leans to the end symbol, forks (the end symbol and one token share most of the mass: end now, or
+    go on and be judged by a larger length penalty later), or is flat, in proportions each table draws. Some
+    tables have a horizon: a fork first, then peaked steps until a drawn depth (2 to 40 tokens), then likely ends,
+    where continuing past a finished hypothesis pays off only to a search that bounds the live ones by
+    lp(maximum length).
+
+    Log-probabilities are float64; padding and the start symbol get none (-inf)."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.pad_id = S_PAD
+
+    def log_probs(self, src: Tensor, prefix: Tensor) -> Tensor:
+        """[N, V] float64 log-probabilities of the token after ``prefix`` [N, t] (start symbol first)."""
+        rows = [_table_log_probs(self.seed, (tuple(s), tuple(p))) for s, p in zip(src.tolist(), prefix.tolist())]
+        return torch.tensor(rows, dtype=torch.float64)
+
+    def begin_decoding(self, src: Tensor) -> PrefixState:
+        return PrefixState(src, src.new_zeros(src.size(0), 0))
+
+    def decode_step(self, state: PrefixState, tokens: Tensor) -> tuple[Tensor, PrefixState]:
+        prefix = torch.cat([state.prefix, tokens[:, None]], dim=1)
+        return self.log_probs(state.src, prefix), PrefixState(state.src, prefix)
+
+    def reorder_state(self, state: PrefixState, indices: Tensor) -> PrefixState:
+        return PrefixState(state.src.index_select(0, indices), state.prefix.index_select(0, indices))
+
+
+def table_sources(count: int, *, seed: int) -> Tensor:
+    """``count`` distinct sources [count, 4] of tokens 3 .. 6: each picks its own random table."""
+    rng = random.Random(seed)
+    picks = rng.sample(range(len(TABLE_TOKENS) ** 4), count)
+    return torch.tensor([[TABLE_TOKENS[(n >> (2 * i)) & 3] for i in range(4)] for n in picks])
+
+
+@dataclass(frozen=True)
+class TableCase:
+    """One batch of random tables: the reference's outputs, and the rows no near tie decides (``judged``: the
+    plain-Python search ``t2t_search`` meets no near tie at a cut and returns the reference's output)."""
+
+    seed: int
+    max_len: int
+    src: Tensor
+    expected: list[list[int]]
+    judged: list[bool]
+
+
+TABLE_SEARCH: dict[str, Any] = dict(bos_id=S_BOS, eos_id=S_EOS, beam_size=PAPER.beam_size, alpha=PAPER.alpha)
+TABLE_BATCHES = ((101, 6), (102, 16), (103, 48), (104, 48))  # (seed, max_len): short and long horizons
+TABLES_PER_BATCH = 40
+NEAR_TIE = 1e-5  # scores closer than this at a cut count as tied: float32 sums may order them either way
+
+
+@functools.lru_cache(maxsize=1)
+def table_cases() -> tuple[TableCase, ...]:
+    """The random-table witnesses of decode.beam: ``TABLE_BATCHES`` batches of ``TABLES_PER_BATCH`` tables."""
+    cases = []
+    for seed, max_len in TABLE_BATCHES:
+        src, tables = table_sources(TABLES_PER_BATCH, seed=seed), RandomTables(seed)
+        expected = expected_beam(tables, src, max_len=max_len, **TABLE_SEARCH)
+        ties: list[bool] = []
+        plain = t2t_search(tables, src, max_len=max_len, ties=ties, **TABLE_SEARCH)
+        judged = [p == e and not t for p, e, t in zip(plain, expected, ties)]
+        cases.append(TableCase(seed, max_len, src, expected, judged))
+    return tuple(cases)
+
+
+def t2t_search(scores: Scores, src: Tensor, *, bos_id: int, eos_id: int, beam_size: int,
+               alpha: float, max_len: int | Tensor | None, bound: str = "max", candidates: int = 2,
+               ties: list[bool] | None = None) -> list[list[int]]:
+    """tensor2tensor's beam search, one source at a time in plain Python, with knobs that name departures: the
+    early-stop ``bound`` divides the best live log-probability by lp(maximum length) ("max", §6.1's procedure) or by
+    lp(current length) ("current": stops while a live hypothesis can still win); ``candidates`` x K candidates per
+    step (2: K live hypotheses remain however many end; 1: only the K best may continue or finish). ``ties``, when
+    given, receives per source whether two scores within NEAR_TIE met at a cut (the 2K candidates, the K live, the
+    K finished, the early stop, the winner): there the output depends on how ties are broken."""
+    limits = output_limits(src, scores.pad_id, max_len=max_len).tolist()
+
+    def lp(n: int) -> float:
+        return ((5.0 + n) / 6.0) ** alpha
+
+    def cut(ranked: list[float], k: int) -> bool:
+        return len(ranked) > k > 0 and ranked[k - 1] - ranked[k] < NEAR_TIE
+
+    outputs = []
+    for b in range(src.size(0)):
+        alive: list[tuple[float, list[int]]] = [(0.0, [])]
+        finished: list[tuple[float, list[int]]] = []  # (score, tokens)
+        tied = False
+        for i in range(limits[b]):
+            prefixes = torch.tensor([[bos_id] + seq for _, seq in alive], dtype=torch.long)
+            rows = scores.log_probs(src[b:b + 1].expand(len(alive), -1), prefixes).tolist()
+            ranked = sorted(((lp0 + x, seq + [v]) for (lp0, seq), row in zip(alive, rows) for v, x in enumerate(row)
+                             if v != scores.pad_id and x > -math.inf), key=lambda c: -c[0])
+            cands = ranked[:candidates * beam_size]
+            going = [c for c in cands if c[1][-1] != eos_id]
+            alive = going[:beam_size]
+            ended = [(c[0] / lp(i + 1), c[1]) for c in cands if c[1][-1] == eos_id]
+            merged = sorted(finished + ended, key=lambda f: -f[0])
+            finished = merged[:beam_size]
+            tied |= (cut([c[0] for c in ranked], candidates * beam_size) or cut([c[0] for c in going], beam_size)
+                     or cut([f[0] for f in merged], beam_size))
+            if not alive:
+                break
+            divisor = lp(limits[b]) if bound == "max" else lp(i + 1)
+            if finished:
+                lowest, reach = min(f[0] for f in finished), alive[0][0] / divisor
+                tied |= abs(lowest - reach) < NEAR_TIE
+                if lowest > reach:
+                    break
+        tied |= cut([f[0] for f in finished], 1)
+        outputs.append(finished[0][1] if finished else alive[0][1])
+        if ties is not None:
+            ties.append(tied)
+    return outputs
+
+
+TABLE_VARIANTS: dict[str, Variant] = {
+    "early-stop-current-length": Variant("tensor2tensor's early stop with the best live log-probability divided by "
+                                         "lp(current length) instead of lp(maximum length): it stops while a live "
+                                         "hypothesis can still win", lambda s, src, **kw: t2t_search(
+                                             s, src, bound="current", **kw)),
+    "k-candidates": Variant("only the K best candidates of a step may continue or finish (tensor2tensor takes 2K, so "
+                            "that K live hypotheses remain however many end)", lambda s, src, **kw: t2t_search(
+                                s, src, candidates=1, **kw)),
+    "finished-in-beam": BEAM_VARIANTS["finished-in-beam"],
+    "no-penalty": BEAM_VARIANTS["no-penalty"],
+    "length-power": BEAM_VARIANTS["length-power"],
 }

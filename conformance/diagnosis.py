@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch
 
-from spec.contract import has_capability
-from spec.tolerance import compare
+from aiayn_conformance.spec.contract import has_capability
+from aiayn_conformance.spec.tolerance import compare
 
 from . import oracles
 from .harness import as_log_probs, could_not_check, current_clause, describe_call, run_forward, violation
@@ -31,7 +31,7 @@ from .transplant import STATE_SEED, transplanted, visible_state
 from .variants import IMPROVEMENT, KNOBS, MAX_VARIANTS, Diagnosis, Parts, diagnose
 
 if TYPE_CHECKING:
-    from implementations import Implementation
+    from aiayn_conformance.implementations import Implementation
 
 __all__ = ["UNIT_NORMS", "encode_output", "own_table", "diagnosis_of", "explanation", "fail_on_variant_departure"]
 

@@ -33,13 +33,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pytest
 import torch
 
-from spec.clauses import get_clause
-from spec.config import ModelConfig
+from aiayn_conformance.spec.clauses import get_clause
+from aiayn_conformance.spec.config import ModelConfig
 
 from .configs import CONFIG, config_change
 
 if TYPE_CHECKING:
-    from implementations import Implementation
+    from aiayn_conformance.implementations import Implementation
 
 __all__ = [
     "ClauseViolation", "ImplementationError", "CheckTimeout", "checking", "current_clause", "violation",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from spec.config import ModelConfig
+from aiayn_conformance.spec.config import ModelConfig
 
 from . import shapes
 from .configs import CONFIG

@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch
 
-from spec.config import ModelConfig
-from spec.tolerance import Comparison, compare
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.tolerance import Comparison, compare
 
 from .harness import as_log_probs, run_forward
 from .inputs import CONFIG
 
 if TYPE_CHECKING:
-    from implementations import Implementation
+    from aiayn_conformance.implementations import Implementation
 
 __all__ = ["log_probs", "require_deterministic", "compare_real"]
 

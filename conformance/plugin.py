@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from spec.clauses import CLAUSES, get_clause, parse_clause_ids
+from aiayn_conformance.spec.clauses import CLAUSES, get_clause, parse_clause_ids
 
 from . import (
     inputs,
@@ -59,7 +59,7 @@ from . import (
 from .harness import CheckTimeout, ClauseViolation, ImplementationError, checking
 
 if TYPE_CHECKING:
-    from implementations import Component, Implementation, Registry
+    from aiayn_conformance.implementations import Component, Implementation, Registry
 
 CONFORMANCE_DIR = Path(__file__).resolve().parent
 DEFAULT_TIMEOUT = 120.0
@@ -93,7 +93,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _registry(config: pytest.Config) -> Registry:
-    from implementations import PluginError, get_registry
+    from aiayn_conformance.implementations import PluginError, get_registry
 
     try:
         return get_registry(config.getoption("--plugin") or ())
@@ -105,7 +105,7 @@ def selected_implementations(config: pytest.Config) -> list[Implementation]:
     """The Implementations chosen by --impl (kept in the config's stash)."""
     if IMPLS in config.stash:
         return config.stash[IMPLS]
-    from implementations import UnknownNameError
+    from aiayn_conformance.implementations import UnknownNameError
 
     registry = _registry(config)
     selection = config.getoption("--impl") or "reference"
@@ -124,7 +124,7 @@ def selected_components(config: pytest.Config) -> list[Component]:
     selection = config.getoption("--component")
     comps: list[Component] = []
     if selection:
-        from implementations import UnknownNameError
+        from aiayn_conformance.implementations import UnknownNameError
 
         try:
             comps = _registry(config).select_components(selection)
@@ -143,6 +143,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "clause(id): the spec clause this test checks (spec/clauses.py)")
     config.addinivalue_line("markers", "component_kind(kind): the kind of component a check taking the "
                                        "`component` fixture audits")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistGroups(), "aiayn-xdist-groups")
     try:
         workerinput = getattr(config, "workerinput", None)
         if workerinput is not None:  # an xdist worker takes its share of the CPUs
@@ -179,11 +181,11 @@ def _selected_clauses(config: pytest.Config) -> list[str] | None:
 def pytest_report_header(config: pytest.Config) -> list[str]:
     if config.getoption("--impl") is None and not config.getoption("--plugin") and not config.getoption("--component"):
         return []
-    import spec
+    from aiayn_conformance import spec
 
     impls = [] if components_only(config) else selected_implementations(config)
     lines = [f"aiayn-conformance: spec {spec.SPEC_VERSION} ({spec.PAPER}), {len(CLAUSES)} clauses"]
-    from implementations.availability import version_note
+    from aiayn_conformance.implementations.availability import version_note
 
     for impl in impls:
         dev = f", declares {len(impl.deviations)} deviation(s)" if impl.deviations else ""
@@ -229,7 +231,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def component_kind(item: pytest.Item) -> str | None:
     """The kind of component a check taking ``component`` audits (its ``component_kind`` marker), or None when
     the marker is missing or names no known kind (reported at collection)."""
-    from implementations import COMPONENT_KINDS
+    from aiayn_conformance.implementations import COMPONENT_KINDS
 
     mark = item.get_closest_marker("component_kind")
     kind = mark.args[0] if mark is not None and mark.args else None
@@ -271,8 +273,28 @@ def _unselected(item: pytest.Item) -> bool:
 
 
 @pytest.hookimpl(tryfirst=True)
+class _XdistGroups:
+    """Under pytest-xdist's ``--dist loadgroup``, one worker runs all checks of one subject in one module, so the
+    module-scoped model (or export, or training run) of that subject is made once, not once per worker.
+
+    Registered only when xdist is loaded; it runs before xdist's own collection hook, which reads the groups.
+    A test that already names its ``xdist_group`` keeps it. Without ``--dist loadgroup`` the marks are inert.
+    """
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            params = _params(item)
+            subject = params.get("impl") or params.get("component")
+            if subject is None or item.get_closest_marker("xdist_group") is not None:
+                continue
+            module = getattr(getattr(item, "module", None), "__name__", item.nodeid.split("::")[0])
+            kind = f"{subject.kind}:" if params.get("impl") is None else ""
+            item.add_marker(pytest.mark.xdist_group(f"{module}::{kind}{subject.name}"))
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    from implementations import COMPONENT_KINDS
+    from aiayn_conformance.implementations import COMPONENT_KINDS
 
     problems = [f"{item.nodeid}: a check taking `component` needs @pytest.mark.component_kind(KIND), KIND one of "
                 f"{', '.join(COMPONENT_KINDS)}" for item in items

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import pytest
 import torch
 
-from reference.model import sinusoid_table
-from spec.config import ModelConfig
-from spec.contract import has_capability
+from aiayn_conformance.reference.model import sinusoid_table
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.contract import has_capability
 
 from . import oracles
 from .harness import build_model, violation
@@ -31,7 +31,7 @@ from .outputs import log_probs
 from .transplant import load_into, visible_state
 
 if TYPE_CHECKING:
-    from implementations import Implementation
+    from aiayn_conformance.implementations import Implementation
 
 __all__ = ["readout", "hidden_states", "post_norm_probe", "last_sublayer_diagnosis", "last_norm_divisor",
            "sublayers_off",

@@ -19,10 +19,10 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from implementations import ComponentUnavailable
-from reference.training import LabelSmoothedCrossEntropy, LRateScheduler, adam, teacher_forcing
-from spec.contract import has_capability
-from spec.training import TrainConfig
+from aiayn_conformance.implementations import ComponentUnavailable
+from aiayn_conformance.reference.training import LabelSmoothedCrossEntropy, LRateScheduler, adam, teacher_forcing
+from aiayn_conformance.spec.contract import has_capability
+from aiayn_conformance.spec.training import TrainConfig
 
 from .harness import CheckTimeout, could_not_check
 

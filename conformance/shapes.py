@@ -39,13 +39,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import pytest
 import torch
 
-from spec.config import ModelConfig
-from spec.contract import has_capability
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.contract import has_capability
 
 from .harness import ImplementationError, build_model, output_problem, shape_gate
 
 if TYPE_CHECKING:
-    from implementations import Implementation
+    from aiayn_conformance.implementations import Implementation
 
 __all__ = ["Axis", "ShapeContract", "probe", "contract_of", "under_test", "current", "fit_pair", "ranges",
            "describe_shape"]

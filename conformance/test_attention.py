@@ -9,7 +9,7 @@ Three techniques, one room:
 * metamorphic probes: the implementation against itself under weight changes whose effect the paper fixes,
   so bugs in other clauses cannot make them fail;
 * attention kernels alone (``--component``, kind ``attention``): Eq. (1) against the float64 closed form.
-  Kernel contract (implementations/components.py): ``fn(q, k, v, mask)`` with q, k, v [B, h, L, d_k], a
+  Kernel contract (implementations/builtins/components.py): ``fn(q, k, v, mask)`` with q, k, v [B, h, L, d_k], a
   boolean mask where True means "may attend", result [B, h, Lq, d_v]; a query with no allowed key gives zeros.
 """
 
@@ -20,9 +20,9 @@ import math
 import pytest
 import torch
 
-from implementations import Component, Implementation
-from spec.config import ModelConfig
-from spec.tolerance import Comparison, compare
+from aiayn_conformance.implementations import Component, Implementation
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.tolerance import Comparison, compare
 
 from . import oracles
 from .census import blocked_by_layers

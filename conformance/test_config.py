@@ -7,9 +7,9 @@ from collections import Counter
 import pytest
 import torch
 
-from implementations import Implementation
-from spec.config import BASE, ModelConfig
-from spec.schema import parameter_count, parameter_schema, tied_groups
+from aiayn_conformance.implementations import Implementation
+from aiayn_conformance.spec.config import BASE, ModelConfig
+from aiayn_conformance.spec.schema import parameter_count, parameter_schema, tied_groups
 
 from .configs import OTHER_CONFIGS
 from .harness import build_model, violation

@@ -9,11 +9,15 @@ even in an implementation whose forward differs from the reference's. An adapter
 weights holds the visible weights with embeddings (hence, tied, the logits) three times larger: sharp
 distributions, under which one more likely token costs less than the length penalty gives back, so
 α = 0 and α = 0.6 choose different outputs (witnesses are searched for at test time; a check without one
-skips with the reason). Every input is deterministic.
+skips with the reason). Sharpened, the next token depends almost only on the last one, so one beam witness runs
+on the weights unsharpened at §6.1's output length (longest source + 50), where a cache inside ``generate`` that
+restarts positions, keeps a window or is left out of the reorder changes the outputs. The cached decoder is driven
+through every position up to max_len. Every input is deterministic.
 
 Components alone (``--component``, kinds ``length_penalty`` and ``search``): a length penalty against GNMT's
 closed form and by the output the reference beam search chooses with it, a beam search by its outputs and its
-default limit, both on scripted step decoders whose answers are worked out by hand (``ScriptedScores``).
+default limit, both on scripted step decoders whose answers are worked out by hand (``ScriptedScores``), and a
+beam search against the reference on 160 random score tables (``RandomTables``).
 Composed into the reference (``reference+search=NAME``), a search is audited whole by the checks above.
 """
 
@@ -25,10 +29,10 @@ from typing import Any
 import pytest
 import torch
 
-from implementations import Component, Implementation
-from reference.decoding import beam_search, output_limits
-from spec.contract import has_capability
-from spec.tolerance import compare
+from aiayn_conformance.implementations import Component, Implementation
+from aiayn_conformance.reference.decoding import beam_search, output_limits
+from aiayn_conformance.spec.contract import has_capability
+from aiayn_conformance.spec.tolerance import compare
 
 from . import oracles, shapes
 from .components import from_factory
@@ -46,8 +50,11 @@ from .decoding import (
     SCRIPTED_MAX_LEN,
     SCRIPTED_ROWS,
     SCRIPTED_SOURCES,
+    TABLE_SEARCH,
+    TABLE_VARIANTS,
     CacheVariant,
     ForwardScores,
+    RandomTables,
     Replay,
     Schedule,
     ScriptedScores,
@@ -63,6 +70,7 @@ from .decoding import (
     replay,
     rows_of,
     scripted_witnesses,
+    table_cases,
 )
 from .harness import CheckTimeout, ImplementationError, build_model, could_not_check, violation
 from .outputs import log_probs, require_deterministic
@@ -87,6 +95,18 @@ class Subject:
     weights: str
     scores: ForwardScores | None = None
     beam_witnesses: list[Witness] | None = None
+    history: History | None = None
+
+
+@dataclass
+class History:
+    """The model holding unsharpened weights, where the next token depends on the whole prefix, not mostly on the
+    last token (the sharpened embeddings' regime): the witnesses of cache bugs inside ``generate``."""
+
+    model: Any
+    twin: Any  # the reference holding the same weights, or None
+    weights: str
+    scores: ForwardScores
 
 
 # Keyed by id(model): each entry holds its model, so no later model can take the same id.
@@ -125,6 +145,22 @@ def subject(impl: Implementation, model: Any) -> Subject:
     return subj
 
 
+def history(impl: Implementation, subj: Subject) -> History:
+    """The subject's unsharpened counterpart: a second model holding the visible weights as they are, when it loads
+    canonical weights; the model itself otherwise (its own initialization is not sharpened)."""
+    if subj.history is None:
+        if subj.twin is None:
+            subj.history = History(subj.model, None, subj.weights, ForwardScores(subj.model, impl.output))
+        else:
+            unsharp = build_model(impl, CFG)
+            state = visible_state(CFG, seed=STATE_SEED)
+            load_into(unsharp, state, impl.name)
+            unsharp.eval()
+            subj.history = History(unsharp, reference_twin(CFG, state), f"visible weights (seed {STATE_SEED}), "
+                                   "not sharpened", ForwardScores(unsharp, impl.output))
+    return subj.history
+
+
 def needs_generate(impl: Implementation, model: Any) -> None:
     if not has_capability(model, "generate"):
         pytest.skip(f"{impl.name} has no {GENERATE} (spec.contract): no search of its own to check")
@@ -133,8 +169,9 @@ def needs_generate(impl: Implementation, model: Any) -> None:
 # -- decode.incremental ----------------------------------------------------------------------------------------
 @pytest.mark.clause("decode.incremental")
 def test_cached_steps_equal_the_full_forward(impl: Implementation, model: Any) -> None:
-    """Every step of the step-level decoder equals the full forward on the same prefix: three padded
-    sources expanded to beams, a row finished early (fed padding), then reordered like beams."""
+    """Every step of the step-level decoder equals the full forward on the same prefix, at every position the
+    model has (max_len steps, far past any window a cache might keep): three padded sources expanded to beams,
+    rows finished early (fed padding), reorders across sources in the middle."""
     missing = missing_step_methods(model)
     if missing:
         pytest.skip(f"{impl.name} has no {', '.join(missing)} (spec.contract step-level decoding): no "
@@ -149,29 +186,28 @@ def test_cached_steps_equal_the_full_forward(impl: Implementation, model: Any) -
         if cmp.ok:
             continue
         row = int(active.nonzero()[cmp.index[0]]) if cmp.index else 0
-        named = _cache_variant(subj, schedule, got, rep)
+        named = _cache_variant(subj, schedule, got, rep, first=t)
         violation(measured=f"at step {t} (prefix length {t + 1}), row {row}: the cached decoder's "
-                  f"next-token log-probabilities differ from the full forward's: {cmp.describe()}"
-                  + (f"; the cached decoder matches the reference with {named}" if named else ""),
+                  f"next-token log-probabilities differ from the full forward's: {cmp.describe()}; steps 0 to "
+                  f"{t - 1} agreed" + (f"; the cached decoder matches the reference with {named}" if named else ""),
                   expected="decode_step(state, tokens)[0] == forward(src, prefix)[:, -1] at every step, the new "
                            "token at position t (the prefix length)",
-                  call=f"begin_decoding(src {list(schedule.src.shape)}, real lengths "
-                       f"{(schedule.src != PAD).sum(1).tolist()}), reorder_state to "
-                       f"{schedule.expand.tolist()}, decode_step x {len(got)} (row 3 fed padding from step 3), "
-                       f"reorder_state({schedule.reorders[4].tolist()}) before step 4; held {subj.weights}",
-                  hint="positions restarted at 0 for each new token, a cross-attention cache computed from the "
-                       "wrong memory or not reordered with the beams, or a self-attention cache not appended")
+                  call=f"{schedule.describe(PAD)}; held {subj.weights}",
+                  hint="positions restarted at 0 for each new token, a cross- or self-attention cache computed "
+                       "from the wrong memory or not reordered with the beams, a self-attention cache not appended "
+                       "or cut to a window of recent positions")
 
 
-def _cache_variant(subj: Subject, schedule: Schedule, got: list[torch.Tensor], rep: Replay) -> str:
-    """The named cache bug whose outputs the implementation reproduces (on the reference twin), or ''."""
+def _cache_variant(subj: Subject, schedule: Schedule, got: list[torch.Tensor], rep: Replay, first: int) -> str:
+    """The named cache bug whose outputs the implementation reproduces (on the reference twin), or ''. A window
+    is tried at the size the first differing step implies (steps 0 .. first - 1 agreed)."""
     if subj.twin is None:
         return ""
     for knob, what in CACHE_VARIANTS.items():
-        theirs = drive(CacheVariant(subj.twin, knob), schedule, "logits", V)
+        theirs = drive(CacheVariant(subj.twin, knob, window=first), schedule, "logits", V)
         if all(compare(g[a], x[a], dtype=torch.float32, scope="model").ok
                for g, x, a in zip(got, theirs, rep.active)):
-            return what
+            return what.format(window=first)
     return ""
 
 
@@ -179,12 +215,12 @@ def _cache_variant(subj: Subject, schedule: Schedule, got: list[torch.Tensor], r
 GREEDY_POOL = [6, 5, 4, 3, 2, 1] * 3  # candidate sources; greedy trajectories of random models mostly repeat a token
 
 
-def greedy_witness(scores: ForwardScores) -> tuple[int, list[int], list[list[int]]] | None:
+def greedy_witness(scores: ForwardScores, max_len: int = GREEDY_MAX) -> tuple[int, list[int], list[list[int]]] | None:
     """(end symbol, rows of the pool, their trajectories with no end symbol) such that under that symbol rows
     finish at different steps (preferably some after >= 2 tokens) while others go on: the witness of
     stopping at EOS while the batch goes on. None when no symbol gives two different finishing steps."""
     pool = decode_sources(GREEDY_POOL, seed=31)
-    free = greedy_rows(scores, pool, eos_id=-1, max_len=GREEDY_MAX)
+    free = greedy_rows(scores, pool, eos_id=-1, max_len=max_len)
     best: tuple[int, tuple[int, int], list[int]] | None = None
     for eos in range(V):
         if eos in (PAD, BOS):
@@ -192,7 +228,7 @@ def greedy_witness(scores: ForwardScores) -> tuple[int, list[int], list[list[int
         ends = [row.index(eos) if eos in row else None for row in free]
         late: dict[int, int] = {}
         for b, e in enumerate(ends):
-            if e is not None and 1 <= e < GREEDY_MAX - 1:
+            if e is not None and 1 <= e < max_len - 1:
                 late.setdefault(e, b)
         rows = sorted(late.values())[:3]
         rows += [b for b, e in enumerate(ends) if e is None][:1] + [b for b, e in enumerate(ends) if e == 0][:1]
@@ -210,20 +246,41 @@ def test_greedy_is_the_argmax_trajectory(impl: Implementation, model: Any) -> No
     symbol and keeps a finished row finished (padding) while the others go on."""
     needs_generate(impl, model)
     subj = subject(impl, model)
-    scores = subj.scores
-    assert scores is not None
+    assert subj.scores is not None
+    check_greedy(impl, model, subj.scores, subj.weights)
+
+
+def untied_lengths(scores: ForwardScores, src: torch.Tensor, rows: list[list[int]]) -> list[int | None]:
+    """Per row, the first output position whose token won by less than NEAR_TIE over the runner-up (a correct
+    cache's rounding may choose the other one), or None when every token won clearly."""
+    out: list[int | None] = []
+    for b, row in enumerate(rows):
+        prefix = torch.tensor([[BOS] + row])
+        steps = torch.stack([scores.log_probs(src[b:b + 1], prefix[:, :t + 1])[0] for t in range(len(row))])
+        steps[:, PAD] = float("-inf")
+        top2 = steps.topk(2, dim=1).values
+        tied = ((top2[:, 0] - top2[:, 1]) < NEAR_TIE).nonzero()
+        out.append(int(tied[0]) if len(tied) else None)
+    return out
+
+
+def check_greedy(impl: Implementation, model: Any, scores: ForwardScores, weights: str, twin: Any = None) -> None:
+    """The greedy witness on ``scores`` (the model's own full forward): generate's outputs must be the argmax
+    trajectories, judged up to a near tie (rows with one are compared before it only)."""
     witness = greedy_witness(scores)
     if witness is None:
-        pytest.skip(f"no end symbol makes the greedy trajectories of {impl.name} ({subj.weights}) finish at "
+        pytest.skip(f"no end symbol makes the greedy trajectories of {impl.name} ({weights}) finish at "
                     f"different steps on {len(GREEDY_POOL)} sources: no witness of early stopping")
     eos, rows, free = witness
     src = decode_sources(GREEDY_POOL, seed=31)[rows]
     expected = greedy_rows(scores, src, eos_id=eos, max_len=GREEDY_MAX)
     out, call = call_generate(model, src, eos_id=eos, beam_size=1, alpha=PAPER.alpha, max_len=GREEDY_MAX)
     got = rows_of(out, PAD)
-    if got == expected:
+    ties = untied_lengths(scores, src, expected)
+    bad = [b for b, (g, e, n) in enumerate(zip(got, expected, ties)) if (g != e if n is None else g[:n] != e[:n])]
+    if not bad:
         return
-    b = next(i for i, (g, e) in enumerate(zip(got, expected)) if g != e)
+    b = bad[0]
     first = next((k for k, (x, y) in enumerate(zip(got[b], expected[b])) if x != y), min(len(got[b]), len(expected[b])))
     stop = min((r.index(eos) for r in expected if eos in r), default=GREEDY_MAX)
     if got == [[BOS] + r for r in expected]:
@@ -239,15 +296,43 @@ def test_greedy_is_the_argmax_trajectory(impl: Implementation, model: Any) -> No
     elif got == [r[:stop + 1] for r in free]:
         named = "every row stopped when the first row emitted its end symbol (the batch stops together)"
     else:
-        named = ""
+        named = _history_variant(twin, src, got, first, bos_id=BOS, eos_id=eos, max_len=GREEDY_MAX)
+        named = f"a cache with {named}" if named else ""
     violation(measured=f"row {b}: generated {got[b]}, the argmax trajectory of the full forward is "
               f"{expected[b]} (first difference at output position {first})"
               + (f"; the output matches {named}" if named else ""),
               expected=f"at each step the token of highest log-probability (padding excluded) under forward(src, "
-                       f"prefix), stopping at eos_id={eos} or after max_len tokens; all rows: {expected}",
-              call=f"{call}; held {subj.weights}",
+                       f"prefix), stopping at eos_id={eos} or after max_len tokens; all rows: {expected}"
+              + (f" (near ties, judged before them only: {ties})" if any(n is not None for n in ties) else ""),
+              call=f"{call}; held {weights}",
               hint="a cached decoder that disagrees with the full forward (see decode.incremental), no stop at the "
                    "end symbol, or finished rows fed back into the search")
+
+
+HISTORY_SOURCES = [6, 5, 4, 3, 2, 1]  # §6.1's limits: 56 .. 51 output tokens
+HISTORY_LIMIT = max(HISTORY_SOURCES) + 50  # one int for the batch (the per-source default is decode.max-length's)
+NEAR_TIE = 1e-4  # log-probability gap under which two tokens count as tied (a cache's rounding may swap them)
+
+
+def history_sources() -> torch.Tensor:
+    return decode_sources(HISTORY_SOURCES, seed=51)
+
+
+def _history_variant(twin: Any, src: torch.Tensor, got: list[list[int]], first: int, **kw: Any) -> str:
+    """The named cache bug (on the reference ``twin`` holding the weights generate ran with) whose greedy or beam
+    outputs ``generate`` reproduces, or ''. Windows are tried at the first differing output position and at the
+    powers of two up to 32 (a beam can change an early token for a difference scored later)."""
+    if twin is None:
+        return ""
+    search = greedy_rows if kw.get("beam_size", 1) == 1 else expected_beam
+    windows = sorted({max(first, 1), *(2 ** i for i in range(6))})
+    for knob, what in CACHE_VARIANTS.items():
+        for w in (windows if knob == "self-window" else [0]):
+            variant = CacheVariant(twin, knob, window=w)
+            opts = {k: v for k, v in kw.items() if k != "beam_size" or search is expected_beam}
+            if search(variant, src, **opts) == got:  # type: ignore[arg-type]  # a step decoder with pad_id
+                return what.format(window=w)
+    return ""
 
 
 # -- decode.beam -----------------------------------------------------------------------------------------------
@@ -343,6 +428,60 @@ def test_beam_early_finished_hypothesis_wins(impl: Implementation, model: Any) -
         pytest.skip(f"no witness source where a hypothesis pushed out of the beam after it finished must win, on "
                     f"{impl.name}'s scores ({subj.weights})")
     check_beam(impl, subj, witnesses[:1], "a finished hypothesis kept aside")
+
+
+def hypothesis_scores(scores: Any, src_row: torch.Tensor, tokens: list[int], alpha: float = PAPER.alpha,
+                      bos_id: int = BOS) -> str:
+    """'sum log p = .., lp(|Y|) = .., score = ..' of the output ``tokens`` under the step decoder ``scores``."""
+    if not tokens:
+        return "the empty output"
+    prefix = torch.tensor([[bos_id] + tokens])
+    logp = torch.stack([scores.log_probs(src_row[None], prefix[:, :t + 1])[0, tok] for t, tok in enumerate(tokens)])
+    total = float(logp.sum())
+    lp = ((5.0 + len(tokens)) / 6.0) ** alpha
+    return f"sum log p = {total:.5f}, lp({len(tokens)}) = {lp:.4f}, score = {total / lp:.5f}"
+
+
+def long_end_symbol(scores: ForwardScores, src: torch.Tensor) -> int:
+    """The end symbol least likely at the first step on every source (its highest log-probability over the sources
+    is the lowest): hypotheses live long, scored over the whole output, while some still finish."""
+    first = scores.log_probs(src, torch.full((src.size(0), 1), BOS)).clone()
+    first[:, [PAD, BOS]] = float("inf")
+    return int(first.max(dim=0).values.argmin())
+
+
+@pytest.mark.clause("decode.beam")
+def test_beam_follows_the_whole_prefix(impl: Implementation, model: Any) -> None:
+    """Beam 4, alpha 0.6 on unsharpened weights (the next token depends on more than the last one) at §6.1's output
+    length (longest source + 50): hypotheses are ranked by log-probabilities summed over the whole output and
+    reordered at every step, so a cache inside generate that restarts positions, keeps a window or is left out of
+    the reorder chooses other outputs than the §6.1 search on the model's own full forward."""
+    needs_generate(impl, model)
+    hist = history(impl, subject(impl, model))
+    src = history_sources()
+    eos = long_end_symbol(hist.scores, src)
+    kw = dict(bos_id=BOS, eos_id=eos, beam_size=PAPER.beam_size, alpha=PAPER.alpha, max_len=HISTORY_LIMIT)
+    expected = expected_beam(hist.scores, src, **kw)
+    out, call = call_generate(hist.model, src, eos_id=eos, beam_size=PAPER.beam_size, alpha=PAPER.alpha,
+                              max_len=HISTORY_LIMIT)
+    got = rows_of(out, PAD)
+    if got == expected:
+        return
+    b = next(i for i, (g, e) in enumerate(zip(got, expected)) if g != e)
+    first = next((i for i, (x, y) in enumerate(zip(got[b], expected[b])) if x != y), min(len(got[b]), len(expected[b])))
+    named = [BEAM_VARIANTS[n].describe for n in BEAM_VARIANTS if BEAM_VARIANTS[n].run(hist.scores, src, **kw) == got]
+    cache = _history_variant(hist.twin, src, got, first, **kw)
+    named += [f"a cache with {cache}"] if cache else []
+    violation(measured=f"row {b}: beam search returned {got[b]} ({hypothesis_scores(hist.scores, src[b], got[b])}), "
+              f"the §6.1 search on the implementation's own scores returns {expected[b]} "
+              f"({hypothesis_scores(hist.scores, src[b], expected[b])}); first difference at output position {first}"
+              + (f"; the outputs match {named[0]}" if named else "; no named variant reproduces them"),
+              expected=f"beam 4, log-probabilities of the full forward summed over the whole output, divided by "
+                       f"((5 + |Y|) / 6)^0.6, finished hypotheses kept aside, tensor2tensor's early stop; lengths of "
+                       f"all rows: {[len(r) for r in expected]}",
+              call=f"{call}; held {hist.weights}; end symbol {eos}: the least likely at the first step",
+              hint="a cache inside generate that restarts positions, keeps only recent positions (a window) or is "
+                   "left out of the beam reorder; or a search of another form (decode.beam's other witnesses)")
 
 
 # -- decode.max-length -----------------------------------------------------------------------------------------
@@ -554,6 +693,36 @@ def test_search_component_keeps_finished_hypotheses_aside(search_fn: Any) -> Non
     """Beam 4, alpha 0.6: an output that finished at the first step and is outscored by four live hypotheses
     still wins (later ends are far worse)."""
     check_scripted_search(search_fn, "early")
+
+
+@pytest.mark.clause("decode.beam")
+@pytest.mark.component_kind("search")
+def test_search_component_equals_the_reference_on_random_tables(search_fn: Any) -> None:
+    """Beam 4, alpha 0.6, GNMT's penalty given, on 160 random score tables (horizons of 6 to 48 tokens; forks
+    between ending and going on, long likely continuations, ties): the search returns the reference's output on every
+    table no near tie decides. Early stopping, the finished set, the 2K candidates and ties all decide some of them."""
+    for case in table_cases():
+        tables = RandomTables(case.seed)
+        rows, call = call_search(search_fn, tables, case.src, max_len=case.max_len, **TABLE_SEARCH)
+        bad = [b for b, (g, e, j) in enumerate(zip(rows, case.expected, case.judged)) if j and g != e]
+        if not bad:
+            continue
+        b = bad[0]
+        named = [v.describe for v in TABLE_VARIANTS.values()
+                 if v.run(tables, case.src[b:b + 1], max_len=case.max_len, **TABLE_SEARCH) == [rows[b]]]
+        violation(measured=f"table {b} (source {case.src[b].tolist()}): the search returned {rows[b]} "
+                  f"({hypothesis_scores(tables, case.src[b], rows[b], bos_id=S_BOS)}), the reference returns "
+                  f"{case.expected[b]} ({hypothesis_scores(tables, case.src[b], case.expected[b], bos_id=S_BOS)}); "
+                  f"{len(bad)} of the batch's {sum(case.judged)} judged tables differ"
+                  + (f"; the output matches {named[0]}" if named else "; no named variant reproduces it"),
+                  expected="beam 4, summed log-probabilities divided by GNMT's ((5 + |Y|) / 6)^0.6 (|Y| with the end "
+                           "symbol), the 2K best candidates per step, finished hypotheses kept aside (K best), "
+                           "tensor2tensor's early stop: lowest finished score > best live log-probability / "
+                           "lp(maximum length)",
+                  call=f"{call} on random score tables (seed {case.seed}; V = 7: pad 0, start 1, end 2, tokens 3-6; "
+                       "conformance.decoding.RandomTables)",
+                  hint="an early stop bounding the live hypotheses by lp(current length), only K candidates per step, "
+                       "finished hypotheses competing for the beam slots, or another length penalty")
 
 
 @pytest.mark.clause("decode.max-length")

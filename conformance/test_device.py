@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from implementations import Implementation
-from spec.tolerance import compare
+from aiayn_conformance.implementations import Implementation
+from aiayn_conformance.spec.tolerance import compare
 
 from .harness import CheckTimeout, ImplementationError, build_model, describe_call, run_forward, violation
 from .inputs import CONFIG, witness_batch

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import torch
 
-from implementations import Implementation
-from spec.config import ModelConfig
-from spec.contract import has_capability
+from aiayn_conformance.implementations import Implementation
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.contract import has_capability
 
 from . import readout_probes as ro
 from .harness import build_model, describe_call, run_forward, violation

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from implementations import Implementation
+from aiayn_conformance.implementations import Implementation
 
 from .configs import OTHER_CONFIGS
 from .diagnosis import fail_on_variant_departure

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from implementations import Implementation
+from aiayn_conformance.implementations import Implementation
 
 from . import shapes
 from .harness import build_model, violation
@@ -20,7 +20,7 @@ MISSING = [m for m in ("onnx", "onnxruntime", "onnxscript") if importlib.util.fi
 @pytest.mark.skipif(bool(MISSING), reason=f"the onnx extra is not installed (missing: {', '.join(MISSING)}); "
                                           "pip install 'aiayn-conformance[onnx]'")
 def test_exports_and_onnxruntime_agrees(impl: Implementation, tmp_path: Path) -> None:
-    from export import ExportError, export_onnx, verify
+    from aiayn_conformance.export import ExportError, export_onnx, verify
 
     contract = shapes.current()
     if contract is not None and not contract.complete:  # a finding of model.shape, not of the export

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import torch
 
-from implementations import Component, Implementation
-from spec.tolerance import compare
+from aiayn_conformance.implementations import Component, Implementation
+from aiayn_conformance.spec.tolerance import compare
 
 from . import oracles
 from . import readout_probes as ro

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from implementations import Implementation
+from aiayn_conformance.implementations import Implementation
 
 from .census import DEAD, census, shared_parameters
 from .diagnosis import fail_on_variant_departure

@@ -16,9 +16,9 @@ import pytest
 import torch
 from hypothesis import given
 
-from implementations import Component, Implementation
-from spec.contract import has_capability
-from spec.tolerance import compare
+from aiayn_conformance.implementations import Component, Implementation
+from aiayn_conformance.spec.contract import has_capability
+from aiayn_conformance.spec.tolerance import compare
 
 from . import oracles, strategies
 from .components import DK, LK, B, H, Kernel, call_kernel, from_factory, key_padding, qkv

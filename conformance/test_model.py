@@ -9,11 +9,11 @@ import pytest
 import torch
 from hypothesis import given
 
-from implementations import Implementation
-from reference.model import Transformer, padding_mask
-from spec.config import ModelConfig
-from spec.contract import has_capability
-from spec.tolerance import compare
+from aiayn_conformance.implementations import Implementation
+from aiayn_conformance.reference.model import Transformer, padding_mask
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.contract import has_capability
+from aiayn_conformance.spec.tolerance import compare
 
 from . import shapes, strategies
 from .configs import OTHER_CONFIGS

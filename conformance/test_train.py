@@ -21,10 +21,13 @@ from typing import Any
 import pytest
 import torch
 
-from implementations import Component, ComponentUnavailable, Implementation
-from reference.training import adam, lrate, teacher_forcing
-from spec.contract import has_capability
-from spec.training import TrainConfig
+from aiayn_conformance.implementations import Component, ComponentUnavailable, Implementation
+from aiayn_conformance.reference.model import Transformer
+from aiayn_conformance.reference.training import adam, lrate, teacher_forcing
+from aiayn_conformance.spec.contract import has_capability
+from aiayn_conformance.spec.schema import parameter_count
+from aiayn_conformance.spec.tolerance import compare
+from aiayn_conformance.spec.training import TrainConfig
 
 from . import shapes
 from .components import from_factory
@@ -32,14 +35,28 @@ from .harness import (
     CheckTimeout,
     ClauseViolation,
     ImplementationError,
+    as_log_probs,
     build_model,
     could_not_check,
     describe_call,
     run_forward,
     violation,
 )
-from .inputs import CONFIG, random_tokens, witness_batch
-from .learning import TASKS, train_implementation
+from .inputs import CONFIG, fitted, random_tokens, witness_batch
+from .learning import (
+    CONFORMING_RANGE,
+    LOCKSTEP_UPDATES,
+    OWN_START,
+    SMALL_INIT_RANGE,
+    TASKS,
+    Lockstep,
+    lockstep,
+    lockstep_batches,
+    parameters_outside_the_schema,
+    reference_initial_state,
+    train_implementation,
+)
+from .outputs import compare_real, log_probs
 from .recipe import call, has_schedule, missing_schedule, schedule_trace, scheduler_trace
 from .train_probes import (
     COLUMNS,
@@ -48,9 +65,12 @@ from .train_probes import (
     convention_targets,
     describe_hyperparameters,
     diagnose_schedule,
+    group_of,
     optimizer_updates,
+    probe_parameters,
     recover_targets,
 )
+from .transplant import STATE_SEED, load_into, reference_twin, transplanted, visible_state
 
 PAD = CONFIG.pad_id
 PAPER = TrainConfig()  # the paper's recipe: what the implementation's capabilities are asked for
@@ -96,6 +116,122 @@ def test_every_parameter_gets_a_finite_nonzero_gradient(impl: Implementation) ->
                   f"all-zero gradient: {names}", expected="every parameter takes part in the computation",
                   call=call_text, hint="a module built but never called (e.g. a layer norm that is defined but "
                                        "another one reused), or a path cut by detach()")
+
+
+# -- train.equivalence ---------------------------------------------------------------------------------------------
+# The recipe is the reference's whatever the implementation exposes: the clause judges the model's forward and
+# backward pass; the implementation's own recipe pieces are judged by the recipe clauses below.
+LOCKSTEP_CONFIG = CONFIG.replace(dropout=0.0)
+RECIPE_TEXT = (f"the reference's recipe (Adam(0.9, 0.98, 1e-9), Eq. (3) with warmup_steps = {LOCKSTEP_UPDATES}, label "
+               "smoothing 0.1, BOS + target[:, :-1])")
+
+
+def load_state(model: Any, state: dict[str, torch.Tensor]) -> None:
+    load_into(model, state)
+
+
+def trainable_scalars(model: Any, frozen: list[str]) -> int:
+    seen: set[int] = set()
+    total = 0
+    for name, p in model.named_parameters():
+        if p.requires_grad and name not in frozen and id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel()
+    return total
+
+
+def train_in_lockstep(impl: Implementation, model: Any, batches: list, probe: tuple) -> tuple[Lockstep, list[str]]:
+    """The implementation's lockstep run and the names of its parameters that did not move in it."""
+    state = reference_initial_state(LOCKSTEP_CONFIG)
+    try:
+        frozen = parameters_outside_the_schema(model, state, load_state)
+        start = {n: p.detach().clone() for n, p in model.named_parameters()}
+        run = lockstep(model, impl.output, LOCKSTEP_CONFIG, batches, probe, frozen=frozen)
+    except (CheckTimeout, ImplementationError, ClauseViolation, pytest.skip.Exception):
+        raise
+    except Exception as exc:
+        could_not_check("training from the reference's initial state raised", exc)
+    still = [n for n, p in model.named_parameters() if n not in frozen and torch.equal(start[n], p.detach())]
+    return run, still
+
+
+def lockstep_hint(model: Any, frozen: list[str], still: list[str], losses_agree: bool) -> str:
+    """What the measurements show about where the updates part (never a guess at a line of code)."""
+    hints = []
+    if still:
+        hints.append(f"{len(still)} parameter(s) never moved in {LOCKSTEP_UPDATES} updates: "
+                     f"{', '.join(still[:4])}{' ...' if len(still) > 4 else ''} (requires_grad=False, a tensor "
+                     "that is not an nn.Parameter, or a path cut by detach())")
+    own, paper = trainable_scalars(model, frozen), parameter_count(LOCKSTEP_CONFIG)
+    if own != paper:
+        hints.append(f"{own} trainable scalars where the paper's model has {paper} (parameters tied in the paper "
+                     "trained apart, an extra module, or some left out)")
+    if frozen:
+        hints.append(f"{len(frozen)} parameter(s) outside the schema take part in the forward, held fixed at the "
+                     "values load_reference_state gives them: a module the paper lacks (an extra layer norm, say) "
+                     "can agree at the loaded weights and part from the paper's once the others move")
+    if not hints:
+        hints.append("every parameter moves and the counts agree, but the updates differ: a backward pass that is "
+                     "not the forward's gradient (a detach() on one path, a gradient scaled or clipped inside the "
+                     "model, a custom autograd Function)")
+    if losses_agree:
+        hints.append("the losses agree; only the outputs after the last update differ")
+    return "; ".join(hints)
+
+
+def require_the_reference_forward(impl: Implementation) -> None:
+    """Skip, as blocked by model.reference-equivalence, unless the implementation holding the visible weights (norm
+    gains and biases far from 1 and 0, sharp attention) computes the reference's outputs: at the reference's initial
+    state (unit gains, zero biases) an extra or shared norm is the identity and would only show once trained."""
+    state = visible_state(CONFIG, seed=STATE_SEED)
+    src, tgt = witness_batch()
+    got = log_probs(transplanted(impl), impl, src, tgt)
+    with torch.no_grad():
+        want = as_log_probs(reference_twin(CONFIG, state)(src, tgt), "logits")
+    found = compare_real(got, want, tgt, PAD)
+    if not found.ok:
+        pytest.skip(f"blocked by model.reference-equivalence: holding the visible weights (seed {STATE_SEED}) the "
+                    f"forward is not the reference's ({found.describe()} on {describe_call(src, tgt, PAD)}), so its "
+                    "updates cannot be judged apart from it")
+
+
+@pytest.mark.clause("train.equivalence")
+def test_trains_in_lockstep_with_the_reference(impl: Implementation) -> None:
+    model = build_model(impl, LOCKSTEP_CONFIG, train=True)
+    if not has_capability(model, "load_reference_state"):
+        pytest.skip(f"{impl.name} has no load_reference_state(state): training in lockstep needs the reference's "
+                    "initial state loaded into it (a capability, spec.contract)")
+    require_the_reference_forward(impl)
+    batches = [fitted(src, tgt, LOCKSTEP_CONFIG) for src, tgt in lockstep_batches(LOCKSTEP_CONFIG)]
+    probe = witness_batch(LOCKSTEP_CONFIG)
+    run, still = train_in_lockstep(impl, model, batches, probe)
+    reference = Transformer(LOCKSTEP_CONFIG)
+    reference.load_reference_state(reference_initial_state(LOCKSTEP_CONFIG))
+    expected = lockstep(reference, "logits", LOCKSTEP_CONFIG, batches, probe)
+    frozen = f"; held fixed (outside the schema): {', '.join(run.frozen)}" if run.frozen else ""
+    call_text = (f"load_reference_state(the reference's initial state, seed 0), then {len(batches)} updates in train "
+                 f"mode (dropout 0) on seeded padded batches {describe_call(*batches[0], PAD)} ..., with "
+                 f"{RECIPE_TEXT}; then the eval-mode log-probabilities of {describe_call(*probe, PAD)}{frozen}")
+    first = compare(run.loss[:1], expected.loss[:1], dtype=torch.float32, scope="training")
+    if not first.ok:
+        pytest.skip(f"blocked by model.reference-equivalence: before any update the loss is {run.loss[0]:.6g}, the "
+                    f"reference's {expected.loss[0]:.6g} from the same weights and batch: the forward is not the "
+                    "reference's, so the updates cannot be judged apart from it")
+    losses = compare(run.loss, expected.loss, dtype=torch.float32, scope="training")
+    real = (probe[1] != PAD)[..., None].expand_as(expected.log_probs)
+    outputs = compare(run.log_probs[real], expected.log_probs[real], dtype=torch.float32, scope="training")
+    if losses.ok and outputs.ok:
+        return
+    curve = ", ".join(f"{a:.5g} ({b:.5g})" for a, b in zip(run.loss.tolist(), expected.loss.tolist()))
+    part = int(((run.loss - expected.loss).abs() > 1e-4 + 1e-4 * expected.loss.abs()).nonzero()[0]) + 1 \
+        if not losses.ok else None
+    measured = (f"losses of updates 1..{len(batches)}: {curve} (the reference's in brackets)"
+                + (f", apart from update {part} on: {losses.describe()}" if part else "")
+                + f"; log-probabilities after the last update: {outputs.describe()}")
+    violation(measured=measured,
+              expected=f"the reference's losses and outputs, update by update ({losses.tol}; the same weights and "
+                       "batches make the same gradients and so the same updates)",
+              call=call_text, hint=lockstep_hint(model, run.frozen, still, losses.ok))
 
 
 # -- the recipe an implementation exposes ----------------------------------------------------------------------
@@ -151,47 +287,61 @@ def test_learning_rate_follows_eq3(adapter: Any) -> None:
 
 
 # -- train.optimizer -----------------------------------------------------------------------------------------------
-def judge_optimizer(optimizer: Any, param: torch.nn.Parameter, made_by: str) -> None:
-    """Fail the clause unless ``optimizer`` (built over ``param``) updates as Adam(0.9, 0.98, 1e-9) without decay."""
+def judge_optimizer(optimizer: Any, params: list[torch.nn.Parameter], made_by: str) -> None:
+    """Fail the clause unless ``optimizer`` (built over ``params``: a matrix and a vector) updates each as
+    Adam(0.9, 0.98, 1e-9) without decay, whatever parameter group holds it."""
     if not isinstance(optimizer, torch.optim.Optimizer):
         could_not_check(f"{made_by} returned {type(optimizer).__name__}, not a torch.optim.Optimizer")
-    text, diffs = describe_hyperparameters(optimizer, PAPER.betas, PAPER.adam_eps)
     try:
-        probe = optimizer_updates(optimizer, param)
+        probes = optimizer_updates(optimizer, params)
     except CheckTimeout:
         raise
     except Exception as exc:
+        text, _ = describe_hyperparameters(optimizer, PAPER.betas, PAPER.adam_eps)
         could_not_check(f"the optimizer {text} raised on step()", exc)
-    if probe.ok:
-        return
-    call_text = (f"{made_by} -> {text}; lr set to {probe.lr:g}, 12 steps of fixed gradients on 8 float64 "
-                 f"coordinates ({', '.join(COLUMNS)})")
+    groups = len(optimizer.param_groups)
+    for param, probe in zip(params, probes):
+        if not probe.ok:
+            judge_parameter(optimizer, param, probe, groups, made_by)
+
+
+def judge_parameter(optimizer: Any, param: torch.nn.Parameter, probe: Any, groups: int, made_by: str) -> None:
+    index, group = group_of(optimizer, param)
+    text, diffs = describe_hyperparameters(optimizer, PAPER.betas, PAPER.adam_eps, group)
+    what = f"the {'x'.join(map(str, probe.shape))} {'matrix' if len(probe.shape) == 2 else 'vector'}"
+    where = f"{what} (parameter group {index} of {groups})" if index >= 0 else f"{what} (in no parameter group)"
+    call_text = (f"{made_by} over an 8x8 matrix and an 8-vector -> {groups} parameter group(s); lr set to "
+                 f"{probe.lr:g}, 12 steps of fixed gradients on 8 float64 columns ({', '.join(COLUMNS)}), every row "
+                 "of the matrix alike")
     if bool((probe.updates == 0).all()):
-        measured = "the optimizer left the parameter it was given unchanged"
-        hint = "the optimizer must update the params it receives"
+        measured = f"the optimizer left {where} unchanged"
+        hint = ("the optimizer must update every parameter it receives (one filtered out of its groups, or groups "
+                "built from other parameters than those passed)")
+    elif not probe.rows_agree:
+        measured = f"the rows of {where} moved differently though they got the same gradients"
+        hint = "an update that is not per coordinate (a norm-wise or matrix-wise rule: LAMB, Adafactor ...)"
     else:
         j, rel = probe.worst
-        measured = (f"{text}; its updates differ from Adam(0.9, 0.98, 1e-9)'s, most on the coordinate with "
-                    f"{COLUMNS[j]}: {probe.updates[j].item():.6g} vs {probe.expected[j].item():.6g} "
+        measured = (f"{where}: {text}; its updates differ from Adam(0.9, 0.98, 1e-9)'s, most on the coordinate "
+                    f"with {COLUMNS[j]}: {probe.updates[j].item():.6g} vs {probe.expected[j].item():.6g} "
                     f"(relative difference {rel:.3g})")
         hint = "; ".join(diffs) if diffs else "the update rule is not Adam's with these settings"
         if diffs and any("beta2 0.999" in x for x in diffs) and any("1e-08" in x for x in diffs):
             hint += " (torch.optim.Adam's defaults)"
+        if groups > 1:
+            hint += f", in the group holding {what} only"
     violation(measured=measured,
-              expected="Adam with beta1 = 0.9, beta2 = 0.98, epsilon = 1e-9 and no weight decay (§5.3)",
+              expected="Adam with beta1 = 0.9, beta2 = 0.98, epsilon = 1e-9 and no weight decay (§5.3) for every "
+                       "parameter, whatever its group",
               call=call_text, hint=hint)
-
-
-def probe_parameter() -> torch.nn.Parameter:
-    return torch.nn.Parameter(torch.ones(8, dtype=torch.float64))
 
 
 @pytest.mark.clause("train.optimizer")
 def test_optimizer_is_adam_with_the_paper_settings(adapter: Any) -> None:
     require(adapter, "make_optimizer", "params, train_config")
-    param = probe_parameter()
-    optimizer = call("make_optimizer(params, train_config)", adapter.make_optimizer, [param], PAPER)
-    judge_optimizer(optimizer, param, "make_optimizer([p], TrainConfig())")
+    params = probe_parameters()
+    optimizer = call("make_optimizer(params, train_config)", adapter.make_optimizer, list(params), PAPER)
+    judge_optimizer(optimizer, params, "make_optimizer(params, TrainConfig())")
 
 
 # -- train.label-smoothing -----------------------------------------------------------------------------------------
@@ -245,11 +395,14 @@ def judge_smoothing(criterion: Criterion, kind: str, made_by: str, request: pyte
     others = torch.cat([off[:, :PAD], off[:, PAD + 1:]], dim=1)
     others = others[~torch.isnan(others)].reshape(q.size(0), -1)
     found_eps = 1.0 - float(true.mean())
-    measured = (f"the true class gets {float(true.mean()):.6g} (eps = {found_eps:.4g}), the other classes "
-                f"{float(others.min()):.4g} to {float(others.max()):.4g}, the padding class "
+    measured = (f"normalized to sum 1, the true class gets {float(true.mean()):.6g} (eps = {found_eps:.4g}), the "
+                f"other classes {float(others.min()):.4g} to {float(others.max()):.4g}, the padding class "
                 f"{float(off_pad.mean()):.4g}")
+    unnormalized = unnormalized_hint(rec.weight[real], float(true.mean()), float(others.mean()), eps, vocab)
     if found_eps < 1e-4 and float(others.abs().max()) < 1e-6:
         hint = "no label smoothing: the target is one-hot (a plain cross entropy)"
+    elif unnormalized:
+        hint = unnormalized
     elif float(others.max() - others.min()) < 1e-6 and float(true.min()) > float(others.max()):
         hint = f"eps_ls = {found_eps:.4g} instead of {eps:g} (closest spread: {SMOOTHING_CONVENTIONS[best]})"
     elif float(true.mean()) < float(others.max()):
@@ -261,6 +414,28 @@ def judge_smoothing(criterion: Criterion, kind: str, made_by: str, request: pyte
               expected=f"1 - {eps:g} on the true class and {eps:g} spread evenly over the others ("
                        f"{'; '.join(SMOOTHING_CONVENTIONS.values())}); closest: {best}, off by {errors[best]:.3g}",
               call=call_text, hint=hint)
+
+
+def unnormalized_hint(weight: torch.Tensor, true: float, other: float, eps: float, vocab: int) -> str:
+    """The hint for a target distribution that does not sum to 1, or "".
+
+    The gradient gives each position's distribution normalized (q / s) and its weight c = s * w, w the position's
+    weight in the loss. With the loss a mean over the real targets (w = 1 / n) or a sum (w = 1), s follows; it is
+    named when it is not 1 and s * q gives the true class exactly the paper's 1 - eps."""
+    c = weight.to(torch.float64)
+    if float((c - c.mean()).abs().max()) > 1e-9 * float(c.abs().mean()):
+        return ""
+    for normalization, s in (("a mean over the real targets", float(c.mean()) * c.numel()),
+                             ("a sum", float(c.mean()))):
+        if abs(s - 1.0) > 1e-6 and abs(s * true - (1.0 - eps)) < 1e-6:
+            spread = s * other
+            named = next((f" = {form}" for form, value in (("eps/V", eps / vocab), ("eps/(V-1)", eps / (vocab - 1)),
+                                                          ("eps/(V-2)", eps / (vocab - 2)))
+                          if abs(spread - value) < 1e-9), "")
+            return (f"a target distribution that does not sum to 1: taking the loss as {normalization}, it sums to "
+                    f"{s:.6g}, with 1 - eps = {1 - eps:g} on the true class and {spread:.4g}{named} on each other "
+                    f"class{' (the eps/V the true class should also get is missing)' if named == ' = eps/V' else ''}")
+    return ""
 
 
 def own_criterion(adapter: Any) -> Criterion:
@@ -368,6 +543,8 @@ def test_decoder_input_is_the_target_shifted_right(adapter: Any) -> None:
     elif unshifted_pair:
         hint = "input target[:, :-1] and labels target[:, 1:] on a target without a start symbol: the first token " \
                "is never predicted and no BOS is used"
+    elif not bool(wrong_input.any()):
+        hint = labels_hint(labels, target, decoder_input, real)
     elif bool(wrong_input[:, 0].any()):
         hint = "the decoder input does not start with the start symbol"
     else:
@@ -378,6 +555,21 @@ def test_decoder_input_is_the_target_shifted_right(adapter: Any) -> None:
               expected=f"decoder input {want_input.masked_fill(~real, PAD).tolist()} (BOS, then the target without "
                        "its last token; positions past the end unconstrained), labels = the target",
               call=call_text, hint=hint)
+
+
+def labels_hint(labels: torch.Tensor, target: torch.Tensor, decoder_input: torch.Tensor, real: torch.Tensor) -> str:
+    """The hint of train.shift when the decoder input is right and only the labels are wrong."""
+    def same(a: torch.Tensor, b: torch.Tensor, where: torch.Tensor) -> bool:
+        return bool(((a == b) | ~where).all())
+
+    if same(labels[:, :-1], target[:, 1:], real[:, 1:]):
+        return ("the decoder input is right (BOS + target[:, :-1]) but the labels are shifted too: position i is "
+                "trained to predict target token i + 1, the shift applied to the labels as well as to the input")
+    if same(labels, decoder_input, real):
+        return ("the decoder input is right (BOS + target[:, :-1]) but the labels are that input: position i is "
+                "trained to repeat the token it reads")
+    return ("the decoder input is right (BOS + target[:, :-1]) but the labels are not the target: padding positions "
+            "labelled, or the labels built from another tensor")
 
 
 # -- train.learns --------------------------------------------------------------------------------------------------
@@ -399,7 +591,7 @@ def test_learns_a_tiny_task(impl: Implementation, task_name: str, request: pytes
     if curve.passed:
         request.node.user_properties.append((
             "aiayn_note", f"{task.name}: {curve.accuracy:.0%} of held-out sequences after {len(curve.loss)} "
-                          f"updates, trained with {curve.recipe}"))
+                          f"updates, trained with {curve.recipe}, from {curve.start}"))
         return
     first, last = curve.loss[0], curve.loss[-1]
     tf = curve.teacher_forced[-1]
@@ -407,7 +599,8 @@ def test_learns_a_tiny_task(impl: Implementation, task_name: str, request: pytes
         hint = f"{curve.stopped}; learning rate at that update: {curve.lr[-1]:.3g}"
     elif tf >= 0.9:
         hint = (f"teacher-forced, it predicts {tf:.0%} of the target tokens, but not from the source alone: the "
-                "decoder read the future during training (causal mask, or the shift of the decoder input)")
+                "decoder read the future during training (causal mask), or the decoder input and labels are not offset "
+                "as §3.1 offsets them (train.shift)")
     elif last > 0.7 * first:
         hint = (f"the loss barely fell ({first:.3g} -> {last:.3g}) at learning rates {min(curve.lr):.3g} to "
                 f"{max(curve.lr):.3g}: the recipe does not train this model (rate, optimizer or criterion)")
@@ -415,13 +608,21 @@ def test_learns_a_tiny_task(impl: Implementation, task_name: str, request: pytes
         hint = (f"it learns, too slowly or not the task (loss {first:.3g} -> {last:.3g}, teacher-forced accuracy "
                 f"{tf:.0%}, learning rates {min(curve.lr):.3g} to {max(curve.lr):.3g}): a weak recipe, or broken "
                 "attention, masks or positional information")
+    if curve.start == OWN_START:
+        hint += (f"; it started from its own initialisation, which the paper does not fix and on which this tiny "
+                 f"model's result hangs (the reference itself measured {SMALL_INIT_RANGE[task.name]} on this task "
+                 "from N(0, 0.02) matrices): a load_reference_state would start it from the reference's")
+    else:
+        hint += "; not the initialisation: it started from the reference's initial state"
     violation(measured=f"greedy decoding reproduces {curve.accuracy:.0%} of {task.eval_size} held-out sequences "
                        f"after {len(curve.loss)} updates (held-out accuracy along the way: "
                        f"{', '.join(f'{a:.0%}' for a in curve.greedy)})",
               expected=f"at least {task.threshold:.0%} ({task.summary}, {task.min_len}-{task.max_len} symbols, "
-                       f"{task.steps} updates of {task.batch_size}); a conforming model reaches 90% or more",
-              call=f"build(config N=1, d_model 32, h 4, d_ff 64, vocab {task.vocab}, dropout 0), seed 0, trained "
-                   f"with {curve.recipe}", hint=hint)
+                       f"{task.steps} updates of {task.batch_size}); from the reference's initial state conforming "
+                       f"models measured {CONFORMING_RANGE[task.name]} (the reference, fused and an independently "
+                       "written model, seeds 0-4)",
+              call=f"build(config N=1, d_model 32, h 4, d_ff 64, vocab {task.vocab}, dropout 0), seed 0, from "
+                   f"{curve.start}, trained with {curve.recipe}", hint=hint)
 
 
 # -- components alone: optimizers, learning-rate schedules, criteria (--component) --------------------------------
@@ -431,9 +632,9 @@ def test_learns_a_tiny_task(impl: Implementation, task_name: str, request: pytes
 @pytest.mark.clause("train.optimizer")
 @pytest.mark.component_kind("optimizer")
 def test_optimizer_component_is_adam_with_the_paper_settings(component: Component) -> None:
-    param = probe_parameter()
-    optimizer = from_factory(component, [param], PAPER)
-    judge_optimizer(optimizer, param, f"{component.name}: factory([p], TrainConfig())")
+    params = probe_parameters()
+    optimizer = from_factory(component, list(params), PAPER)
+    judge_optimizer(optimizer, params, f"{component.name}: factory(params, TrainConfig())")
 
 
 @pytest.mark.clause("train.lr-schedule")

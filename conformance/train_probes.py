@@ -21,7 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["eq3", "diagnose_schedule", "schedule_table", "OptimizerProbe", "optimizer_updates",
+__all__ = ["eq3", "diagnose_schedule", "schedule_table", "OptimizerProbe", "optimizer_updates", "probe_parameters",
+           "group_of",
            "describe_hyperparameters", "Recovery", "recover_targets", "SMOOTHING_CONVENTIONS", "convention_targets",
            "as_scores"]
 
@@ -102,8 +103,66 @@ def diagnose_schedule(rates: Iterable[float], d_model: int, warmup: int) -> tupl
             scaled = "" if math.isclose(c, 1.0, rel_tol=1e-3) else f", scaled by {c:.4g}"
             return (f"Eq. (3)'s shape with warmup_steps = {peak}{scaled}; {table}",
                     f"warmup_steps = {peak} instead of {warmup}")
+    named = dropped_min(r, k, d_model, warmup) or linear_warmup(r, k, peak)
+    if named is not None:
+        return f"{named[0]}; {table}", named[1]
     return (f"not Eq. (3)'s shape (its highest rate {r.max().item():.4g} at update {peak}); {table}",
-            "another schedule (linear or cosine decay, a constant with warmup ...)")
+            "another schedule (cosine decay, steps, a cycle ...)")
+
+
+def _scale(r: Tensor, form: Tensor, rtol: float = 1e-5) -> float | None:
+    """c when ``r`` = c * ``form`` at every update (within ``rtol``), else None."""
+    ratio = r / form
+    c = ratio.mean()
+    return float(c) if bool(((ratio - c).abs() <= rtol * c.abs()).all()) else None
+
+
+def _scaled(c: float) -> str:
+    return "" if math.isclose(c, 1.0, rel_tol=1e-5) else f", scaled by {c:.4g}"
+
+
+def dropped_min(r: Tensor, k: Tensor, d_model: int, warmup: int) -> tuple[str, str] | None:
+    """One term of Eq. (3)'s min() alone (or a max() for the min), possibly scaled."""
+    d = d_model ** -0.5
+    forms = (
+        (d * k.pow(-0.5), "step_num^-0.5 alone: no warmup, the rate starts at its highest and only decays",
+         "the min() of Eq. (3) dropped, keeping its decay term step_num^-0.5: no warmup"),
+        (d * k * warmup ** -1.5, f"step_num * {warmup}^-1.5 alone: the rate rises linearly for every update and never "
+                                 "decays", "the min() of Eq. (3) dropped, keeping its warmup term: no decay"),
+        (d * torch.maximum(k.pow(-0.5), k * warmup ** -1.5), "the larger of Eq. (3)'s two terms: the rate falls until "
+                                                             f"update {warmup}, then rises",
+         "max() where Eq. (3) takes min()"),
+    )
+    for form, measured, hint in forms:
+        c = _scale(r, form)
+        if c is not None:
+            return f"{measured}{_scaled(c)}", hint
+    return None
+
+
+def _linear(y: Tensor, x: Tensor) -> bool:
+    """True when y is a + b x at every point (within 1e-6 of y's range) and not constant."""
+    if y.numel() < 3 or float(y.max() - y.min()) == 0.0:
+        return False
+    design = torch.stack([torch.ones_like(x), x], dim=1)
+    coef = torch.linalg.lstsq(design, y[:, None]).solution
+    return float((design @ coef - y[:, None]).abs().max()) <= 1e-6 * float(y.abs().max())
+
+
+def linear_warmup(r: Tensor, k: Tensor, peak: int) -> tuple[str, str] | None:
+    """A linear rise to the peak followed by something other than Eq. (3)'s step_num^-0.5 decay."""
+    if peak < 3 or peak >= r.numel() or not _linear(r[:peak], k[:peak]):
+        return None
+    tail, top = r[peak - 1:], r[peak - 1].item()
+    if bool((tail == top).all()):
+        return (f"a linear warmup to {top:.4g} at update {peak}, then constant",
+                "a linear warmup to a constant rate: Eq. (3) decays as step_num^-0.5 after its warmup")
+    if _linear(tail, k[peak - 1:]):
+        return (f"a linear warmup to {top:.4g} at update {peak}, then a linear decay",
+                "a linear warmup and linear decay (e.g. transformers' get_linear_schedule_with_warmup): Eq. (3) "
+                "decays as step_num^-0.5 after its warmup")
+    return (f"a linear warmup to {top:.4g} at update {peak}, then a decay that is not step_num^-0.5",
+            "a linear warmup followed by another decay: Eq. (3) decays as step_num^-0.5 after its warmup")
 
 
 # -- the optimizer (§5.3) ------------------------------------------------------------------------------------------
@@ -129,9 +188,11 @@ def gradient_sequence(steps: int = 12) -> Tensor:
 
 @dataclass
 class OptimizerProbe:
-    updates: Tensor  # (8,) total change of each coordinate under the optimizer
+    updates: Tensor  # (8,) total change of each coordinate under the optimizer (a matrix: its first row)
     expected: Tensor  # (8,) the same under Adam(0.9, 0.98, 1e-9), no weight decay
     lr: float
+    shape: tuple[int, ...] = (8,)  # the probe parameter's shape
+    rows_agree: bool = True  # a matrix: every row moved as its first (they get the same gradients)
 
     @property
     def worst(self) -> tuple[int, float]:
@@ -141,33 +202,59 @@ class OptimizerProbe:
 
     @property
     def ok(self) -> bool:
-        return bool(((self.updates - self.expected).abs() <= 1e-6 * self.expected.abs() + 1e-13).all())
+        return self.rows_agree and bool(((self.updates - self.expected).abs()
+                                         <= 1e-6 * self.expected.abs() + 1e-13).all())
 
 
 COLUMNS = ("gradient 1e-9", "gradient 1e-8", "gradient 1 then 1e-3", "alternating +-1", "zero gradient",
            "noise", "gradient 1e3", "ramp")
 
 
-def optimizer_updates(optimizer: torch.optim.Optimizer, param: torch.nn.Parameter, *, lr: float = 1e-3,
-                      betas: tuple[float, float] = (0.9, 0.98), eps: float = 1e-9) -> OptimizerProbe:
-    """Run ``optimizer`` (built over ``param``, 8 float64 values of 1.0) at rate ``lr`` on ``gradient_sequence``,
-    beside ``torch.optim.Adam`` with the paper's settings on a copy."""
-    twin = torch.nn.Parameter(param.detach().clone())
-    reference = torch.optim.Adam([twin], lr=lr, betas=betas, eps=eps, weight_decay=0.0)
+def probe_parameters() -> list[torch.nn.Parameter]:
+    """What ``make_optimizer`` is given: an (8, 8) matrix and an (8,) vector of float64 ones, the two kinds a recipe
+    may put in different parameter groups (weight decay on matrices only, say)."""
+    return [torch.nn.Parameter(torch.ones(8, 8, dtype=torch.float64)),
+            torch.nn.Parameter(torch.ones(8, dtype=torch.float64))]
+
+
+def optimizer_updates(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter], *, lr: float = 1e-3,
+                      betas: tuple[float, float] = (0.9, 0.98), eps: float = 1e-9) -> list[OptimizerProbe]:
+    """Run ``optimizer`` (built over ``params``, float64 ones of 8 columns: a vector, or a matrix whose every row
+    gets the same gradients) at rate ``lr`` on ``gradient_sequence``, beside ``torch.optim.Adam`` with the paper's
+    settings on copies; one probe per parameter."""
+    twins = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    reference = torch.optim.Adam(twins, lr=lr, betas=betas, eps=eps, weight_decay=0.0)
     for group in optimizer.param_groups:
         group["lr"] = lr
-    start = param.detach().clone()
+    starts = [p.detach().clone() for p in params]
     for grad in gradient_sequence():
-        param.grad, twin.grad = grad.clone(), grad.clone()
+        for p, twin in zip(params, twins):
+            p.grad, twin.grad = grad.expand_as(p).clone(), grad.expand_as(p).clone()
         optimizer.step()
         reference.step()
-    return OptimizerProbe((param.detach() - start), (twin.detach() - start), lr)
+    probes = []
+    for p, twin, start in zip(params, twins, starts):
+        moved, want = (p.detach() - start).reshape(-1, 8), (twin.detach() - start).reshape(-1, 8)
+        rows_agree = bool(((moved - moved[:1]).abs() <= 1e-12 + 1e-9 * moved[:1].abs()).all())
+        probes.append(OptimizerProbe(moved[0], want[0], lr, tuple(p.shape), rows_agree))
+    return probes
 
 
-def describe_hyperparameters(optimizer: Any, betas: tuple[float, float], eps: float) -> tuple[str, list[str]]:
-    """("Adam(betas=(0.9, 0.999), eps=1e-08, weight_decay=0)", ["beta2 0.999, not 0.98", ...])."""
-    groups = getattr(optimizer, "param_groups", None) or [{}]
-    group = groups[0]
+def group_of(optimizer: Any, param: torch.nn.Parameter) -> tuple[int, dict]:
+    """(index, group) of the parameter group holding ``param`` ((-1, {}) when none does)."""
+    for i, group in enumerate(getattr(optimizer, "param_groups", None) or []):
+        if any(p is param for p in group.get("params", [])):
+            return i, group
+    return -1, {}
+
+
+def describe_hyperparameters(optimizer: Any, betas: tuple[float, float], eps: float,
+                             group: dict | None = None) -> tuple[str, list[str]]:
+    """("Adam(betas=(0.9, 0.999), eps=1e-08, weight_decay=0)", ["beta2 0.999, not 0.98", ...]) for ``group`` (the
+    optimizer's first parameter group by default)."""
+    if group is None:
+        groups = getattr(optimizer, "param_groups", None) or [{}]
+        group = groups[0]
     shown = {k: group[k] for k in ("betas", "eps", "weight_decay", "amsgrad") if k in group}
     text = f"{type(optimizer).__name__}({', '.join(f'{k}={v}' for k, v in shown.items())})"
     diffs = []

@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch
 
-from reference.model import Transformer
-from spec.config import ModelConfig
-from spec.contract import has_capability
-from spec.schema import parameter_schema, tied_groups
+from aiayn_conformance.reference.model import Transformer
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.contract import has_capability
+from aiayn_conformance.spec.schema import parameter_schema, tied_groups
 
 from .harness import ImplementationError, build_model, could_not_check, current_clause, seeded
 from .inputs import CONFIG
 
 if TYPE_CHECKING:
-    from implementations import Implementation
+    from aiayn_conformance.implementations import Implementation
 
 __all__ = ["STATE_SEED", "visible_state", "load_into", "transplanted", "sharp_or_own", "reference_twin"]
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from spec.config import ModelConfig
-from spec.tolerance import compare
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.tolerance import compare
 
 from . import oracles
 

@@ -54,9 +54,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from reference.decoding import greedy_search, output_limits
-from spec.config import ModelConfig
-from spec.decoding import TRANSLATION, DecodeConfig
+from aiayn_conformance.reference.decoding import greedy_search, output_limits
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.decoding import TRANSLATION, DecodeConfig
 
 from .decoders import as_log_probs, torch_step_decoder
 from .kv_cache import NEVER, DecodeCheck, _pick_eos, reference_twin
@@ -71,7 +71,7 @@ PAD, BOS, EOS = "<blank>", "<s>", "</s>"
 
 def is_reference(model: nn.Module) -> bool:
     """True when ``model`` is a reference ``Transformer`` (converted as it is)."""
-    from reference.model import Transformer
+    from aiayn_conformance.reference.model import Transformer
 
     return isinstance(model, Transformer)
 
@@ -109,7 +109,7 @@ def transformer_spec(state: Mapping[str, Tensor], config: ModelConfig, *, decode
     from ctranslate2.specs import common_spec
     from ctranslate2.specs import transformer_spec as ts
 
-    from reference.model import sinusoid_table
+    from aiayn_conformance.reference.model import sinusoid_table
 
     decode.check_for(config)
     st = {k: v.detach().to(torch.float32).cpu().numpy() for k, v in state.items()}

@@ -26,8 +26,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from reference.decoding import PrefixDecoding
-from spec.contract import StepDecoding, has_step_decoding
+from aiayn_conformance.reference.decoding import PrefixDecoding
+from aiayn_conformance.spec.contract import StepDecoding, has_step_decoding
 
 __all__ = ["as_log_probs", "ForwardPrefix", "torch_step_decoder", "MemoryPrefix", "MemoryPrefixState", "Lockstep"]
 

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from reference.decoding import (
+from aiayn_conformance.reference.decoding import (
     Hypotheses,
     KVCache,
     LayerCache,
@@ -56,8 +56,8 @@ from reference.decoding import (
     greedy_search,
     init_cache,
 )
-from spec.config import ModelConfig
-from spec.decoding import TRANSLATION, DecodeConfig
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.decoding import TRANSLATION, DecodeConfig
 
 from .decoders import Lockstep, torch_step_decoder
 from .onnx import OPSET, ExportError, _example, _export, _short, session
@@ -74,7 +74,7 @@ NEVER = -1  # an end symbol no token equals: decoding runs to the limit
 
 
 def _reference_like(model: nn.Module) -> bool:
-    from reference.model import Transformer
+    from aiayn_conformance.reference.model import Transformer
 
     return isinstance(model, Transformer)
 
@@ -94,7 +94,7 @@ def reference_twin(model: nn.Module, config: ModelConfig, *, seed: int = 0) -> n
         raise ExportError(f"{type(model).__name__} is not the reference Transformer and has no "
                           "load_reference_state(); the cached export needs one of the two "
                           "(or use --no-cache for its own encode/decode)")
-    from reference.model import Transformer
+    from aiayn_conformance.reference.model import Transformer
 
     torch.manual_seed(seed)
     twin = Transformer(config).eval()

@@ -29,8 +29,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from spec.config import ModelConfig
-from spec.contract import has_capability
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.contract import has_capability
 
 __all__ = ["OPSET", "ExportError", "Verification", "GenerationCheck", "export_onnx", "verify",
            "export_generation", "verify_generation",
@@ -53,7 +53,7 @@ def resolve_model(impl_or_model: Any, config: ModelConfig, *, seed: int = 0) -> 
     """A registered implementation's name (built with ``config``) or a module; returns (module, output kind)."""
     if isinstance(impl_or_model, nn.Module):
         return impl_or_model.eval(), getattr(impl_or_model, "output_kind", "logits")
-    from implementations import get_registry
+    from aiayn_conformance.implementations import get_registry
 
     impl = get_registry().get(impl_or_model) if isinstance(impl_or_model, str) else impl_or_model
     torch.manual_seed(seed)
@@ -223,7 +223,7 @@ class _DecoderStep(nn.Module):
         self.model = model
 
     def forward(self, memory, src, ys):
-        from reference.model import padding_mask
+        from aiayn_conformance.reference.model import padding_mask
 
         hidden = self.model.decode(memory, padding_mask(src, self.model.config.pad_id), ys)
         return self.model.generator(hidden[:, -1])

@@ -3,7 +3,7 @@
 Plugin authors need only ``hookimpl``, ``Implementation`` and ``Component`` (and
 ``ComponentUnavailable`` for a kernel that cannot run here); the hooks are documented in
 ``implementations/hookspecs.py``, the adapter contract in ``spec.contract``, and a guide is
-docs/plugins.md. ``python -m implementations`` writes docs/audits.md from what is registered.
+docs/plugins.md. ``python -m aiayn_conformance.implementations`` writes docs/audits.md from what is registered.
 """
 
 from .declarations import COMPONENT_KINDS, Component, ComponentUnavailable, Implementation, validated

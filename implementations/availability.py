@@ -1,6 +1,6 @@
 """Plugins that wrap an installed library: is it here, and is it the version the declarations describe?
 
-A built-in plugin for a third-party package (``implementations/hf_marian.py``, ``x_transformers.py``, ...)
+A built-in plugin for a third-party package (``implementations/builtins/hf_marian.py``, ``x_transformers.py``, ...)
 always registers, so that its name, summary and declared deviations are known on every machine
 (``aiayn list``, docs/audits.md). When the package cannot be used here it registers with
 ``Implementation(unavailable=REASON)``: ``aiayn list`` shows the reason (with the install command), the suite

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from reference.model import Transformer
-from spec.config import ModelConfig
+from aiayn_conformance.reference.model import Transformer
+from aiayn_conformance.spec.config import ModelConfig
 
 from .declarations import COMPONENT_KINDS, Component, Implementation, validated
 
@@ -60,5 +60,5 @@ def compose(name: str, components: Sequence[Component]) -> Implementation:
     return validated(Implementation(
         name=name, build=build, summary=f"the reference with {described}",
         source="; ".join(f"{c.name}: {c.source or c.plugin}" for c in components),
-        output="logits", deviations=deviations, plugin="implementations.components",
+        output="logits", deviations=deviations, plugin="aiayn_conformance.implementations.builtins.components",
     ))

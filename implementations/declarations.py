@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from spec.clauses import CLAUSES
-from spec.contract import OUTPUT_KINDS
+from aiayn_conformance.spec.clauses import CLAUSES
+from aiayn_conformance.spec.contract import OUTPUT_KINDS
 
 from .availability import parse_written_for
 

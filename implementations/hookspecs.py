@@ -41,7 +41,7 @@ def register_implementations(register):
 
     Call ``register`` once per implementation, with an ``Implementation``::
 
-        from implementations import Implementation, hookimpl
+        from aiayn_conformance.implementations import Implementation, hookimpl
 
         @hookimpl
         def register_implementations(register):

@@ -23,6 +23,7 @@ from types import ModuleType
 
 import pluggy
 
+from . import builtins as builtin_plugins
 from . import hookspecs
 from .composition import compose, parse_composition
 from .declarations import Component, Implementation, validated
@@ -37,9 +38,7 @@ ENV_PLUGINS = "AIAYN_PLUGINS"
 ENV_STRICT = "AIAYN_STRICT_PLUGINS"
 
 # Built-ins are plugins like any other, registered through the same manager.
-DEFAULT_PLUGINS: tuple[str, ...] = tuple(f"implementations.{m}" for m in (
-    "reference", "building_blocks", "sections_notebook", "annotated_notebook", "jadore801120", "hyunwoongko",
-    "torch_nn", "prenorm", "fused", "hf_marian", "hf_fsmt", "hf_bart", "x_transformers", "components"))
+DEFAULT_PLUGINS: tuple[str, ...] = tuple(f"{builtin_plugins.__name__}.{m}" for m in builtin_plugins.PLUGINS)
 
 
 class PluginError(RuntimeError):

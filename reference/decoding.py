@@ -59,8 +59,8 @@ from typing import Any, NamedTuple, Protocol
 import torch
 from torch import Tensor
 
-from spec.contract import StepDecoding
-from spec.decoding import TRANSLATION, DecodeConfig
+from aiayn_conformance.spec.contract import StepDecoding
+from aiayn_conformance.spec.decoding import TRANSLATION, DecodeConfig
 
 # reference.model.Transformer and its MultiHeadAttention, typed loosely here: model.py imports this module
 # for its decoding methods, and project imports never form a cycle (tests/test_imports.py).

@@ -27,9 +27,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from spec.config import ModelConfig
-from spec.decoding import DecodeConfig
-from spec.training import TrainConfig
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.decoding import DecodeConfig
+from aiayn_conformance.spec.training import TrainConfig
 
 from .decoding import (
     KVCache,
@@ -436,5 +436,5 @@ class Transformer(nn.Module):
 
 
 def build(config: ModelConfig) -> Transformer:
-    """The reference implementation's factory (see implementations/reference.py)."""
+    """The reference implementation's factory (see implementations/builtins/reference.py)."""
     return Transformer(config)

@@ -36,8 +36,8 @@ import torch
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import LRScheduler
 
-from spec.config import ModelConfig
-from spec.training import BASE_TRAINING, TrainConfig
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.training import BASE_TRAINING, TrainConfig
 
 __all__ = [
     "lrate", "LRateScheduler", "lrate_scheduler", "adam", "smoothed_targets", "LabelSmoothedCrossEntropy",

@@ -5,10 +5,13 @@ A plugin for the suite's own tests (``--plugin tests/broken_decoders.py``), the 
 ``tests/test_broken_models.py`` runs ``conformance/test_decode.py`` over every model here, asserting each
 is caught by exactly the clauses it declares. Each registers as ``broken-decoder-<bug>``.
 
-Two families, so each clause is proven by bugs that break it alone:
+Three families, so each clause is proven by bugs that break it alone:
 
 * cache bugs live in the step-level methods (``begin_decoding``, ``decode_step``, ``reorder_state``);
   these models offer no ``generate``, so only ``decode.incremental`` runs on them;
+* cache bugs inside ``generate`` (positions restarting at 0, the self-attention cache left out of the
+  reorder, an 8-position window) in models that offer only ``generate``, as library adapters do: only the
+  search clauses can see them;
 * search bugs live in ``generate``, over the reference's correct cache: greedy search that does not stop
   at the end symbol, beam search with another length penalty or without a finished set, a default
   maximum length that is not the source's real length + 50.
@@ -30,19 +33,20 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from implementations import Component, Implementation, hookimpl
-from reference.decoding import (
+from aiayn_conformance.implementations import Component, Implementation, hookimpl
+from aiayn_conformance.reference.decoding import (
     KVCache,
     LayerCache,
     LengthPenalty,
+    _attend,
     beam_search,
     greedy_search,
     init_cache,
     output_limits,
     reorder,
 )
-from reference.model import Transformer
-from spec.config import ModelConfig
+from aiayn_conformance.reference.model import Transformer
+from aiayn_conformance.spec.config import ModelConfig
 
 INC, GREEDY, BEAM, MAXLEN = "decode.incremental", "decode.greedy", "decode.beam", "decode.max-length"
 
@@ -74,6 +78,90 @@ class CrossFromEmbeddings(StepOnly):
                                   layer.cross_attn.split_heads(layer.cross_attn.v(x)))
                        for layer, c in zip(self.decoder, cache.layers))
         return KVCache(layers, cache.src_mask)
+
+
+class BuggyCache:
+    """The reference's cached decoder written out with one bug, on the model's own modules. Its state is (the
+    reference's ``KVCache``, t), t counting the tokens fed, since a windowed cache holds fewer positions.
+
+    ``bug``: "window" keeps only the last ``WINDOW`` self-attention keys/values; "restart" embeds every new token
+    at position 0; "self-not-reordered" leaves the self-attention cache behind when beams are reordered."""
+
+    def __init__(self, model: Transformer, bug: str):
+        self.model, self.bug = model, bug
+
+    def begin_decoding(self, src: Tensor) -> tuple[KVCache, int]:
+        return init_cache(self.model, src), 0
+
+    def decode_step(self, state: tuple[KVCache, int], tokens: Tensor) -> tuple[Tensor, tuple[KVCache, int]]:
+        (cache, t), m = state, self.model
+        y = m.embed(tokens[:, None], m.tgt_embed, start=0 if self.bug == "restart" else t)
+        layers = []
+        for layer, c in zip(m.decoder, cache.layers):
+            sa = layer.self_attn
+            k = torch.cat([c.self_k, sa.split_heads(sa.k(y))], dim=2)
+            v = torch.cat([c.self_v, sa.split_heads(sa.v(y))], dim=2)
+            if self.bug == "window":
+                k, v = k[:, :, -WINDOW:], v[:, :, -WINDOW:]
+            y = layer.norm1(y + _attend(sa, y, k, v, None))
+            y = layer.norm2(y + _attend(layer.cross_attn, y, c.cross_k, c.cross_v, cache.src_mask))
+            y = layer.norm3(y + layer.ffn(y))
+            layers.append(LayerCache(k, v, c.cross_k, c.cross_v))
+        return m.generator(y[:, 0]), (KVCache(tuple(layers), cache.src_mask), t + 1)
+
+    def reorder_state(self, state: tuple[KVCache, int], indices: Tensor) -> tuple[KVCache, int]:
+        cache, t = state
+        moved = reorder(cache, indices)
+        if self.bug != "self-not-reordered" or indices.numel() != cache.src_mask.size(0):
+            return moved, t
+        return KVCache(tuple(LayerCache(o.self_k, o.self_v, n.cross_k, n.cross_v)
+                             for n, o in zip(moved.layers, cache.layers)), moved.src_mask), t
+
+
+WINDOW = 8
+
+
+class StepWindow(StepOnly):
+    """Step-level decoding through a self-attention cache that keeps only the last 8 positions."""
+
+    def begin_decoding(self, src: Tensor) -> tuple[KVCache, int]:  # type: ignore[override]
+        return BuggyCache(self, "window").begin_decoding(src)
+
+    def decode_step(self, state, tokens):  # type: ignore[override]
+        return BuggyCache(self, "window").decode_step(state, tokens)
+
+    def reorder_state(self, state, indices):  # type: ignore[override]
+        return BuggyCache(self, "window").reorder_state(state, indices)
+
+
+class GenerateOnly(Transformer):
+    """Offers only ``generate`` (as the Hugging Face adapters' libraries decode inside it): the reference searches
+    over a cache with the bug ``BUG``; no step-level methods, so decode.incremental cannot see the cache."""
+
+    BUG = ""
+    begin_decoding = None  # type: ignore[assignment]
+    decode_step = None  # type: ignore[assignment]
+    reorder_state = None  # type: ignore[assignment]
+
+    @torch.no_grad()
+    def generate(self, src, *, bos_id, eos_id, beam_size=4, alpha=0.6, max_len=None):  # type: ignore[override]
+        cache, pad = BuggyCache(self, self.BUG), self.config.pad_id
+        if beam_size == 1:
+            return greedy_search(cache, src, bos_id=bos_id, eos_id=eos_id, pad_id=pad, max_len=max_len).tokens
+        return beam_search(cache, src, bos_id=bos_id, eos_id=eos_id, pad_id=pad, beam_size=beam_size, alpha=alpha,
+                           max_len=max_len).tokens
+
+
+class GenerateRestart(GenerateOnly):
+    BUG = "restart"
+
+
+class GenerateSelfNotReordered(GenerateOnly):
+    BUG = "self-not-reordered"
+
+
+class GenerateWindow(GenerateOnly):
+    BUG = "window"
 
 
 # -- search bugs (generate over the reference's cache) -----------------------------------------------------------
@@ -169,6 +257,19 @@ BROKEN_DECODERS: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, d
         INC: "after a beam reorder a row attends to another row's source"}),
     "cross-from-embeddings": (CrossFromEmbeddings, "logits", "cross-attention cache from the source embeddings", {
         INC: "the cached decoder reads the wrong memory"}),
+    "self-window-8": (StepWindow, "logits", "the self-attention cache keeps only the last 8 positions", {
+        INC: "from prefix length 9 on the cached scores differ from the full forward's"}),
+    "generate-positions-restart": (GenerateRestart, "logits", "generate only; its cache embeds every new token at "
+                                   "position 0", {
+        BEAM: "hypotheses are scored with another distribution than the forward's (greedy's witnesses settle on one "
+              "repeated token within a few steps, where the position no longer changes the argmax)"}),
+    "generate-self-not-reordered": (GenerateSelfNotReordered, "logits", "generate only; its beam reorder leaves the "
+                                    "self-attention cache behind", {
+        BEAM: "after a reorder a beam continues another beam's prefix"}),
+    "generate-window-8": (GenerateWindow, "logits", "generate only; its self-attention cache keeps only the last 8 "
+                          "positions", {
+        BEAM: "past 8 tokens hypotheses are scored with another distribution than the forward's (greedy's witnesses "
+              "settle on one repeated token before 8 tokens, which the window does not change)"}),
     "greedy-no-eos-stop": (GreedyNoEosStop, "logits", "greedy decoding never stops at the end symbol", {
         GREEDY: "rows keep growing after EOS"}),
     "length-power": (LengthPower, "logits", "beam search ranks by log_probs / |Y|^alpha", {
@@ -232,6 +333,43 @@ def search_finished_in_beam(decoder, src: Tensor, *, bos_id: int, eos_id: int, p
     return torch.tensor([o + [pad_id] * (width - len(o)) for o in outs], dtype=torch.long).view(len(outs), width)
 
 
+@torch.no_grad()
+def search_early_stop_current_length(decoder, src: Tensor, *, bos_id: int, eos_id: int, pad_id: int, beam_size: int,
+                                     alpha: float, max_len: int | Tensor | None,
+                                     length_penalty: LengthPenalty) -> Tensor:
+    """tensor2tensor's search written per source, with the early stop bounding the live hypotheses by lp(current
+    length) instead of lp(maximum length)."""
+    limits = output_limits(src, pad_id, max_len=max_len).tolist()
+
+    def lp(n: int) -> float:
+        return float(length_penalty(torch.tensor(n), alpha))
+
+    outs = []
+    for b in range(src.size(0)):
+        state = decoder.begin_decoding(src[b:b + 1])
+        beams: list[tuple[float, list[int]]] = [(0.0, [])]
+        done: list[tuple[float, list[int]]] = []
+        for step in range(limits[b]):
+            scores, state = decoder.decode_step(state, torch.tensor([seq[-1] if seq else bos_id for _, seq in beams]))
+            logp = torch.log_softmax(scores.double(), dim=-1)
+            logp[:, pad_id] = -math.inf
+            flat = [(total + float(x), row, v) for row, ((total, _), dist) in enumerate(zip(beams, logp))
+                    for v, x in enumerate(dist) if x > -math.inf]
+            top = sorted(flat, key=lambda c: -c[0])[:2 * beam_size]
+            done = sorted(done + [(c[0] / lp(step + 1), beams[c[1]][1] + [c[2]]) for c in top if c[2] == eos_id],
+                          key=lambda d: -d[0])[:beam_size]
+            keep = [c for c in top if c[2] != eos_id][:beam_size]
+            if not keep:
+                break
+            state = decoder.reorder_state(state, torch.tensor([c[1] for c in keep]))
+            beams = [(c[0], beams[c[1]][1] + [c[2]]) for c in keep]
+            if done and min(d[0] for d in done) > beams[0][0] / lp(step + 1):  # BUG: lp(limits[b]) bounds them
+                break
+        outs.append(done[0][1] if done else beams[0][1])
+    width = max((len(o) for o in outs), default=0)
+    return torch.tensor([o + [pad_id] * (width - len(o)) for o in outs], dtype=torch.long).view(len(outs), width)
+
+
 # name -> (search, bug, {clause: why}); registered as search components "broken-<name>"
 BROKEN_SEARCHES: dict[str, tuple[Callable[..., object], str, dict[str, str]]] = {
     "length-power": (search_length_power, "ranks by |Y|^alpha whatever length_penalty it is given", {
@@ -240,6 +378,9 @@ BROKEN_SEARCHES: dict[str, tuple[Callable[..., object], str, dict[str, str]]] = 
         BEAM: "an output that finished first and was pushed out of the slots is lost"}),
     "max-len-padded-width": (search_max_len_padded_width, "default limit: the padded batch width + 50", {
         MAXLEN: "short sources in a padded batch decode too long"}),
+    "early-stop-current-length": (search_early_stop_current_length, "the early stop divides the best live "
+                                  "log-probability by lp(current length), not lp(maximum length)", {
+        BEAM: "it stops while a live hypothesis can still finish better than the best finished one"}),
 }
 
 

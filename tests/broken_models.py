@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from implementations import Implementation, hookimpl
-from reference.model import (
+from aiayn_conformance.implementations import Implementation, hookimpl
+from aiayn_conformance.reference.model import (
     DecoderLayer,
     EncoderLayer,
     LayerNorm,
@@ -47,11 +47,12 @@ from reference.model import (
     padding_mask,
     sinusoid_table,
 )
-from spec.config import ModelConfig
-from spec.contract import RECIPE_METHODS
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.contract import RECIPE_METHODS
 
 EQ = "model.reference-equivalence"
 LEARNS = "train.learns"
+TRAINS = "train.equivalence"
 
 # The models train.learns runs on in tests/test_broken_models.py (two short trainings each cost seconds): the
 # bugs it must catch, and bugs it must not accuse. Only these may declare train.learns.
@@ -581,6 +582,66 @@ class FixedLengthUnscaled(Transformer):
         return self.dropout(x + self.pe[torch.arange(5, device=tokens.device)])  # BUG: length 5 only
 
 
+# -- backward passes that are not the forward's gradient (train.equivalence) -----------------------------------------
+class DetachedStatisticsLayerNorm(LayerNorm):
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True).detach()  # BUG: the statistics treated as constants in the backward pass
+        std = torch.sqrt((x - mean).pow(2).mean(-1, keepdim=True) + self.eps).detach()
+        return (x - mean) / std * self.weight + self.bias
+
+
+class GradMultiply(torch.autograd.Function):
+    """fairseq's GradMultiply: the identity forward, the gradient multiplied by ``scale``."""
+
+    @staticmethod
+    def forward(ctx, x, scale):
+        ctx.scale = scale
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.scale, None
+
+
+class GradScaledSublayerEncoderLayer(EncoderLayer):
+    def forward(self, x, src_mask):
+        a = GradMultiply.apply(self.self_attn(x, x, x, src_mask), 0.25)  # BUG: the sub-layer's gradient scaled
+        x = self.norm1(x + self.dropout(a))
+        return self.norm2(x + self.dropout(GradMultiply.apply(self.ffn(x), 0.25)))
+
+
+class FrozenEmbedding(Transformer):
+    def __init__(self, config):
+        super().__init__(config)
+        # BUG: nn.Embedding.from_pretrained freezes the table by default (freeze=True)
+        self.src_embed = nn.Embedding.from_pretrained(self.src_embed.weight.detach().clone())
+        self.tgt_embed = nn.Embedding.from_pretrained(self.tgt_embed.weight.detach().clone())
+        if config.share_embeddings:
+            self.tgt_embed.weight = self.src_embed.weight
+            self.generator.weight = self.src_embed.weight
+
+
+class BufferBiasFeedForward(PositionwiseFeedForward):
+    def __init__(self, d_model, d_ff):
+        super().__init__(d_model, d_ff)
+        self.w1 = nn.Linear(d_model, d_ff, bias=False)
+        self.register_buffer("b1", torch.zeros(d_ff))  # BUG: a buffer, not an nn.Parameter: never trained
+
+    def forward(self, x):
+        return self.w2(torch.relu(self.w1(x) + self.b1))
+
+
+class BufferBias(Transformer):
+    def __init__(self, config):
+        super().__init__(config, feed_forward=BufferBiasFeedForward)
+
+    def load_reference_state(self, state):
+        state = dict(state)
+        for key in [k for k in state if k.endswith("ffn.w1.bias")]:
+            state[key.replace("w1.bias", "b1")] = state.pop(key)
+        self.load_state_dict(state, strict=True)
+
+
 def with_parts(cls=Transformer, **parts) -> Callable[[ModelConfig], Transformer]:
     return lambda cfg: cls(cfg, **parts)
 
@@ -693,7 +754,8 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
         "layers.independent": "layer 1 and layer 2 are the same parameters",
         "config.parameters": "(N-1) encoder layers of parameters missing", EQ: "different function"}),
     "untied": (with_parts(Untied), "logits", "embeddings not shared although configured", {
-        "embedding.shared-weights": "three matrices", "config.parameters": "two extra vocab x d_model matrices"}),
+        "embedding.shared-weights": "three matrices", "config.parameters": "two extra vocab x d_model matrices",
+        TRAINS: "loaded with one tensor the three copies agree, then each trains apart on its own gradient"}),
     "generator-bias": (with_parts(GeneratorBias), "logits", "a bias on the pre-softmax projection", {
         "embedding.shared-weights": "the projection has a bias", "config.parameters": "tgt_vocab extra parameters"}),
     "log-softmax-as-logits": (with_parts(LogSoftmaxDeclaredLogits), "logits", "normalized output declared logits", {
@@ -729,6 +791,17 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
     "vendor-onnx-op": (with_parts(feed_forward=VendorOpFeedForward), "logits",
                        "the FFN exported as a custom-domain op onnxruntime rejects", {
         "export.onnx": "onnxruntime refuses to load the exported graph (vendor.fused:FastRelu is no registered op)"}),
+    "norm-statistics-detached": (with_parts(layer_norm=DetachedStatisticsLayerNorm), "logits",
+                                 "layer norm mean and std detached: the forward exact, the backward not", {
+        TRAINS: "the gradient ignores how the mean and the deviation depend on the input"}),
+    "grad-scaled-sublayers": (with_layers(enc=GradScaledSublayerEncoderLayer), "logits",
+                              "the gradient of each encoder sub-layer's output multiplied by 0.25 (GradMultiply)", {
+        TRAINS: "the encoder's sub-layers get a quarter of their gradient beside the residual path's"}),
+    "frozen-embedding": (with_parts(FrozenEmbedding), "logits",
+                         "nn.Embedding.from_pretrained(...) keeps its default freeze=True", {
+        TRAINS: "the shared embedding and output matrix never update"}),
+    "buffer-ffn-bias": (with_parts(BufferBias), "logits", "the FFN's first bias a buffer, not a parameter", {
+        TRAINS: "b1 never updates", "config.parameters": "d_ff parameters per FFN missing"}),
     "source-vocab-generator": (with_parts(SourceVocabularyGenerator), "logits",
                                "output projection sized by the source vocabulary", {
         "model.shape": "with separate vocabularies of 41 and 43 tokens the scores are [B, T, 41]",

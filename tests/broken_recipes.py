@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from implementations import Implementation, hookimpl
-from reference.model import Transformer
-from reference.training import LabelSmoothedCrossEntropy, LRateScheduler, lrate, smoothed_targets
+from aiayn_conformance.implementations import Implementation, hookimpl
+from aiayn_conformance.reference.model import Transformer
+from aiayn_conformance.reference.training import LabelSmoothedCrossEntropy, LRateScheduler, lrate, smoothed_targets
 
 LEARNS = "train.learns"
 
@@ -80,6 +80,25 @@ class ScheduleDModel512(Recipe):
         return LRateScheduler(optimizer, 512, train_config.warmup_steps)  # BUG: the base model's d_model
 
 
+class NoMin(Recipe):
+    def make_scheduler(self, optimizer, train_config):
+        d = self.config.d_model
+        # BUG: the min() of Eq. (3) dropped, keeping the decay term: no warmup
+        return torch.optim.lr_scheduler.LambdaLR(_unit_lr(optimizer), lambda step: d ** -0.5 * (step + 1) ** -0.5)
+
+
+class LinearWarmupDecay(Recipe):
+    def make_scheduler(self, optimizer, train_config):
+        w, total = train_config.warmup_steps, 100_000
+        peak = lrate(w, self.config.d_model, w)
+
+        def rate(step: int) -> float:  # BUG: transformers' get_linear_schedule_with_warmup shape, not Eq. (3)
+            k = step + 1
+            return peak * (k / w if k <= w else max(0.0, (total - k) / (total - w)))
+
+        return torch.optim.lr_scheduler.LambdaLR(_unit_lr(optimizer), rate)
+
+
 # -- optimizers -----------------------------------------------------------------------------------------------------
 class AdamDefaults(Recipe):
     def make_optimizer(self, params, train_config):
@@ -89,6 +108,14 @@ class AdamDefaults(Recipe):
 class AdamWDecay(Recipe):
     def make_optimizer(self, params, train_config):
         return torch.optim.AdamW(params, lr=0.0, betas=train_config.betas, eps=train_config.adam_eps)  # BUG: wd 0.01
+
+
+class DecayOnMatrices(Recipe):
+    def make_optimizer(self, params, train_config):
+        params = list(params)
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},  # BUG: decay on matrices
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        return torch.optim.AdamW(groups, lr=0.0, betas=train_config.betas, eps=train_config.adam_eps)
 
 
 # -- criteria --------------------------------------------------------------------------------------------------------
@@ -103,6 +130,19 @@ class SwappedSmoothing(Recipe):
 
         def criterion(scores: Tensor, labels: Tensor) -> Tensor:
             q = smoothed_targets(labels, vocab, 1.0 - eps, pad).to(scores.dtype)  # BUG: eps on the target
+            return -(q * torch.log_softmax(scores, -1)).sum() / (labels != pad).sum().clamp_min(1)
+
+        return criterion
+
+
+class SmoothingMissingTrueShare(Recipe):
+    def make_criterion(self, train_config):
+        eps, vocab, pad = train_config.label_smoothing, self.config.tgt_vocab, self.config.pad_id
+
+        def criterion(scores: Tensor, labels: Tensor) -> Tensor:
+            q = torch.full((labels.numel(), vocab), eps / vocab, dtype=scores.dtype)
+            q.scatter_(1, labels[:, None], 1.0 - eps)  # BUG: the true class loses its eps/V share: q sums to 1 - eps/V
+            q = q.masked_fill((labels == pad)[:, None], 0.0)
             return -(q * torch.log_softmax(scores, -1)).sum() / (labels != pad).sum().clamp_min(1)
 
         return criterion
@@ -146,6 +186,13 @@ class SliceWithoutBos(Recipe):
         return target, labels  # BUG: trg[:, :-1] / trg[:, 1:] on a target that has no start symbol
 
 
+class LabelsShiftedToo(Recipe):
+    def make_batch(self, target, bos_id):
+        decoder_input = F.pad(target[:, :-1], (1, 0), value=bos_id)
+        labels = F.pad(target[:, 1:], (0, 1), value=self.config.pad_id)  # BUG: the labels shifted as well
+        return decoder_input, labels
+
+
 # name -> (class, bug, {clause: why})
 BROKEN_RECIPES: dict[str, tuple[Callable[..., nn.Module], str, dict[str, str]]] = {
     "lr-step-from-zero": (StepFromZero, "LambdaLR on the raw counter: step_num 0 at the first update", {
@@ -157,15 +204,25 @@ BROKEN_RECIPES: dict[str, tuple[Callable[..., nn.Module], str, dict[str, str]]] 
         LEARNS: "the first 100 updates run at lrate(1), about 3e-4: too little to learn in 150 updates"}),
     "lr-d-model-512": (ScheduleDModel512, "Eq. (3) with the base model's d_model 512 on a smaller model", {
         "train.lr-schedule": "the rate is Eq. (3)'s scaled by sqrt(32 / 512)"}),
+    "lr-no-min": (NoMin, "Eq. (3) without its min(): d_model^-0.5 * step_num^-0.5 from update 1", {
+        "train.lr-schedule": "no warmup: the rate starts at its highest",
+        LEARNS: "0.177 at update 1 and above 0.014 throughout: the loss barely falls"}),
+    "lr-linear-warmup": (LinearWarmupDecay, "a linear warmup to Eq. (3)'s peak, then a linear decay", {
+        "train.lr-schedule": "linear decay after the warmup, not step_num^-0.5"}),
     "adam-defaults": (AdamDefaults, "torch.optim.Adam's defaults", {
         "train.optimizer": "beta2 0.999 and eps 1e-8"}),
     "adamw-decay": (AdamWDecay, "AdamW with its default weight decay 0.01", {
         "train.optimizer": "decoupled weight decay 0.01"}),
+    "adamw-decay-on-matrices": (DecayOnMatrices, "AdamW with weight decay 0.1 on the matrices, none on vectors", {
+        "train.optimizer": "the matrices' parameter group decays by 0.1 (the vectors' group is Adam's)"}),
     "no-smoothing": (NoSmoothing, "cross entropy without label smoothing", {
         "train.label-smoothing": "one-hot targets"}),
     "smoothing-swapped": (SwappedSmoothing, "confidence and smoothing swapped", {
         "train.label-smoothing": "the true class gets eps, the others 1 - eps",
         LEARNS: "trained towards every class but the right one"}),
+    "smoothing-missing-true-share": (SmoothingMissingTrueShare, "eps/V on the other classes, 1 - eps on the true "
+                                                                 "class: the target sums to 1 - eps/V", {
+        "train.label-smoothing": "the target distribution does not sum to 1"}),
     "padding-counted": (PaddingCounted, "label-smoothed cross entropy without ignore_index", {
         "train.label-smoothing": "padding targets are trained towards the padding class",
         "train.loss-padding": "padding positions count in the loss and its mean"}),
@@ -180,6 +237,9 @@ BROKEN_RECIPES: dict[str, tuple[Callable[..., nn.Module], str, dict[str, str]]] 
     "slice-without-bos": (SliceWithoutBos, "trg[:, :-1] / trg[:, 1:] on a target without BOS", {
         "train.shift": "no start symbol, and the first target token is never predicted",
         LEARNS: "greedy decoding starts from a BOS it never trained on"}),
+    "labels-shifted-too": (LabelsShiftedToo, "BOS + target[:, :-1] as input and target[:, 1:] as labels", {
+        "train.shift": "position i is trained to predict target token i + 1",
+        LEARNS: "greedy decoding emits each token one position early"}),
 }
 
 

@@ -34,8 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from implementations import Implementation, hookimpl
-from spec.config import ModelConfig
+from aiayn_conformance.implementations import Implementation, hookimpl
+from aiayn_conformance.spec.config import ModelConfig
 
 
 def table(length: int, d_model: int) -> Tensor:

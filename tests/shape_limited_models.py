@@ -17,9 +17,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from implementations import Implementation, hookimpl
-from reference.model import Transformer
-from spec.config import ModelConfig
+from aiayn_conformance.implementations import Implementation, hookimpl
+from aiayn_conformance.reference.model import Transformer
+from aiayn_conformance.spec.config import ModelConfig
 
 REJECTIONS_LOG = "AIAYN_TEST_REJECTIONS_LOG"  # a file path: every rejected call appends one line to it
 EXAMPLE_LENGTH = 5  # the tutorial's example sentence has 5 tokens

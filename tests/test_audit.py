@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from aiayn import report
-from aiayn.audit import AuditResult, ClauseResult, SubjectResult, fold
-from aiayn.cli import main
-from spec import CLAUSES
+from aiayn_conformance import report
+from aiayn_conformance.audit import AuditResult, ClauseResult, SubjectResult, fold
+from aiayn_conformance.cli import main
+from aiayn_conformance.spec import CLAUSES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -187,9 +187,9 @@ def test_figures_measure_the_implementation(tmp_path):
     pytest.importorskip("matplotlib")
     import torch
 
-    from aiayn.figures import draw, target_influence
-    from conformance.inputs import CONFIG
-    from implementations import get_registry
+    from aiayn_conformance.conformance.inputs import CONFIG
+    from aiayn_conformance.figures import draw, target_influence
+    from aiayn_conformance.implementations import get_registry
 
     reg = get_registry()
     ref = target_influence(reg.get("reference"), CONFIG)
@@ -224,7 +224,8 @@ def test_unwritable_output_is_refused_before_the_run(capsys, tmp_path):
 def audited(tmp_path_factory):
     """One real audit: the reference (conforming) and prenorm (declares three deviations)."""
     out = tmp_path_factory.mktemp("audit") / "audit.json"
-    res = subprocess.run([sys.executable, "-m", "aiayn", "audit", "--impl", "reference,prenorm", "--format", "json",
+    res = subprocess.run([sys.executable, "-m", "aiayn_conformance",
+                          "audit", "--impl", "reference,prenorm", "--format", "json",
                           "--output", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=1200)
     return res, json.loads(out.read_text())
 
@@ -245,7 +246,8 @@ def test_end_to_end_audit_statuses(audited):
 
 
 def test_one_clause_with_full_detail():
-    res = subprocess.run([sys.executable, "-m", "aiayn", "audit", "--impl", "prenorm", "--clause", "norm.post-norm"],
+    res = subprocess.run([sys.executable, "-m", "aiayn_conformance",
+                          "audit", "--impl", "prenorm", "--clause", "norm.post-norm"],
                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     assert "prenorm norm.post-norm (§" in res.stdout and "DEVIATION" in res.stdout
@@ -256,7 +258,8 @@ def test_one_clause_with_full_detail():
 def test_html_report_has_the_pictures_and_renders_in_a_browser(tmp_path):
     pytest.importorskip("matplotlib", reason="the report extra (matplotlib) is not installed")
     out = tmp_path / "audit.html"
-    res = subprocess.run([sys.executable, "-m", "aiayn", "audit", "--impl", "annotated-notebook", "--clause",
+    res = subprocess.run([sys.executable, "-m", "aiayn_conformance",
+                          "audit", "--impl", "annotated-notebook", "--clause",
                           "mask.causal,train.learns", "--format", "html", "--output", str(out)],
                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -282,7 +285,8 @@ def test_an_implementation_that_kills_its_process_costs_only_its_own_clauses(tmp
     """Grouped into one suite process with the reference (--jobs 1), the dying implementation takes the
     group down; the audit re-runs each alone: the reference passes, the other is all errors."""
     out = tmp_path / "audit.json"
-    res = subprocess.run([sys.executable, "-m", "aiayn", "audit", "--plugin", "tests/fixtures/exiting_plugin.py",
+    res = subprocess.run([sys.executable, "-m", "aiayn_conformance",
+                          "audit", "--plugin", "tests/fixtures/exiting_plugin.py",
                           "--impl", "hard-exit,reference", "--jobs", "1", "--clause", "model.shape,attention.scale",
                           "--format", "json", "--output", str(out)], cwd=ROOT, capture_output=True, text=True,
                          timeout=600)

@@ -6,8 +6,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from registered import builtin_module
 
-from implementations import Registry, UnknownComponentError, UnknownImplementationError
+from aiayn_conformance.implementations import Registry, UnknownComponentError, UnknownImplementationError
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -21,7 +22,7 @@ def pytest_run(*args, timeout=600):
 
 
 def registry(*extra):
-    return Registry(extra, builtins=("implementations.reference", "implementations.components"),
+    return Registry(extra, builtins=(builtin_module("reference"), builtin_module("components")),
                     entry_points=False, env={}).load()
 
 
@@ -60,10 +61,10 @@ def test_a_composed_search_and_length_penalty_run_in_generate():
     greedy decoding (beam_size 1) stays the reference's."""
     import torch
 
-    from implementations import Component, validated
-    from implementations.composition import compose, parse_composition
-    from reference.decoding import beam_search
-    from spec.config import TINY
+    from aiayn_conformance.implementations import Component, validated
+    from aiayn_conformance.implementations.composition import compose, parse_composition
+    from aiayn_conformance.reference.decoding import beam_search
+    from aiayn_conformance.spec.config import TINY
 
     calls = []
 
@@ -96,8 +97,8 @@ def test_composed_training_components_make_the_models_recipe():
     (vocab, pad_id, train_config)), and the composition inherits their declared deviations."""
     import torch
 
-    from spec.config import TINY
-    from spec.training import TrainConfig
+    from aiayn_conformance.spec.config import TINY
+    from aiayn_conformance.spec.training import TrainConfig
 
     name = "reference+optimizer=torch-adam-defaults+lr_schedule=annotated-rate+criterion=torch-cross-entropy-ls"
     impl = registry().get(name)
@@ -128,7 +129,7 @@ def test_bad_composition_names(name, error, message):
 
 
 def test_list_shows_components():
-    res = subprocess.run([sys.executable, "-m", "aiayn", "list", "--json", "--plugin", GOOD], cwd=ROOT,
+    res = subprocess.run([sys.executable, "-m", "aiayn_conformance", "list", "--json", "--plugin", GOOD], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     comps = {(c["kind"], c["name"]) for c in json.loads(res.stdout)["components"]}

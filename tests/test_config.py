@@ -6,7 +6,16 @@ import math
 
 import pytest
 
-from spec import BASE, PRESETS, TINY, ModelConfig, parameter_count, parameter_schema, preset, tied_groups
+from aiayn_conformance.spec import (
+    BASE,
+    PRESETS,
+    TINY,
+    ModelConfig,
+    parameter_count,
+    parameter_schema,
+    preset,
+    tied_groups,
+)
 
 # Table 3 of the paper (arXiv:1706.03762v7): N, d_model, d_ff, h, d_k, d_v, P_drop. The big row leaves d_k and
 # d_v blank; §3.2.2's d_k = d_v = d_model / h gives 1024 / 16 = 64.
@@ -129,7 +138,7 @@ def test_preset_lookup():
 def test_copy_canonical_fills_packed_projections_and_names_bad_tensors():
     import torch
 
-    from spec import copy_canonical
+    from aiayn_conformance.spec import copy_canonical
 
     state = {"a.q.weight": torch.ones(2, 3), "a.k.weight": torch.full((2, 3), 2.0)}
     packed = torch.nn.Parameter(torch.zeros(4, 3))

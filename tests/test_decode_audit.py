@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from aiayn import report
-from aiayn.results import AuditResult, ClauseResult, SubjectResult
-from spec import AREAS, CLAUSES
+from aiayn_conformance import report
+from aiayn_conformance.results import AuditResult, ClauseResult, SubjectResult
+from aiayn_conformance.spec import AREAS, CLAUSES
 
 ROOT = Path(__file__).resolve().parents[1]
 DECODE = [c for c in CLAUSES if c.startswith("decode.")]

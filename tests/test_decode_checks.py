@@ -3,10 +3,12 @@ naming the call (never a crash of the suite), and the named variants are what th
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
-from conformance.decoding import (
+from aiayn_conformance.conformance.decoding import (
     DECODE_CONFIG,
     CacheVariant,
     ForwardScores,
@@ -18,8 +20,8 @@ from conformance.decoding import (
     replay,
     rows_of,
 )
-from conformance.harness import ImplementationError, checking
-from reference.model import Transformer
+from aiayn_conformance.conformance.harness import ImplementationError, checking
+from aiayn_conformance.reference.model import Transformer
 
 CFG = DECODE_CONFIG
 
@@ -80,12 +82,23 @@ def test_a_step_decoder_that_misbehaves_is_an_implementation_error(what, message
     assert message in str(err.value)
 
 
-def test_the_schedule_feeds_padding_to_a_finished_row_then_drops_it():
+def test_the_schedule_runs_every_position_with_rows_finishing_and_reorders_in_the_middle():
     sched = incremental_schedule()
     rep = replay(sched, CFG.pad_id)
-    assert sched.tokens.shape == (7, 6) and bool((sched.tokens[0] == 1).all())
-    assert [bool(a[3]) for a in rep.active] == [True, True, True, False, True, True, True]
-    assert all(bool(a.all()) for t, a in enumerate(rep.active) if t != 3)
+    steps = CFG.max_len
+    assert steps >= 64 and sched.tokens.shape == (steps, 6) and bool((sched.tokens[0] == 1).all())
+    assert len(set((sched.src != CFG.pad_id).sum(1).tolist())) == 3  # padded sources of three lengths
+    active = torch.stack(rep.active)  # (steps, N)
+    assert bool(active[-1].sum() >= 3), "rows must stay alive to the last position"
+    assert int(active[:, 3].sum()) < steps and not bool(active[-1, 1]), "rows finish early (one stays finished)"
+    middle = [t for t in sched.reorders if steps // 4 <= t <= 3 * steps // 4]
+    assert len(middle) >= 2
+    for t, idx in sched.reorders.items():
+        live = active[t - 1]
+        moved = [int(i) for r, i in enumerate(idx) if int(i) != r and bool(live[int(i)])]
+        assert moved and len(set(idx.tolist())) < len(idx), f"the reorder before step {t} moves and repeats rows"
+        src_of = [rep.src_rows[t - 1][int(i)].tolist() for i in idx]
+        assert src_of != rep.src_rows[t - 1].tolist(), "reorders move rows across sources"
 
 
 def test_the_reference_cache_is_no_variant_and_each_variant_differs_from_it():
@@ -98,8 +111,8 @@ def test_the_reference_cache_is_no_variant_and_each_variant_differs_from_it():
         full = [torch.log_softmax(twin(s, p)[:, -1].double(), -1) for s, p in zip(rep.src_rows, rep.prefixes)]
     assert all(torch.allclose(e[a], f[a], atol=1e-5) for e, f, a in zip(exact, full, rep.active))
     for knob in ("positions-restart", "positions-from-1", "cross-not-reordered", "self-not-reordered",
-                 "cross-from-embeddings", "self-cache-dropped"):
-        got = drive(CacheVariant(twin, knob), sched, "logits", CFG.tgt_vocab)
+                 "cross-from-embeddings", "self-cache-dropped", "self-window"):
+        got = drive(CacheVariant(twin, knob, window=8), sched, "logits", CFG.tgt_vocab)
         worst = max(float((g[a] - e[a]).abs().max()) for g, e, a in zip(got, exact, rep.active))
         assert worst > 1e-3, f"the variant {knob} is indistinguishable from the reference cache on the schedule"
 
@@ -122,7 +135,7 @@ def test_forward_scores_memoize_each_prefix_once():
 
 
 def test_finished_in_beam_loses_an_early_winner_that_the_reference_keeps():
-    from reference.decoding import beam_search
+    from aiayn_conformance.reference.decoding import beam_search
 
     torch.manual_seed(0)
     model = Transformer(CFG).eval()
@@ -143,7 +156,7 @@ def test_the_scripted_witnesses_are_as_worked_out():
     """The component checks' witnesses (conformance.decoding): the reference beam search chooses [a, end] on the
     penalty row and [end] on the early row; no penalty and |Y|^alpha choose otherwise on the first, slots shared
     by finished hypotheses on the second; and a never-ending script runs each source to its real length + 50."""
-    from conformance.decoding import (
+    from aiayn_conformance.conformance.decoding import (
         BEAM_VARIANTS,
         NEVER_ENDING_SOURCES,
         NEVER_ENDS,
@@ -153,7 +166,7 @@ def test_the_scripted_witnesses_are_as_worked_out():
         expected_beam,
         scripted_witnesses,
     )
-    from reference.decoding import beam_search
+    from aiayn_conformance.reference.decoding import beam_search
 
     kw = dict(bos_id=1, eos_id=2, beam_size=4, alpha=0.6, max_len=SCRIPTED_MAX_LEN)
     assert expected_beam(scripted_witnesses(), SCRIPTED_SOURCES, **kw) == [[3, 2], [2]]
@@ -168,12 +181,66 @@ def test_the_scripted_witnesses_are_as_worked_out():
 
 
 def test_the_builtin_length_penalties_are_their_closed_forms():
-    from conformance import oracles
-    from implementations.components import length_power_penalty, no_length_penalty
-    from reference.decoding import gnmt_length_penalty
+    from aiayn_conformance.conformance import oracles
+    from aiayn_conformance.implementations.builtins.components import length_power_penalty, no_length_penalty
+    from aiayn_conformance.reference.decoding import gnmt_length_penalty
 
     n = torch.arange(1, 61)
     for fn, form in ((gnmt_length_penalty, "paper"), (length_power_penalty, "length-power"),
                      (no_length_penalty, "none")):
         for alpha in (0.0, 0.3, 0.6, 1.0):
             assert torch.allclose(fn(n, alpha).double(), oracles.length_penalty(n, alpha, form=form)), (form, alpha)
+
+
+def test_the_reference_search_is_tensor2tensors_on_every_random_table_no_near_tie_decides():
+    """The reference beam search (batched) against an independent per-source transcription (conformance.decoding.
+    t2t_search) on 320 random tables: equal wherever no two scores within NEAR_TIE meet at a cut."""
+    from aiayn_conformance.conformance.decoding import (
+        TABLE_SEARCH,
+        RandomTables,
+        expected_beam,
+        t2t_search,
+        table_sources,
+    )
+
+    untied = 0
+    for seed, max_len in ((201, 6), (202, 16), (203, 48), (204, 48), (205, 24), (206, 10), (207, 32), (208, 48)):
+        src, tables = table_sources(40, seed=seed), RandomTables(seed)
+        ties: list[bool] = []
+        plain = t2t_search(tables, src, max_len=max_len, ties=ties, **TABLE_SEARCH)
+        expected = expected_beam(tables, src, max_len=max_len, **TABLE_SEARCH)
+        diff = [b for b, (p, e, t) in enumerate(zip(plain, expected, ties)) if not t and p != e]
+        assert not diff, f"seed {seed}: tables {diff} differ: {[(plain[b], expected[b]) for b in diff]}"
+        untied += ties.count(False)
+    assert untied >= 200, f"only {untied} of 320 tables free of near ties at a cut"
+
+
+def test_the_random_tables_exercise_every_rule_of_the_search():
+    """On the judged tables, each departure (early stop by lp(current length), K candidates, finished hypotheses in the
+    beam slots, no penalty, |Y|^alpha) changes some output; some judged outputs pass through exact ties; the early
+    stop ends some searches before their limit."""
+    from aiayn_conformance.conformance.decoding import (
+        TABLE_SEARCH,
+        TABLE_VARIANTS,
+        RandomTables,
+        _table_log_probs,
+        table_cases,
+    )
+
+    cases = table_cases()
+    judged = sum(sum(c.judged) for c in cases)
+    assert judged >= 100, judged
+    for name, variant in TABLE_VARIANTS.items():
+        changed = sum(j and o != e for c in cases
+                      for o, e, j in zip(variant.run(RandomTables(c.seed), c.src, max_len=c.max_len, **TABLE_SEARCH),
+                                         c.expected, c.judged))
+        assert changed >= 1, f"no judged table tells the reference from {name}"
+    tied = 0
+    for c in cases:
+        for row, out, j in zip(c.src.tolist(), c.expected, c.judged):
+            prefixes = [tuple([1] + out[:t]) for t in range(len(out))]
+            dists = [[x for x in _table_log_probs(c.seed, (tuple(row), p)) if x > -math.inf] for p in prefixes]
+            tied += j and any(len(set(d)) < len(d) for d in dists)
+    assert tied >= 10, f"only {tied} judged outputs pass through a prefix with two equally likely tokens"
+    short = sum(j and e[-1:] == [2] and len(e) < c.max_len for c in cases for e, j in zip(c.expected, c.judged))
+    assert short >= 50, short

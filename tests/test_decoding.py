@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from reference.decoding import (
+from aiayn_conformance.reference.decoding import (
     KVCache,
     PrefixDecoding,
     PrefixState,
@@ -21,9 +21,9 @@ from reference.decoding import (
     output_limits,
     reorder,
 )
-from reference.model import Transformer
-from spec.config import TINY
-from spec.decoding import DECODE_PRESETS, PARSING, TRANSLATION, DecodeConfig, decode_preset
+from aiayn_conformance.reference.model import Transformer
+from aiayn_conformance.spec.config import TINY
+from aiayn_conformance.spec.decoding import DECODE_PRESETS, PARSING, TRANSLATION, DecodeConfig, decode_preset
 
 PAD, BOS, EOS, A, B = 0, 1, 2, 3, 4
 CFG = TINY.replace(max_len=80)
@@ -366,7 +366,7 @@ def _independent_class():
 def test_the_batched_searches_agree_with_a_per_source_list_based_transcription(beam_size, alpha):
     """tests/independent_model.py decodes each source alone with Python lists (2K candidates, K alive, K
     finished kept aside, t2t's bound); the reference's batched tensors must choose the same outputs."""
-    from conformance.transplant import visible_state
+    from aiayn_conformance.conformance.transplant import visible_state
 
     state = visible_state(CFG, seed=11, adjust=lambda n, t: t * 3 if "embed" in n or n.startswith("generator") else t)
     ref = Transformer(CFG).eval()

@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance import test_attention, test_mask, test_norm, test_position
-from conformance.diagnosis import diagnosis_of, explanation, fail_on_variant_departure
-from conformance.harness import ClauseViolation, build_model, checking
-from conformance.inputs import CONFIG, WITNESS_BATCHES, WITNESS_LENGTHS, WITNESS_SHAPE, random_tokens
-from conformance.shapes import under_test
-from conformance.transplant import OWN_SCALE, SHARP, STATE_SEED, sharp_or_own, transplanted, visible_state
-from conformance.variants import KNOBS, MAX_VARIANTS, Knobs, diagnose, run_variant
-from implementations import Implementation, get_registry
-from reference.model import Transformer, padding_mask
+from aiayn_conformance.conformance import test_attention, test_mask, test_norm, test_position
+from aiayn_conformance.conformance.diagnosis import diagnosis_of, explanation, fail_on_variant_departure
+from aiayn_conformance.conformance.harness import ClauseViolation, build_model, checking
+from aiayn_conformance.conformance.inputs import CONFIG, WITNESS_BATCHES, WITNESS_LENGTHS, WITNESS_SHAPE, random_tokens
+from aiayn_conformance.conformance.shapes import under_test
+from aiayn_conformance.conformance.transplant import OWN_SCALE, SHARP, STATE_SEED, sharp_or_own, transplanted, visible_state
+from aiayn_conformance.conformance.variants import KNOBS, MAX_VARIANTS, Knobs, diagnose, run_variant
+from aiayn_conformance.implementations import Implementation, get_registry
+from aiayn_conformance.reference.model import Transformer, padding_mask
 
 BROKEN_PLUGIN = Path(__file__).resolve().parent / "broken_models.py"
 

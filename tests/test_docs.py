@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.catalogue import clauses_markdown
+from aiayn_conformance.conformance.catalogue import clauses_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -13,7 +13,8 @@ def test_clause_catalogue_doc_is_current(monkeypatch):
     monkeypatch.chdir(ROOT)
     doc = (ROOT / "docs" / "clauses.md").read_text()
     assert doc == clauses_markdown(), \
-        "docs/clauses.md is stale: regenerate it with `python3 -m conformance.catalogue > docs/clauses.md`"
+        "docs/clauses.md is stale: regenerate it with " \
+        "`python3 -m aiayn_conformance.conformance.catalogue > docs/clauses.md`"
 
 
 def test_readme_names_every_suite_option():
@@ -21,6 +22,19 @@ def test_readme_names_every_suite_option():
     for option in ("--impl", "--plugin", "--component", "--check-timeout", "--hypothesis-profile", "--clause",
                    "--results-json"):
         assert option in readme, f"README.md does not document {option}"
+
+
+def test_readme_audit_section_names_every_audit_option():
+    from aiayn_conformance.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    audit = sub.choices["audit"]
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Audit reports", 1)[1].split("\n## ", 1)[0]
+    options = [o for a in audit._actions for o in a.option_strings if o.startswith("--") and o != "--help"]
+    assert "--shard" in options and "--merge" in options
+    missing = [o for o in options if o not in section]
+    assert not missing, f"README.md's Audit reports section does not document {missing}"
 
 
 def readme_commands() -> list[str]:
@@ -63,15 +77,15 @@ def test_dev_extra_holds_the_ci_tools():
 
 def test_audits_doc_is_current():
     """docs/audits.md is generated from the registrations: every summary, source, note and deviation reason."""
-    from implementations.__main__ import audits_markdown
+    from aiayn_conformance.implementations.__main__ import audits_markdown
 
     doc = (ROOT / "docs" / "audits.md").read_text()
     assert doc == audits_markdown(), \
-        "docs/audits.md is stale: regenerate it with `python3 -m implementations > docs/audits.md`"
+        "docs/audits.md is stale: regenerate it with `python3 -m aiayn_conformance.implementations > docs/audits.md`"
 
 
 def test_audits_doc_covers_every_builtin_and_each_declared_deviation():
-    from implementations.registry import Registry
+    from aiayn_conformance.implementations.registry import Registry
 
     doc = (ROOT / "docs" / "audits.md").read_text()
     sections = {chunk.split("\n", 1)[0].strip(): chunk for chunk in doc.split("\n## ")[1:]}
@@ -86,8 +100,8 @@ def test_audits_doc_covers_every_builtin_and_each_declared_deviation():
 def test_readme_matrix_matches_the_declared_deviations():
     """The README's audit matrix (pasted from `aiayn audit --format md`) shows a D exactly where each
     built-in declares a deviation, and no unexpected result."""
-    from aiayn.report import AREA_CLAUSES
-    from implementations.registry import Registry
+    from aiayn_conformance.implementations.registry import Registry
+    from aiayn_conformance.report import AREA_CLAUSES
 
     impls = Registry(entry_points=False, env={}).load().implementations
     lines = (ROOT / "README.md").read_text().splitlines()
@@ -107,3 +121,10 @@ def test_readme_matrix_matches_the_declared_deviations():
             f"{sorted(impl.deviations)}"
         bad = {ch for cell in rows[name].values() for ch in cell} & set("FEU")
         assert not bad, f"README matrix row {name} shows unexpected results {bad}"
+
+
+def test_suite_time_times_the_readme_test_command():
+    """benchmarks.suite_time --test-command prints the figure of the command the README gives, not another."""
+    from benchmarks.suite_time import readme_test_command
+
+    assert ["python3", *readme_test_command()[1:]] == readme_commands()[1].split("&&")[-1].split()

@@ -64,7 +64,7 @@ def plugin_env(tmp_path_factory) -> dict[str, str]:
 
 
 def test_installed_plugin_is_listed(plugin_env):
-    res = subprocess.run([sys.executable, "-m", "aiayn", "list", "--json"], capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "-m", "aiayn_conformance", "list", "--json"], capture_output=True, text=True,
                          timeout=300, env=plugin_env, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-2000:]
     data = json.loads(res.stdout)
@@ -75,7 +75,7 @@ def test_installed_plugin_is_listed(plugin_env):
 
 
 def test_not_found_without_the_installation():
-    res = subprocess.run([sys.executable, "-m", "aiayn", "list", "--json"], capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "-m", "aiayn_conformance", "list", "--json"], capture_output=True, text=True,
                          timeout=300, env=clean_env(), cwd=ROOT)
     names = {i["name"] for i in json.loads(res.stdout)["implementations"]}
     if "example-transformer" in names:

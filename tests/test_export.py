@@ -17,14 +17,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def tiny():
-    from spec import TINY
+    from aiayn_conformance.spec import TINY
 
     return TINY
 
 
 def test_onnxruntime_greedy_decoding_equals_pytorch(tmp_path, tiny):
-    from export import export_generation, ort_greedy_decode, torch_greedy_decode, verify_generation
-    from reference.model import Transformer
+    from aiayn_conformance.export import export_generation, ort_greedy_decode, torch_greedy_decode, verify_generation
+    from aiayn_conformance.reference.model import Transformer
 
     torch.manual_seed(3)
     model = Transformer(tiny).eval()
@@ -45,8 +45,8 @@ def test_onnxruntime_greedy_decoding_equals_pytorch(tmp_path, tiny):
 
 
 def test_verify_reports_the_worst_error_and_catches_a_mismatch(tmp_path, tiny):
-    from export import export_onnx, verify
-    from reference.model import Transformer
+    from aiayn_conformance.export import export_onnx, verify
+    from aiayn_conformance.reference.model import Transformer
 
     torch.manual_seed(4)
     model = Transformer(tiny).eval()
@@ -59,7 +59,7 @@ def test_verify_reports_the_worst_error_and_catches_a_mismatch(tmp_path, tiny):
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "aiayn", "export", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "aiayn_conformance", "export", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
 
 

@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_cli_converts_and_verifies_greedy_decoding(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "aiayn", "export", "--format", "ctranslate2", "--impl", "reference",
+    res = subprocess.run([sys.executable, "-m", "aiayn_conformance",
+                          "export", "--format", "ctranslate2", "--impl", "reference",
                           "--preset", "tiny", "--out-dir", str(tmp_path / "ct2"), "--verify"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
@@ -28,9 +29,9 @@ def test_cli_converts_and_verifies_greedy_decoding(tmp_path):
 
 @pytest.mark.parametrize("name", ["reference", "fused"])
 def test_greedy_tokens_and_per_step_log_probs_equal_pytorch(name, tmp_path):
-    from export import resolve_model
-    from export.ctranslate2 import export_ctranslate2, verify_ctranslate2
-    from spec import TINY
+    from aiayn_conformance.export import resolve_model
+    from aiayn_conformance.export.ctranslate2 import export_ctranslate2, verify_ctranslate2
+    from aiayn_conformance.spec import TINY
 
     model, output = resolve_model(name, TINY)
     export_ctranslate2(model, tmp_path, TINY)
@@ -55,9 +56,9 @@ def _save(spec, out: Path) -> None:
 def test_verify_catches_a_conversion_that_is_not_the_papers_model(bug, tmp_path):
     from ctranslate2.specs import model_spec
 
-    from export.ctranslate2 import transformer_spec, verify_ctranslate2
-    from reference.model import Transformer
-    from spec import TINY
+    from aiayn_conformance.export.ctranslate2 import transformer_spec, verify_ctranslate2
+    from aiayn_conformance.reference.model import Transformer
+    from aiayn_conformance.spec import TINY
 
     torch.manual_seed(5)
     model = Transformer(TINY).eval()
@@ -75,10 +76,10 @@ def test_verify_catches_a_conversion_that_is_not_the_papers_model(bug, tmp_path)
 
 
 def test_decoder_maps_ids_and_applies_per_source_limits(tmp_path):
-    from export.ctranslate2 import CT2Decoder, export_ctranslate2
-    from reference.decoding import greedy_search
-    from reference.model import Transformer
-    from spec import TINY
+    from aiayn_conformance.export.ctranslate2 import CT2Decoder, export_ctranslate2
+    from aiayn_conformance.reference.decoding import greedy_search
+    from aiayn_conformance.reference.model import Transformer
+    from aiayn_conformance.spec import TINY
 
     torch.manual_seed(6)
     model = Transformer(TINY).eval()

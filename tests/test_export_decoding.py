@@ -21,11 +21,12 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """The README's command, run once: its output folder, stdout and the model it exported (rebuilt)."""
-    from export import resolve_model
-    from spec import TINY
+    from aiayn_conformance.export import resolve_model
+    from aiayn_conformance.spec import TINY
 
     out = tmp_path_factory.mktemp("generation")
-    res = subprocess.run([sys.executable, "-m", "aiayn", "export", "--impl", "reference", "--preset", "tiny",
+    res = subprocess.run([sys.executable, "-m", "aiayn_conformance",
+                          "export", "--impl", "reference", "--preset", "tiny",
                           "--generation", "--out-dir", str(out), "--verify"], cwd=ROOT, capture_output=True,
                          text=True, timeout=900)
     assert res.returncode == 0, res.stderr
@@ -47,7 +48,7 @@ def test_cli_writes_cached_graphs_and_verifies_greedy_and_beam(exported):
 def test_graph_axes_stay_symbolic_and_the_manifest_describes_them(exported):
     import onnx
 
-    from spec import TINY
+    from aiayn_conformance.spec import TINY
 
     out, _, _ = exported
     manifest = json.loads((out / "generation.json").read_text())
@@ -70,8 +71,8 @@ def test_graph_axes_stay_symbolic_and_the_manifest_describes_them(exported):
 
 
 def test_onnxruntime_decodes_other_shapes_and_refuses_positions_beyond_the_table(exported):
-    from export import ExportError, OrtCachedDecoder
-    from reference.decoding import beam_search, greedy_search
+    from aiayn_conformance.export import ExportError, OrtCachedDecoder
+    from aiayn_conformance.reference.decoding import beam_search, greedy_search
 
     out, _, model = exported
     ort = OrtCachedDecoder.load(out)
@@ -88,11 +89,11 @@ def test_onnxruntime_decodes_other_shapes_and_refuses_positions_beyond_the_table
 
 
 def test_verify_catches_a_step_whose_positions_restart_at_zero(exported, tmp_path, monkeypatch):
-    from export import verify_cached_generation
-    from export.kv_cache import export_cached_step
-    from reference.model import Transformer
-    from spec import TINY
-    from spec.decoding import TRANSLATION
+    from aiayn_conformance.export import verify_cached_generation
+    from aiayn_conformance.export.kv_cache import export_cached_step
+    from aiayn_conformance.reference.model import Transformer
+    from aiayn_conformance.spec import TINY
+    from aiayn_conformance.spec.decoding import TRANSLATION
 
     out, _, model = exported
     for name in ("encoder_kv.onnx", "generation.json"):
@@ -109,8 +110,8 @@ def test_verify_catches_a_step_whose_positions_restart_at_zero(exported, tmp_pat
 
 
 def test_no_cache_keeps_the_full_prefix_export(monkeypatch, tmp_path, capsys):
-    import export
-    from aiayn.cli import main
+    from aiayn_conformance import export
+    from aiayn_conformance.cli import main
 
     calls = []
 
@@ -130,10 +131,10 @@ def test_no_cache_keeps_the_full_prefix_export(monkeypatch, tmp_path, capsys):
 
 
 def test_reference_twin_gives_a_conforming_implementation_the_same_weights():
-    from export import ExportError, reference_twin
-    from implementations import get_registry
-    from reference.model import Transformer
-    from spec import TINY
+    from aiayn_conformance.export import ExportError, reference_twin
+    from aiayn_conformance.implementations import get_registry
+    from aiayn_conformance.reference.model import Transformer
+    from aiayn_conformance.spec import TINY
 
     fused = get_registry().get("fused").build(TINY).eval()
     twin = reference_twin(fused, TINY)

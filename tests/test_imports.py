@@ -1,5 +1,8 @@
-"""Imports flow one way: spec -> reference -> implementations -> export / conformance -> aiayn -> benchmarks,
-with no cycle between modules, function-local imports included."""
+"""Imports flow one way: spec -> reference -> implementations -> export / conformance -> the command
+(aiayn_conformance/) -> benchmarks, with no cycle between modules, function-local imports included.
+
+Modules are named as installed: the folder spec/ is the package aiayn_conformance.spec (pyproject.toml's
+package-dir), and so on; benchmarks/ is not installed and keeps its own name."""
 
 from __future__ import annotations
 
@@ -7,14 +10,32 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = {"spec": 0, "reference": 1, "implementations": 2, "export": 3, "conformance": 3, "aiayn": 4, "benchmarks": 5}
+LAYERS = {"spec": 0, "reference": 1, "implementations": 2, "export": 3, "conformance": 3, "aiayn_conformance": 4,
+          "benchmarks": 5}
+NAMESPACE = "aiayn_conformance"
+
+
+def installed_name(folder: str) -> str:
+    """The package a top-level folder is installed as."""
+    return folder if folder in (NAMESPACE, "benchmarks") else f"{NAMESPACE}.{folder}"
+
+
+def layer(module: str) -> int:
+    """The layer of an installed module name: its folder's."""
+    for folder in LAYERS:
+        if folder not in (NAMESPACE,) and (module == installed_name(folder) or
+                                           module.startswith(installed_name(folder) + ".")):
+            return LAYERS[folder]
+    return LAYERS[NAMESPACE]
 
 
 def modules() -> dict[str, Path]:
     found = {}
-    for package in LAYERS:
-        for path in (ROOT / package).rglob("*.py"):
-            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    for folder in LAYERS:
+        for path in (ROOT / folder).rglob("*.py"):
+            if any((ROOT / part).is_symlink() for part in path.relative_to(ROOT).parents if str(part) != "."):
+                continue  # aiayn_conformance/spec -> ../spec and its siblings: the mypy view of the namespace
+            name = ".".join((installed_name(folder), *path.relative_to(ROOT / folder).with_suffix("").parts))
             found[name.removesuffix(".__init__")] = path
     return found
 
@@ -82,5 +103,12 @@ def test_the_cycle_finder_finds_one():
 
 def test_imports_flow_one_way():
     upward = [f"{m} -> {t}" for m, ts in import_graph().items() for t in ts
-              if LAYERS[t.split(".")[0]] > LAYERS[m.split(".")[0]]]
+              if layer(t) > layer(m)]
     assert upward == [], f"imports against the layering {LAYERS}: {upward}"
+
+
+def test_modules_are_named_as_installed():
+    mods = modules()
+    assert "aiayn_conformance.spec.config" in mods and "aiayn_conformance.cli" in mods
+    assert layer("aiayn_conformance.spec.config") == 0 and layer("aiayn_conformance.cli") == 4
+    assert layer("aiayn_conformance.implementations.builtins.fused") == 2

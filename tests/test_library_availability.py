@@ -13,14 +13,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from registered import builtin_module, library_plugins
 
-from implementations import Implementation, Registry, validated
-from implementations.availability import INSTALL, installed_version, unavailable_reason, version_note
-from reference.model import build as reference_build
+from aiayn_conformance.implementations import Implementation, Registry, validated
+from aiayn_conformance.implementations.availability import INSTALL, installed_version, unavailable_reason, version_note
+from aiayn_conformance.reference.model import build as reference_build
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-LIBRARIES = ("hf-marian", "hf-fsmt", "hf-bart", "x-transformers")
+LIBRARIES = tuple(library_plugins())  # read from the registry
 
 # Run a command as if transformers and x-transformers were not installed: their imports fail.
 BLOCK = """
@@ -69,7 +70,8 @@ def test_unavailable_is_a_string():
 
 def test_the_library_plugins_register_without_importing_their_library():
     """Loading the registry (every aiayn and pytest process does) imports neither transformers nor x-transformers."""
-    code = ("import sys; from implementations import Registry; Registry(entry_points=False, env={}).load(); "
+    code = ("import sys; from aiayn_conformance.implementations import Registry; "
+            "Registry(entry_points=False, env={}).load(); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('transformers', 'x_transformers')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -77,14 +79,14 @@ def test_the_library_plugins_register_without_importing_their_library():
 
 
 def test_list_shows_the_unavailable_libraries_with_the_install_command():
-    text = without_libraries("list", module="aiayn")
+    text = without_libraries("list", module="aiayn_conformance")
     assert text.returncode == 0, text.stderr
     assert "4 unavailable here" in text.stdout
     for name in LIBRARIES:
         line = next(i for i, ln in enumerate(text.stdout.splitlines()) if ln.strip().startswith(name + " "))
         detail = text.stdout.splitlines()[line + 2]
         assert "UNAVAILABLE:" in detail and "is not installed" in detail and INSTALL in detail, detail
-    listed = json.loads(without_libraries("list", "--json", module="aiayn").stdout)
+    listed = json.loads(without_libraries("list", "--json", module="aiayn_conformance").stdout)
     flags = {i["name"]: i["available"] for i in listed["implementations"]}
     assert not any(flags[n] for n in LIBRARIES) and flags["reference"]
     assert listed["errors"] == []
@@ -108,7 +110,7 @@ def test_suite_skips_them_with_the_reason_and_runs_the_rest():
 
 
 def test_audit_reports_them_unavailable_without_running_the_suite():
-    run = without_libraries("audit", "--impl", ",".join(LIBRARIES), "--format", "json", module="aiayn")
+    run = without_libraries("audit", "--impl", ",".join(LIBRARIES), "--format", "json", module="aiayn_conformance")
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads(run.stdout)
     for name in LIBRARIES:
@@ -119,7 +121,8 @@ def test_audit_reports_them_unavailable_without_running_the_suite():
 
 
 def test_export_refuses_them_in_one_line(tmp_path):
-    run = without_libraries("export", "--impl", "hf-marian", "--out", str(tmp_path / "m.onnx"), module="aiayn")
+    run = without_libraries("export", "--impl", "hf-marian", "--out", str(tmp_path / "m.onnx"),
+                            module="aiayn_conformance")
     assert run.returncode == 2, run.stdout + run.stderr
     assert run.stderr.strip().splitlines()[-1].startswith("aiayn export: hf-marian is unavailable here: transformers "
                                                           "is not installed"), run.stderr
@@ -127,14 +130,15 @@ def test_export_refuses_them_in_one_line(tmp_path):
 
 
 def test_list_notes_a_plugin_written_for_another_release():
-    out = subprocess.run([sys.executable, "-m", "aiayn", "list", "--plugin", str(FIXTURES / "old_release_plugin.py")],
+    out = subprocess.run([sys.executable, "-m", "aiayn_conformance",
+                          "list", "--plugin", str(FIXTURES / "old_release_plugin.py")],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert f"note: declarations written for torch 0.4.1; {installed_version('torch')} is installed" in out.stdout
 
 
 def test_registry_keeps_an_unavailable_registration():
-    reg = Registry(entry_points=False, env={}, builtins=("implementations.reference",)).load()
+    reg = Registry(entry_points=False, env={}, builtins=(builtin_module("reference"),)).load()
     assert reg.get("reference").unavailable == ""
     impl = validated(Implementation(name="gone", build=reference_build, unavailable="libx is not installed"))
     assert impl.unavailable == "libx is not installed"
@@ -142,7 +146,8 @@ def test_registry_keeps_an_unavailable_registration():
 
 def test_another_release_of_a_library_still_runs_with_a_note(monkeypatch):
     """transformers 5.99 installed: hf-marian is still available (5.x), and its declarations say 5.24.0."""
-    from implementations import availability, hf_marian
+    from aiayn_conformance.implementations import availability
+    from aiayn_conformance.implementations.builtins import hf_marian
 
     monkeypatch.setattr(availability, "installed_version", lambda dist: "5.99.0" if dist == "transformers" else None)
     monkeypatch.setattr(availability.importlib.util, "find_spec", lambda name: object())
@@ -154,7 +159,7 @@ def test_another_release_of_a_library_still_runs_with_a_note(monkeypatch):
     pytest.importorskip("transformers")
     impl = Registry(entry_points=False, env={}).load().get("hf-marian")  # registered under the patched release
     assert impl.unavailable == "" and impl.written_for == "transformers 5.24.0"
-    from spec.config import TINY
+    from aiayn_conformance.spec.config import TINY
 
     model = impl.build(TINY).eval()  # it still runs
     src = torch.tensor([[5, 6, 7, 0]])

@@ -132,8 +132,8 @@ def test_a_hanging_forward_costs_two_budgets_not_one_per_check(run):
 
 def test_our_diagnostic_is_found_inside_groups_and_chains():
     """Hypothesis reports a check whose replay failed differently as a group of both exceptions."""
-    from conformance.harness import CheckTimeout, ImplementationError
-    from conformance.plugin import _diagnostic
+    from aiayn_conformance.conformance.harness import CheckTimeout, ImplementationError
+    from aiayn_conformance.conformance.plugin import _diagnostic
 
     timeout, crash = CheckTimeout("[model.shape] too slow"), ImplementationError("[model.shape] crashed")
     if sys.version_info >= (3, 11):

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from reference.model import (
+from aiayn_conformance.reference.model import (
     LayerNorm,
     Transformer,
     causal_mask,
@@ -13,7 +13,7 @@ from reference.model import (
     scaled_dot_product_attention,
     sinusoid_table,
 )
-from spec import BASE, BIG, TINY, parameter_count, parameter_schema
+from aiayn_conformance.spec import BASE, BIG, TINY, parameter_count, parameter_schema
 
 
 def test_state_dict_equals_the_canonical_schema():

@@ -7,15 +7,25 @@ import sys
 from pathlib import Path
 
 import pytest
+from registered import PLUGINS, builtin_module
 
-from implementations import Implementation, PluginError, Registry, UnknownImplementationError, validated
-from reference.model import Transformer
+from aiayn_conformance.implementations import (
+    Implementation,
+    PluginError,
+    Registry,
+    UnknownImplementationError,
+    validated,
+)
+from aiayn_conformance.reference.model import Transformer
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
-def isolated(*extra, env=None, strict=False, builtins=("implementations.reference",)):
+REFERENCE_PLUGIN = builtin_module("reference")
+
+
+def isolated(*extra, env=None, strict=False, builtins=(REFERENCE_PLUGIN,)):
     """A registry of the given built-ins and explicit plugins (``--plugin``), with no entry points."""
     return Registry(extra, builtins=builtins, entry_points=False, env=env or {}, strict=strict).load()
 
@@ -29,17 +39,20 @@ def test_reference_is_registered_first():
     reg = isolated()
     assert reg.names() == ["reference"] and reg.errors == []
     impl = reg.get("reference")
-    assert impl.output == "logits" and impl.plugin == "implementations.reference" and not impl.deviations
+    assert impl.output == "logits" and impl.plugin == builtin_module("reference") and not impl.deviations
     every = Registry(entry_points=False, env={}).load()
-    assert every.names() == ["reference", "building-blocks", "sections-notebook", "annotated-notebook",
-                             "jadore801120", "hyunwoongko", "torch-nn", "prenorm", "fused", "hf-marian", "hf-fsmt",
-                             "hf-bart", "x-transformers"] and every.errors == []
+    assert every.errors == [] and every.names()[0] == "reference"
+    # Registration order is PLUGINS' order: each built-in module registers its implementations in turn.
+    order = [builtin_module(m) for m in PLUGINS]
+    plugins = [every.get(n).plugin for n in every.names()]
+    assert plugins == sorted(plugins, key=order.index), plugins
+    assert {c.plugin for c in every.components.values()} <= set(order)
 
 
 def test_plugins_register_in_load_order_each_under_its_own_name():
     """Built-ins in their listed order, then AIAYN_PLUGINS, then --plugin; each registration names its plugin."""
     good, exiting = str(FIXTURES / "good_plugin.py"), str(FIXTURES / "exiting_plugin.py")
-    builtins = ("implementations.fused", "implementations.reference", "implementations.torch_nn")
+    builtins = tuple(builtin_module(m) for m in ("fused", "reference", "torch_nn"))
     reg = isolated(exiting, env={"AIAYN_PLUGINS": good}, builtins=builtins)
     assert reg.names() == ["fused", "reference", "torch-nn", "file-plugin-model", "hard-exit"]
     assert [reg.get(n).plugin for n in reg.names()] == [*builtins, good, exiting]
@@ -106,7 +119,7 @@ def test_invalid_registrations_are_rejected_one_by_one():
     assert reg.names() == ["reference", "fine-one"]
     text = "\n".join(reg.errors)
     assert len(reg.errors) == 3
-    assert "already registered by plugin 'implementations.reference'" in text
+    assert f"already registered by plugin '{builtin_module('reference')}'" in text
     assert "unknown clause 'attention.scaling'" in text
     assert "output 'softmax' is not one of logits, log_probs, probs" in text
 
@@ -131,7 +144,7 @@ def test_strict_mode_raises():
     ("/nonexistent/plugin.py", "failed to import: FileNotFoundError: no such plugin file"),
     (str(FIXTURES / "broken_import_plugin.py"), "failed to import: ModuleNotFoundError"),
     (str(FIXTURES / "raising_plugin.py"), "raised in register_implementations: RuntimeError: boom in the plugin"),
-    (str(FIXTURES / "bad_registrations_plugin.py"), "already registered by plugin 'implementations.reference'"),
+    (str(FIXTURES / "bad_registrations_plugin.py"), f"already registered by plugin '{builtin_module('reference')}'"),
     (str(FIXTURES / "misspelled_hook_plugin.py"), "unknown hook: register_implementation "),
 ])
 def test_an_explicit_plugin_that_fails_is_an_error_naming_it(plugin, message):
@@ -168,7 +181,7 @@ def run(*args, env_extra=None):
 
 
 def test_aiayn_list_shows_a_file_plugin_given_by_env():
-    res = run("-m", "aiayn", "list", env_extra={"AIAYN_PLUGINS": str(FIXTURES / "good_plugin.py")})
+    res = run("-m", "aiayn_conformance", "list", env_extra={"AIAYN_PLUGINS": str(FIXTURES / "good_plugin.py")})
     assert res.returncode == 0, res.stderr
     assert "reference" in res.stdout and "file-plugin-model" in res.stdout
 
@@ -176,14 +189,14 @@ def test_aiayn_list_shows_a_file_plugin_given_by_env():
 def test_aiayn_list_json_and_plugin_option():
     import json
 
-    res = run("-m", "aiayn", "list", "--json", "--plugin", str(FIXTURES / "good_plugin.py"))
+    res = run("-m", "aiayn_conformance", "list", "--json", "--plugin", str(FIXTURES / "good_plugin.py"))
     assert res.returncode == 0, res.stderr
     names = [i["name"] for i in json.loads(res.stdout)["implementations"]]
     assert names[0] == "reference" and "file-plugin-model" in names
 
 
 def test_aiayn_list_reports_a_broken_plugin_on_stderr_and_still_lists():
-    res = run("-m", "aiayn", "list", env_extra={"AIAYN_PLUGINS": str(FIXTURES / "broken_import_plugin.py")})
+    res = run("-m", "aiayn_conformance", "list", env_extra={"AIAYN_PLUGINS": str(FIXTURES / "broken_import_plugin.py")})
     assert res.returncode == 0
     assert "reference" in res.stdout
     assert "plugin error" in res.stderr and "broken_import_plugin.py" in res.stderr
@@ -210,9 +223,9 @@ def test_suite_rejects_an_unknown_name_at_once_with_the_known_ones():
 
 
 @pytest.mark.parametrize("command", [
-    ["-m", "aiayn", "audit", "--impl", "reference"],
-    ["-m", "aiayn", "list"],
-    ["-m", "aiayn", "export", "--impl", "reference", "--preset", "tiny", "--out", "never-written.onnx"],
+    ["-m", "aiayn_conformance", "audit", "--impl", "reference"],
+    ["-m", "aiayn_conformance", "list"],
+    ["-m", "aiayn_conformance", "export", "--impl", "reference", "--preset", "tiny", "--out", "never-written.onnx"],
 ])
 def test_aiayn_stops_on_an_explicit_plugin_it_cannot_load(command):
     res = run(*command, "--plugin", "does-not-exist.py")

@@ -1,9 +1,11 @@
 """``aiayn scaffold MODULE:CLASS``: the plugin it writes for the built-in model classes loads the canonical weights
 exactly where their hand-written ``load_reference_state`` puts them, and, on a conforming model, computes the
-reference's outputs once its CHECK lines are accepted as written. Bad targets get one-line errors."""
+reference's outputs once its CHECK lines are accepted as written. Bad targets get one-line errors. The scaffold's code
+keeps its functions short (issue 23: it was split by job, no function over MAX_FUNCTION_LINES)."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import re
 import subprocess
@@ -13,27 +15,28 @@ from pathlib import Path
 
 import pytest
 import torch
+from registered import builtin_module
 
-from aiayn.cli import main
-from aiayn.scaffold import render, scaffold
-from conformance.transplant import reference_twin, visible_state
-from implementations import Registry
-from spec.config import TINY
+from aiayn_conformance.cli import main
+from aiayn_conformance.conformance.transplant import reference_twin, visible_state
+from aiayn_conformance.implementations import Registry
+from aiayn_conformance.scaffold import render, scaffold
+from aiayn_conformance.spec.config import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # The classes of the built-in plugins (each has its own load_reference_state to compare with), and the layout of
 # hyunwoongko/transformer's model class (keyword constructor; compared with the hyunwoongko plugin's mapping).
 SEEDS = {
-    "reference.model:Transformer": None,
-    "implementations.fused:FusedTransformer": None,
-    "implementations.hyunwoongko:Transformer": None,
-    "implementations.jadore801120:Transformer": None,
-    "implementations.building_blocks:Transformer": None,
-    "implementations.annotated_notebook:AnnotatedNotebookTransformer": None,
-    "implementations.torch_nn:TorchNNTransformer": None,
-    "implementations.prenorm:PreNormTransformer": None,
-    "tests.fixtures.hyunwoongko_layout:Transformer": "implementations.hyunwoongko:Transformer",
+    "aiayn_conformance.reference.model:Transformer": None,
+    builtin_module("fused:FusedTransformer"): None,
+    builtin_module("hyunwoongko:Transformer"): None,
+    builtin_module("jadore801120:Transformer"): None,
+    builtin_module("building_blocks:Transformer"): None,
+    builtin_module("annotated_notebook:AnnotatedNotebookTransformer"): None,
+    builtin_module("torch_nn:TorchNNTransformer"): None,
+    builtin_module("prenorm:PreNormTransformer"): None,
+    "tests.fixtures.hyunwoongko_layout:Transformer": builtin_module("hyunwoongko:Transformer"),
 }
 CONFIGS = {"tiny": TINY,
            "untied-3-layers": TINY.replace(n_layers=3, share_embeddings=False, src_vocab=41, tgt_vocab=43)}
@@ -69,7 +72,8 @@ def test_scaffold_mapping_equals_the_hand_written_one(target, which):
     assert not differ, f"the scaffold's mapping puts other values in {differ[:5]}"
 
 
-@pytest.mark.parametrize("target", ["reference.model:Transformer", "implementations.fused:FusedTransformer"])
+@pytest.mark.parametrize("target", ["aiayn_conformance.reference.model:Transformer",
+                                    builtin_module("fused:FusedTransformer")])
 def test_scaffold_of_a_conforming_model_matches_the_reference(target):
     config = TINY.replace(dropout=0.0)
     adapter = plugin_module(target).Adapter(config).eval()
@@ -86,7 +90,7 @@ def test_scaffold_of_a_conforming_model_matches_the_reference(target):
 def test_scaffolded_plugin_passes_the_suite_on_a_conforming_model(tmp_path):
     """The file as written, loaded with --plugin: the suite's differential check passes."""
     path = tmp_path / "fused_plugin.py"
-    assert main(["scaffold", "implementations.fused:FusedTransformer", "--name", "fused-scaffolded", "-o",
+    assert main(["scaffold", builtin_module("fused:FusedTransformer"), "--name", "fused-scaffolded", "-o",
                  str(path)]) == 0
     reg = Registry([str(path)], entry_points=False, env={}, builtins=())
     assert reg.names() == ["fused-scaffolded"]
@@ -99,7 +103,7 @@ def test_scaffolded_plugin_passes_the_suite_on_a_conforming_model(tmp_path):
 
 def test_what_cannot_be_placed_fails_in_one_line_naming_it():
     """sections-notebook keeps each layer-norm gain as one scalar: no [d_model] home for the canonical gain."""
-    target = "implementations.sections_notebook:SectionsNotebookTransformer"
+    target = "aiayn_conformance.implementations.builtins.sections_notebook:SectionsNotebookTransformer"
     text = render(scaffold(target))
     assert re.search(r"# CHECK: no \[32\] layer-norm parameter found \(left in this layer: "
                      r"residual_connections\.0\.norm\.alpha \[1\]", text)
@@ -109,7 +113,7 @@ def test_what_cannot_be_placed_fails_in_one_line_naming_it():
 
 
 def test_uncertain_lines_are_marked_and_counted():
-    text = render(scaffold("implementations.annotated_notebook:AnnotatedNotebookTransformer"))
+    text = render(scaffold(builtin_module("annotated_notebook:AnnotatedNotebookTransformer")))
     assert "q, k, v, o chosen by registration order" in text  # attention.linears.0..3: no names to go by
     assert f"Review every line marked `# CHECK:` ({text.count('# CHECK:')} of them)" in text
     keyword = render(scaffold("tests.fixtures.hyunwoongko_layout:Transformer"))
@@ -120,13 +124,13 @@ def test_uncertain_lines_are_marked_and_counted():
 
 def test_output_file_and_overwrite(tmp_path, capsys):
     path = tmp_path / "plugin.py"
-    assert main(["scaffold", "reference.model:Transformer", "-o", str(path)]) == 0
+    assert main(["scaffold", "aiayn_conformance.reference.model:Transformer", "-o", str(path)]) == 0
     assert "marked # CHECK: to review" in capsys.readouterr().err
-    assert main(["scaffold", "reference.model:Transformer", "-o", str(path)]) == 2
+    assert main(["scaffold", "aiayn_conformance.reference.model:Transformer", "-o", str(path)]) == 2
     assert capsys.readouterr().err.strip() == f"aiayn scaffold: {path} exists; pass --force to overwrite it"
-    assert main(["scaffold", "reference.model:Transformer", "-o", str(path), "--force"]) == 0
-    assert main(["scaffold", "reference.model:Transformer"]) == 0
-    assert capsys.readouterr().out.startswith('"""aiayn plugin for reference.model:Transformer')
+    assert main(["scaffold", "aiayn_conformance.reference.model:Transformer", "-o", str(path), "--force"]) == 0
+    assert main(["scaffold", "aiayn_conformance.reference.model:Transformer"]) == 0
+    assert capsys.readouterr().out.startswith('"""aiayn plugin for aiayn_conformance.reference.model:Transformer')
 
 
 def test_a_file_path_target(tmp_path):
@@ -137,12 +141,13 @@ def test_a_file_path_target(tmp_path):
 @pytest.mark.parametrize("target, message", [
     ("no_such_module_xyz:Model", "aiayn scaffold: cannot import module 'no_such_module_xyz': ModuleNotFoundError: "
                                  "No module named 'no_such_module_xyz'"),
-    ("reference.model", "aiayn scaffold: 'reference.model' is not MODULE:CLASS"),
-    ("reference.model:Nope", "aiayn scaffold: module 'reference.model' has no 'Nope'; its nn.Module classes: "
-                             "DecoderLayer, EncoderLayer, LayerNorm"),
-    ("reference.model:sinusoid_table", "aiayn scaffold: reference.model:sinusoid_table is a function, not a "
-                                       "torch.nn.Module class"),
-    ("spec.config:ModelConfig", "aiayn scaffold: spec.config:ModelConfig is a class but not a torch.nn.Module"),
+    ("aiayn_conformance.reference.model", "aiayn scaffold: 'aiayn_conformance.reference.model' is not MODULE:CLASS"),
+    ("aiayn_conformance.reference.model:Nope", "aiayn scaffold: module 'aiayn_conformance.reference.model' has no "
+                                               "'Nope'; its nn.Module classes: DecoderLayer, EncoderLayer, LayerNorm"),
+    ("aiayn_conformance.reference.model:sinusoid_table", "aiayn scaffold: aiayn_conformance.reference.model:"
+                                                         "sinusoid_table is a function, not a torch.nn.Module class"),
+    ("aiayn_conformance.spec.config:ModelConfig", "aiayn scaffold: aiayn_conformance.spec.config:ModelConfig is a "
+                                                  "class but not a torch.nn.Module"),
     ("torch.nn:Linear", "aiayn scaffold: cannot build Linear with a ModelConfig: tried Linear(in_features=?, "
                         "out_features=?"),
     ("no/such/file.py:Model", "aiayn scaffold: cannot import no/such/file.py: no such file"),
@@ -160,3 +165,39 @@ def test_cannot_build_names_every_constructor_tried(capsys):
                    "embedding_dim=config.d_model, padding_idx=config.pad_id, device=\"cpu\"): no ModelConfig field "
                    "matches the "
                    "required parameter 'num_embeddings'")
+
+
+# -- the scaffold's own code -------------------------------------------------------------------------------------
+SCAFFOLD = ROOT / "aiayn_conformance" / "scaffold"
+MAX_FUNCTION_LINES = 80
+
+
+def function_lengths(source: str, where: str = "<source>") -> dict[str, int]:
+    """Every function in ``source`` (methods and nested functions included) -> its length in lines, from its first
+    decorator to its last line."""
+    lengths = {}
+    for node in ast.walk(ast.parse(source, where)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            start = min([d.lineno for d in node.decorator_list] + [node.lineno])
+            lengths[f"{where}:{node.lineno} {node.name}"] = (node.end_lineno or node.lineno) - start + 1
+    return lengths
+
+
+def test_no_scaffold_function_is_over_80_lines():
+    modules = sorted(SCAFFOLD.glob("*.py"))
+    assert len(modules) >= 5, f"the scaffold is split by job into a package: found {[m.name for m in modules]}"
+    lengths = {k: n for m in modules for k, n in function_lengths(m.read_text(), m.name).items()}
+    assert len(lengths) > 20, "the measure found too few functions to be reading the scaffold"
+    over = {k: n for k, n in lengths.items() if n > MAX_FUNCTION_LINES}
+    assert not over, f"functions over {MAX_FUNCTION_LINES} lines in the scaffold: {over}"
+
+
+def test_the_length_measure_counts_decorators_docstrings_and_nested_functions():
+    def source(body_lines: int) -> str:
+        body = "\n".join(f"        x{n} = {n}" for n in range(body_lines))
+        return f"@decorator\ndef outer():\n    \"\"\"Doc.\"\"\"\n    def inner():\n{body}\n    return inner\n"
+
+    lengths = function_lengths(source(MAX_FUNCTION_LINES - 1))
+    assert lengths == {"<source>:2 outer": MAX_FUNCTION_LINES + 4, "<source>:4 inner": MAX_FUNCTION_LINES}
+    over = {k for k, n in function_lengths(source(MAX_FUNCTION_LINES)).items() if n > MAX_FUNCTION_LINES}
+    assert over == {"<source>:2 outer", "<source>:4 inner"}

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from spec import TINY, parameter_schema
-from spec.schema import load_canonical
+from aiayn_conformance.spec import TINY, parameter_schema
+from aiayn_conformance.spec.schema import load_canonical
 
 
 def tensors():
@@ -39,7 +39,7 @@ def test_errors_name_the_tensor_and_write_nothing(mapping, message):
 
 
 def test_the_reference_loads_through_it():
-    from reference.model import Transformer
+    from aiayn_conformance.reference.model import Transformer
 
     source, target = Transformer(TINY), Transformer(TINY)
     state = source.state_dict()

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance import shapes
-from conformance.inputs import CONFIG, WITNESS_BATCHES, WITNESS_LENGTHS, WITNESS_SHAPE
+from aiayn_conformance.conformance import shapes
+from aiayn_conformance.conformance.inputs import CONFIG, WITNESS_BATCHES, WITNESS_LENGTHS, WITNESS_SHAPE
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "tests" / "shape_limited_models.py"

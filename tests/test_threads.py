@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from conformance import threads
+from aiayn_conformance.conformance import threads
 
 HAVE_XDIST = importlib.util.find_spec("xdist") is not None
 

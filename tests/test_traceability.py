@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from spec import CLAUSES
+from aiayn_conformance.spec import CLAUSES
 
 ROOT = Path(__file__).resolve().parents[1]
 

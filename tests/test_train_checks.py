@@ -12,8 +12,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 PLUGIN = '''
-from implementations import Implementation, hookimpl
-from reference.model import Transformer
+import torch
+
+from aiayn_conformance.implementations import Implementation, hookimpl
+from aiayn_conformance.reference.model import Transformer
 
 
 class DividesByZero(Transformer):
@@ -28,10 +30,21 @@ class NoRecipe(Transformer):  # the reference model with its recipe capabilities
     make_optimizer = make_scheduler = make_criterion = make_batch = None
 
 
+class SmallInitNoWeights(Transformer):  # the paper's model at Hugging Face's N(0, 0.02) init, no canonical loading
+    load_reference_state = None
+
+    def reset_parameters(self):
+        super().reset_parameters()
+        for p in self.parameters():
+            if p.dim() == 2:
+                torch.nn.init.normal_(p, std=0.02)
+
+
 @hookimpl
 def register_implementations(register):
     register(Implementation(name="divides-by-zero", build=DividesByZero))
     register(Implementation(name="no-recipe", build=NoRecipe))
+    register(Implementation(name="small-init", build=SmallInitNoWeights))
 '''
 
 
@@ -68,3 +81,16 @@ def test_without_a_recipe_the_recipe_checks_skip_naming_the_capability(tmp_path)
     assert "make_criterion(train_config)" in reasons["train.label-smoothing"]
     assert "make_criterion(train_config)" in reasons["train.loss-padding"]
     assert "make_batch(target, bos_id)" in reasons["train.shift"]
+
+
+def test_a_model_that_cannot_load_weights_learns_from_its_own_init_and_the_message_says_so(tmp_path):
+    """train.learns: without load_reference_state the model starts from its own initialisation (here the paper's
+    model at N(0, 0.02), which measured 1-94% on copy and 2-3.5% on reversal), and the message names the
+    initialisation among the causes and the range conforming models measure; train.equivalence skips, naming the
+    capability."""
+    got = run(tmp_path, "small-init", "train.learns,train.equivalence")
+    (equivalence,) = got["train.equivalence"]
+    assert equivalence["outcome"] == "skipped" and "load_reference_state" in equivalence["message"], equivalence
+    reverse = next(r for r in got["train.learns"] if "reverse" in r["nodeid"])
+    assert reverse["outcome"] == "failed", reverse
+    assert "its own initialisation" in reverse["detail"] and "conforming models measured 77-94.5%" in reverse["detail"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.harness import checking
-from conformance.learning import TASKS, train_implementation
-from implementations import get_registry
+from aiayn_conformance.conformance.harness import checking
+from aiayn_conformance.conformance.learning import TASKS, train_implementation
+from aiayn_conformance.implementations import get_registry
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def test_a_model_without_its_causal_mask_never_learns(seed):
     import importlib.util
     from pathlib import Path
 
-    from implementations import Implementation
+    from aiayn_conformance.implementations import Implementation
 
     path = Path(__file__).with_name("broken_models.py")
     spec = importlib.util.spec_from_file_location("_broken_for_learns", path)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from aiayn import report
-from aiayn.audit import AuditResult, SubjectResult, fold
-from aiayn.cli import main
-from aiayn.figures import learning_curves_figure
-from conformance.learning import TASKS, LearningCurve
+from aiayn_conformance import report
+from aiayn_conformance.audit import AuditResult, SubjectResult, fold
+from aiayn_conformance.cli import main
+from aiayn_conformance.conformance.learning import TASKS, LearningCurve
+from aiayn_conformance.figures import learning_curves_figure
 
 PNG = b"\x89PNG"
 
@@ -58,7 +58,7 @@ def test_train_usage_errors_are_one_line(capsys, monkeypatch):
 
 def test_train_reports_an_implementation_that_crashes(tmp_path, capsys):
     plugin = tmp_path / "crashing.py"
-    plugin.write_text("from implementations import Implementation, hookimpl\n\n"
+    plugin.write_text("from aiayn_conformance.implementations import Implementation, hookimpl\n\n"
                       "def build(config):\n    raise RuntimeError('no weights for you')\n\n"
                       "@hookimpl\ndef register_implementations(register):\n"
                       "    register(Implementation(name='crashing-train', build=build))\n")
@@ -99,7 +99,7 @@ def test_curves_with_a_nan_loss_still_serialize_and_draw(nan_at):
 
 def test_the_audit_collects_the_curves_of_train_learns(tmp_path):
     """A real suite run with --results-json records the curves; run_job folds them into the subject."""
-    from aiayn.audit import Job, Progress, run_job
+    from aiayn_conformance.audit import Job, Progress, run_job
 
     subject = SubjectResult("reference", "implementation")
     job = Job("reference", ["--impl=reference", "--clause=train.learns"], [subject])

@@ -10,15 +10,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conformance.train_probes import (
+from aiayn_conformance.conformance.train_probes import (
     SMOOTHING_CONVENTIONS,
     convention_targets,
+    describe_hyperparameters,
     diagnose_schedule,
+    group_of,
     optimizer_updates,
+    probe_parameters,
     recover_targets,
 )
-from reference.model import Transformer
-from reference.training import (
+from aiayn_conformance.reference.model import Transformer
+from aiayn_conformance.reference.training import (
     LabelSmoothedCrossEntropy,
     LRateScheduler,
     PaperRecipe,
@@ -28,8 +31,8 @@ from reference.training import (
     teacher_forcing,
     train_step,
 )
-from spec import BASE_TRAINING, BIG_TRAINING, TrainConfig
-from spec.config import ModelConfig
+from aiayn_conformance.spec import BASE_TRAINING, BIG_TRAINING, TrainConfig
+from aiayn_conformance.spec.config import ModelConfig
 
 
 # -- Eq. (3) (§5.3): the derived values of the paper's base and big models ----------------------------------------
@@ -177,7 +180,8 @@ def test_schedule_diagnosis_names_the_departure(name, fn, words):
 def test_optimizer_probe_sees_each_hyperparameter():
     def probe(make):
         param = torch.nn.Parameter(torch.ones(8, dtype=torch.float64))
-        return optimizer_updates(make([param]), param)
+        (found,) = optimizer_updates(make([param]), [param])
+        return found
 
     assert probe(lambda p: torch.optim.Adam(p, betas=(0.9, 0.98), eps=1e-9)).ok
     assert probe(lambda p: torch.optim.AdamW(p, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0)).ok
@@ -185,6 +189,30 @@ def test_optimizer_probe_sees_each_hyperparameter():
         kw = {"betas": (0.9, 0.98), "eps": 1e-9, **bad}
         assert not probe(lambda p, kw=kw: torch.optim.Adam(p, **kw)).ok, bad
     assert not probe(lambda p: torch.optim.SGD(p, lr=1e-3)).ok
+
+
+def test_optimizer_probe_sees_each_parameter_group():
+    matrix, vector = probe_parameters()
+    decayed = torch.optim.AdamW([{"params": [matrix], "weight_decay": 0.1}, {"params": [vector], "weight_decay": 0.0}],
+                                betas=(0.9, 0.98), eps=1e-9)
+    on_matrix, on_vector = optimizer_updates(decayed, [matrix, vector])
+    assert not on_matrix.ok and on_vector.ok and on_matrix.shape == (8, 8)
+    assert group_of(decayed, matrix)[0] == 0 and group_of(decayed, vector)[0] == 1
+    text, diffs = describe_hyperparameters(decayed, (0.9, 0.98), 1e-9, decayed.param_groups[0])
+    assert "weight_decay=0.1" in text and any("weight decay 0.1" in d for d in diffs)
+
+
+@pytest.mark.parametrize("name, fn, words", [
+    ("no min, decay term", lambda k: 32 ** -0.5 * k ** -0.5, "the min() of Eq. (3) dropped, keeping its decay"),
+    ("no min, warmup term", lambda k: 32 ** -0.5 * k * 4000 ** -1.5, "keeping its warmup term"),
+    ("max for min", lambda k: 32 ** -0.5 * max(k ** -0.5, k * 4000 ** -1.5), "max() where Eq. (3) takes min()"),
+    ("linear warmup, linear decay", lambda k: 1e-3 * (k / 4000 if k <= 4000 else (100_000 - k) / 96_000),
+     "linear warmup and linear decay"),
+    ("linear warmup, constant", lambda k: 1e-3 * min(k / 4000, 1.0), "linear warmup to a constant"),
+])
+def test_schedule_diagnosis_names_a_dropped_min_and_a_linear_warmup(name, fn, words):
+    found = diagnose_schedule(_trace(fn), 32, 4000)
+    assert found is not None and words in found[1], (name, found)
 
 
 def test_target_recovery_sees_a_double_softmax_and_padding():

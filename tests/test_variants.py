@@ -8,9 +8,9 @@ import dataclasses
 import pytest
 import torch
 
-from conformance.inputs import CONFIG, witness_batch
-from conformance.transplant import reference_twin, visible_state
-from conformance.variants import KNOBS, Knobs, run_variant
+from aiayn_conformance.conformance.inputs import CONFIG, witness_batch
+from aiayn_conformance.conformance.transplant import reference_twin, visible_state
+from aiayn_conformance.conformance.variants import KNOBS, Knobs, run_variant
 
 
 @pytest.fixture(scope="module")

@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from implementations import Component, Implementation, hookimpl
-from reference.model import Transformer
-from spec import ModelConfig
-from spec.schema import CanonicalKey, Target, load_canonical, parameter_schema
+from aiayn_conformance.implementations import Component, Implementation, hookimpl
+from aiayn_conformance.reference.model import Transformer
+from aiayn_conformance.spec import ModelConfig
+from aiayn_conformance.spec.schema import CanonicalKey, Target, load_canonical, parameter_schema
 
 
 class ExampleAdapter(nn.Module):

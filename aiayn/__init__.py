@@ -1,1 +1,0 @@
-"""The ``aiayn`` command: list, audit and export Transformer implementations."""

@@ -1,0 +1,437 @@
+"""``aiayn audit``: the conformance matrix across implementations and components.
+
+The conformance suite runs in subprocesses, ``--results-json`` giving one record per
+test and subject: by default one process per job slot (``--jobs``, default the number of
+CPUs), each auditing a share of the implementations (and the components), so that the
+start-up is paid once per core; ``--isolate`` gives every implementation its own process,
+and a grouped process that dies is re-run one implementation at a time. The records are
+folded into one status per (subject, clause):
+
+``pass``             every check of the clause that ran passed;
+``fail``             a check found a violation the implementation does not declare;
+``deviation``        a declared deviation, observed;
+``unexpected-pass``  declared as a deviation, but no check observed it;
+``skip``             no check could run (the reason says why: no GPU, no ``encode`` ...);
+``error``            the implementation crashed, returned NaN or the wrong shape, or timed out.
+
+A subject is *conforming* when no ``must`` clause is ``fail``, ``deviation`` or ``error``:
+it computes the paper's function. ``should`` clauses (inputs the paper never defines,
+portability, conventions) are counted in the verdict but do not decide it. Exit status,
+whatever the severity: 0 when every failure is a declared deviation, 1 when any clause is
+``fail``, ``error`` or ``unexpected-pass``, 2 for usage errors.
+
+Beyond one machine: ``--shard I/N`` audits the subjects of one shard (``aiayn_conformance.shards``),
+``--merge FILE ...`` renders one report from JSON audits made elsewhere (``aiayn_conformance.merge``),
+and ``--format junit|github`` reports each finding on the subject's own source line
+(``aiayn_conformance.ci_report``); docs/ci.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiayn_conformance.implementations import PluginError, UnknownNameError, get_registry
+from aiayn_conformance.implementations.availability import version_note
+from aiayn_conformance.spec import CLAUSES
+from aiayn_conformance.spec.clauses import parse_clause_ids
+
+from . import report
+from .locations import locate
+from .merge import MergeError, merge_files
+from .results import AuditResult, ClauseResult, SubjectResult, fold
+from .shards import Shard, parse_shard
+
+__all__ = ["AuditResult", "ClauseResult", "Job", "SubjectResult", "add_parser", "audit", "fold", "plan", "run",
+           "take_shard"]
+
+
+# -- running the suite ---------------------------------------------------------------------------------------
+@dataclass
+class Job:
+    """One suite run: an implementation (``--impl``) or the selected components (``--component``),
+    or a group of those (``parts``) run in one process to pay the start-up once."""
+    label: str
+    args: list[str]
+    subjects: list[SubjectResult]
+    parts: list[Job] = field(default_factory=list)
+    runnable: bool = True  # False: an unavailable implementation, reported without running the suite
+
+
+def group(jobs: list[Job], n: int) -> list[Job]:
+    """Merge single jobs into ``n`` suite runs (round-robin, so each run gets a mix of subjects).
+
+    Starting pytest, torch and onnx costs seconds per process; one process per core pays it once.
+    A group that dies without results is re-run one subject at a time (see ``run_job``), so a crashing
+    implementation still costs only its own clauses."""
+    if n >= len(jobs):
+        return jobs
+    out = []
+    for i in range(n):
+        parts = jobs[i::n]
+        impls = [s.name for j in parts for s in j.subjects if s.kind == "implementation"]
+        comps = [s.name for j in parts for s in j.subjects if s.kind == "component"]
+        args = ([f"--impl={','.join(impls)}"] if impls else []) + ([f"--component={','.join(comps)}"] if comps else [])
+        out.append(Job(",".join(j.label for j in parts), args, [s for j in parts for s in j.subjects], parts))
+    return out
+
+
+class Progress:
+    """One status line on stderr: which subjects run, how many tests of each are done."""
+
+    def __init__(self, stream=sys.stderr, enabled: bool | None = None):
+        self.stream = stream
+        self.enabled = stream.isatty() if enabled is None else enabled
+        self.lock = threading.Lock()
+        self.state: dict[str, str] = {}
+        self.finished = 0
+        self.total = 0
+
+    def update(self, label: str, text: str | None) -> None:
+        with self.lock:
+            if text is None:
+                self.state.pop(label, None)
+                self.finished += 1
+            else:
+                self.state[label] = text
+            if self.enabled:
+                running = ", ".join(f"{k} {v}" for k, v in self.state.items())
+                line = f"[{self.finished}/{self.total} done] {running}"
+                width = 118
+                self.stream.write("\r" + line[:width].ljust(width))
+                self.stream.flush()
+
+    def log(self, line: str) -> None:
+        with self.lock:
+            if self.enabled:
+                self.stream.write("\r" + " " * 118 + "\r")
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\r" + " " * 118 + "\r")
+            self.stream.flush()
+
+
+def _tail(text: str, lines: int = 15) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def run_job(job: Job, *, plugins: list[str], extra: list[str], workdir: Path, timeout: float,
+            progress: Progress, stream_output: bool = False, env: dict[str, str] | None = None) -> None:
+    """Run the suite for one job and fold its records into ``job.subjects``.
+
+    ``env``: variables added to the suite process's environment (the torch thread share).
+    """
+    from aiayn_conformance import conformance
+
+    suite = Path(conformance.__file__).resolve().parent
+    out = workdir / f"run-{abs(hash(job.label))}-{time.monotonic_ns()}.json"
+    cmd = [sys.executable, "-m", "pytest", str(suite), "-p", "no:cacheprovider", f"--results-json={out}",
+           f"--rootdir={suite.parent}", *job.args, *[f"--plugin={p}" for p in plugins], *extra]
+    if not stream_output:
+        cmd.append("-q")
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=None if stream_output else subprocess.PIPE,
+                            stderr=None if stream_output else subprocess.PIPE, text=True,
+                            cwd=suite.parent, env={**os.environ, **(env or {})})
+    reader = threading.Thread(target=lambda: setattr(proc, "_captured", proc.communicate()), daemon=True)
+    reader.start()
+    progress_file = out.with_name(out.name + ".progress")
+    timed_out = False
+    while reader.is_alive():
+        reader.join(0.5)
+        try:
+            lines = progress_file.read_text().splitlines()
+        except OSError:
+            lines = []
+        total = next((ln.split()[1] for ln in lines if ln.startswith("total ")), "?")
+        done = sum(1 for ln in lines if ln == "done")
+        progress.update(job.label, f"{done}/{total}")
+        if time.monotonic() - started > timeout:
+            timed_out = True
+            proc.kill()
+            reader.join()
+    stdout, stderr = getattr(proc, "_captured", ("", "")) or ("", "")
+    elapsed = time.monotonic() - started
+    progress.update(job.label, None)
+    records: list[dict] | None = None
+    if out.exists():
+        try:
+            records = json.loads(out.read_text())["tests"]
+        except (ValueError, KeyError):
+            records = None
+    if (records is None or timed_out) and len(job.parts) > 1:
+        progress.log(f"  the grouped run of {job.label} ended without results; re-running each alone")
+        progress.total += len(job.parts)
+        for part in job.parts:
+            run_job(part, plugins=plugins, extra=extra, workdir=workdir, timeout=timeout / len(job.parts),
+                    progress=progress, stream_output=stream_output, env=env)
+        return
+    if records is None or timed_out:
+        why = (f"the suite run timed out after {timeout:.0f} s" if timed_out else
+               f"the suite run ended with exit status {proc.returncode} and wrote no results")
+        tail = _tail((stderr or "") + "\n" + (stdout or ""))
+        for subject in job.subjects:
+            subject.seconds = elapsed
+            subject.clauses = {c: ClauseResult("error", why, tail) for c in CLAUSES}
+        return
+    prefix = {"implementation": "impl:", "component": "component:"}
+    for subject in job.subjects:
+        mine = [r for r in records if r.get("subject") == prefix[subject.kind] + subject.name]
+        subject.clauses = fold(mine, subject.deviations)
+        subject.learning_curves = [r["data"]["learning_curve"] for r in mine
+                                   if isinstance(r.get("data"), dict) and "learning_curve" in r["data"]]
+        subject.seconds = elapsed if len(job.subjects) == 1 else sum(r.get("duration", 0.0) for r in mine)
+
+
+def plan(registry, impl_selection: str | None, component_selection: str | None) -> list[Job]:
+    jobs: list[Job] = []
+    if impl_selection:
+        for impl in registry.select(impl_selection):
+            subject = SubjectResult(impl.name, "implementation", impl.source, impl.summary, dict(impl.deviations),
+                                    unavailable=impl.unavailable, note=version_note(impl.written_for),
+                                    location=locate(impl.build, impl.deviations))
+            # An implementation that cannot be built here is reported as unavailable, with no suite run.
+            jobs.append(Job(impl.name, [f"--impl={impl.name}"], [subject], runnable=not impl.unavailable))
+    if component_selection:
+        comps = registry.select_components(component_selection)
+        if comps:
+            subjects = [SubjectResult(f"{c.kind}:{c.name}", "component", c.source, c.summary, dict(c.deviations),
+                                      location=locate(c.factory, c.deviations)) for c in comps]
+            # Components are cheap: all of them in one run, each its own subject in the records.
+            selection = ",".join(s.name for s in subjects)
+            jobs.append(Job("components", [f"--component={selection}"], subjects))
+    return jobs
+
+
+def take_shard(jobs: list[Job], shard: Shard) -> list[Job]:
+    """The jobs of ``shard``'s subjects (``aiayn_conformance.shards``): whole jobs for implementations, and the
+    components job cut down to the components the shard holds."""
+    out = []
+    for job in jobs:
+        mine = [s for s in job.subjects if shard.holds(s.name)]
+        if len(mine) == len(job.subjects):
+            out.append(job)
+        elif mine:  # the components job: its share only
+            out.append(Job(job.label, [f"--component={','.join(s.name for s in mine)}"], mine, runnable=job.runnable))
+    return out
+
+
+def audit(jobs: list[Job], *, plugins: list[str], extra: list[str], jobs_n: int, timeout: float,
+          progress: Progress, with_figures: bool = False, isolate: bool = False) -> AuditResult:
+    started = time.monotonic()
+    singles = jobs
+    jobs = [j for j in jobs if j.runnable]
+    for job in singles:
+        if not job.runnable:
+            progress.log(f"  {job.label}: {job.subjects[0].verdict}")
+    if not jobs:
+        progress.close()
+        return AuditResult([s for job in singles for s in job.subjects], time.monotonic() - started)
+    if not isolate:
+        jobs = group(jobs, jobs_n)
+        timeout = timeout * max(len(j.parts) for j in jobs) if any(j.parts for j in jobs) else timeout
+    progress.total = len(jobs)
+    from aiayn_conformance.conformance import threads
+
+    env = threads.environment_for(min(max(1, jobs_n), len(jobs)))  # each concurrent run's share of the CPUs
+    with tempfile.TemporaryDirectory(prefix="aiayn-audit-") as tmp:
+        workdir = Path(tmp)
+
+        def one(job: Job) -> None:
+            run_job(job, plugins=plugins, extra=extra, workdir=workdir, timeout=timeout, progress=progress, env=env)
+            for s in job.subjects:
+                progress.log(f"  {s.name}: {s.verdict} ({s.seconds:.0f} s)")
+            if with_figures:
+                from .figures import figures_for, learning_curves_figure
+
+                for s in job.subjects:
+                    if s.kind == "implementation":
+                        s.figures, s.figure_errors = figures_for(s.name, plugins=plugins, workdir=workdir)
+                        if s.learning_curves:
+                            try:
+                                s.figures.update(learning_curves_figure(s.name, s.learning_curves))
+                            except Exception as exc:  # a picture lost, never the report
+                                s.figure_errors.append(f"learning curves: {type(exc).__name__}: {exc}")
+
+        with ThreadPoolExecutor(max_workers=max(1, jobs_n)) as pool:
+            list(pool.map(one, jobs))
+    progress.close()
+    return AuditResult([s for job in singles for s in job.subjects], time.monotonic() - started)
+
+
+# -- the command ---------------------------------------------------------------------------------------------
+def add_parser(sub) -> None:
+    p = sub.add_parser("audit", help="run the conformance suite and print the conformance matrix",
+                       description=__doc__.split("\n\n", 1)[0])
+    p.add_argument("--impl", default=None, help="implementations: a name, a comma-separated list, or 'all' "
+                   "(default: all, plus every component unless --component is given)")
+    p.add_argument("--component", default=None, help="components: 'all', NAME, KIND:NAME or a comma-separated list "
+                   "(default: all when --impl is not given)")
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_PATH",
+                   help="load an extra plugin from a module name or a .py file (repeatable)")
+    p.add_argument("--clause", default=None, metavar="ID",
+                   help="re-run only this clause (comma-separated ids allowed) and show its full diagnostics")
+    p.add_argument("--format", choices=report.FORMATS, default="text",
+                   help="report format (default: text, the colored matrix; junit: JUnit XML, github: GitHub "
+                        "annotations on the adapter's lines)")
+    p.add_argument("--output", "-o", default=None, metavar="PATH", help="write the report here instead of stdout")
+    p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1,
+                   help="suite runs in parallel (default: the number of CPUs)")
+    p.add_argument("--timeout", type=float, default=1800.0, metavar="SECONDS",
+                   help="wall-time limit per implementation's suite run (default 1800)")
+    p.add_argument("--isolate", action="store_true",
+                   help="one suite process per implementation (default: one per job slot, the start-up paid once; "
+                        "a grouped run that dies is re-run one implementation at a time anyway)")
+    p.add_argument("--no-color", action="store_true", help="no ANSI colors (also: the NO_COLOR variable)")
+    p.add_argument("--shard", default=None, metavar="I/N",
+                   help="audit only shard I of N (I from 1): each subject belongs to one shard, by a hash of its "
+                        "name; merge the shards' JSON reports with --merge")
+    p.add_argument("--merge", nargs="+", default=None, metavar="AUDIT_JSON",
+                   help="run nothing: build the report from these audits (--format json files, schema 2)")
+    p.add_argument("--figures", action="store_true",
+                   help="draw the HTML report's pictures into a json report too, so a --merge can show them")
+    p.set_defaults(func=run)
+
+
+def _usage(msg: str) -> int:
+    print(f"aiayn audit: {msg}", file=sys.stderr)
+    return 2
+
+
+def _check_output(path: str | None) -> str:
+    """Why ``--output`` cannot be written ("" when it can): refused before a long audit, not after it."""
+    if not path:
+        return ""
+    target = Path(path)
+    if target.is_dir():
+        return f"--output {path}: is a directory; give a file path"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.touch()
+    except OSError as exc:
+        return f"--output {path}: cannot write there ({exc.strerror or exc})"
+    return ""
+
+
+def _emit(result: AuditResult, args: argparse.Namespace, *, clause_ids: Sequence[str] = ()) -> int:
+    result.command = " ".join(["aiayn", "audit", *(sys.argv[2:] if sys.argv[1:2] == ["audit"] else [])])
+    color = report.use_color(sys.stdout, args.no_color) and args.output is None
+    text = report.render(result, args.format, color=color)
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"aiayn audit: {args.format} report written to {args.output}", file=sys.stderr)
+        print(report.summary_line(result), file=sys.stderr)
+    elif not (clause_ids and args.format == "text"):
+        sys.stdout.write(text)
+    return result.exit_code
+
+
+def _merge(args: argparse.Namespace) -> int:
+    given = [opt for opt, value in (("--impl", args.impl), ("--component", args.component),
+                                    ("--clause", args.clause), ("--shard", args.shard)) if value]
+    if given:
+        return _usage(f"--merge reads audits and runs none; {', '.join(given)} cannot be given with it")
+    if why := _check_output(args.output):
+        return _usage(why)
+    try:
+        registry = get_registry(args.plugin)  # only for the order of the rows: the registry's, as an audit's
+        order = [*registry.implementations, *(f"{k}:{n}" for k, n in registry.components)]
+        result, notes = merge_files(args.merge, order)
+    except (PluginError, MergeError) as exc:
+        return _usage(str(exc))
+    for note in notes:
+        print(f"aiayn audit: {note}", file=sys.stderr)
+    if args.format == "html":
+        _figures_from_data(result)
+    return _emit(result, args)
+
+
+def _figures_from_data(result: AuditResult) -> None:
+    """The pictures a merged HTML report can have: those the audits carried (--figures), and the learning
+    curves, drawn from the records' data; measuring an implementation again is the audit's job."""
+    for s in result.subjects:
+        if s.kind != "implementation" or s.unavailable or s.figures:
+            continue
+        s.figure_errors.append("the merged audit file carries no pictures of this implementation "
+                               "(audit it with --figures, or with --format html)")
+        if s.learning_curves:
+            try:
+                from .figures import learning_curves_figure
+
+                s.figures.update(learning_curves_figure(s.name, s.learning_curves))
+            except Exception as exc:  # a picture lost, never the report
+                s.figure_errors.append(f"learning curves: {type(exc).__name__}: {exc}")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.merge:
+        return _merge(args)
+    if args.jobs < 1:
+        return _usage(f"--jobs must be at least 1, got {args.jobs}")
+    if args.timeout <= 0:
+        return _usage(f"--timeout must be positive, got {args.timeout}")
+    clause_ids: list[str] = []
+    shard: Shard | None = None
+    try:
+        if args.clause:
+            clause_ids = parse_clause_ids(args.clause)
+        if args.shard is not None:
+            shard = parse_shard(args.shard)
+    except ValueError as exc:
+        return _usage(str(exc))
+    impl_sel = args.impl if args.impl is not None else ("all" if args.component is None else None)
+    comp_sel = args.component if args.component is not None else ("all" if args.impl is None else None)
+    try:
+        registry = get_registry(args.plugin)
+        jobs = plan(registry, impl_sel, comp_sel)
+    except (PluginError, UnknownNameError) as exc:  # an unknown name, or a --plugin that cannot be loaded
+        return _usage(str(exc))
+    for err in registry.errors:
+        print(f"aiayn audit: plugin error: {err}", file=sys.stderr)
+    if not jobs:
+        return _usage("nothing to audit: no implementation or component selected")
+    if why := _check_output(args.output):
+        return _usage(why)
+    if shard is not None:
+        selected = sum(len(j.subjects) for j in jobs)
+        jobs = take_shard(jobs, shard)
+        held = sum(len(j.subjects) for j in jobs)
+        print(f"aiayn audit: shard {shard} holds {held} of the {selected} subjects selected", file=sys.stderr)
+    extra = [f"--clause={','.join(clause_ids)}"] if clause_ids else []
+    progress = Progress()
+    with_figures = args.format == "html" or args.figures
+    if clause_ids and args.format == "text" and args.output is None:
+        # Debugging one clause: the suite's own verbose output on the terminal, then the folded statuses.
+        extra += ["-v", "-rfEsxX", "--tb=short"]
+        result = AuditResult([], 0.0)
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="aiayn-audit-") as tmp:
+            for job in jobs:
+                if job.runnable:
+                    run_job(job, plugins=args.plugin, extra=extra, workdir=Path(tmp), timeout=args.timeout,
+                            progress=Progress(enabled=False), stream_output=True)
+                result.subjects += job.subjects
+        result.seconds = time.monotonic() - started
+        print(report.clause_details(result, clause_ids))
+    else:
+        n_impl = sum(s.kind == "implementation" for j in jobs for s in j.subjects)
+        n_comp = sum(s.kind == "component" for j in jobs for s in j.subjects)
+        progress.log(f"aiayn audit: {n_impl} implementation(s), {n_comp} component(s); "
+                     f"{min(args.jobs, len(jobs))} suite process(es) at a time")
+        result = audit(jobs, plugins=args.plugin, extra=extra, jobs_n=args.jobs, timeout=args.timeout,
+                       progress=progress, with_figures=with_figures, isolate=args.isolate)
+    result.shard = str(shard) if shard else ""
+    return _emit(result, args, clause_ids=clause_ids)

@@ -1,0 +1,17 @@
+"""The built-in plugins: shipped with aiayn-conformance, registered through the same hooks as any third party's.
+
+Each module here is one plugin (one implementation, or the built-in components), written against the public
+interface only (``aiayn_conformance.implementations``: ``hookimpl``, ``Implementation``, ``Component``), one file
+per model. ``PLUGINS`` lists them in registration order; the registry loads them first
+(``aiayn_conformance.implementations.DEFAULT_PLUGINS``). ``hf_decoding`` is not a plugin: it is the decoding code
+the Hugging Face plugins share.
+
+Adding a built-in: a module here, its name in ``PLUGINS``, and what docs/plugins.md ("Adding a built-in") lists;
+the project's tests read the built-ins' names from the registry.
+"""
+
+PLUGINS: tuple[str, ...] = (
+    "reference", "building_blocks", "sections_notebook", "annotated_notebook", "jadore801120", "hyunwoongko",
+    "torch_nn", "prenorm", "fused", "hf_marian", "hf_fsmt", "hf_bart", "x_transformers", "components",
+)
+"""The built-in plugin modules of this package, in registration order."""
