@@ -17,7 +17,14 @@ from aiayn_conformance.conformance.diagnosis import diagnosis_of, explanation, f
 from aiayn_conformance.conformance.harness import ClauseViolation, build_model, checking
 from aiayn_conformance.conformance.inputs import CONFIG, WITNESS_BATCHES, WITNESS_LENGTHS, WITNESS_SHAPE, random_tokens
 from aiayn_conformance.conformance.shapes import under_test
-from aiayn_conformance.conformance.transplant import OWN_SCALE, SHARP, STATE_SEED, sharp_or_own, transplanted, visible_state
+from aiayn_conformance.conformance.transplant import (
+    OWN_SCALE,
+    SHARP,
+    STATE_SEED,
+    sharp_or_own,
+    transplanted,
+    visible_state,
+)
 from aiayn_conformance.conformance.variants import KNOBS, MAX_VARIANTS, Knobs, diagnose, run_variant
 from aiayn_conformance.implementations import Implementation, get_registry
 from aiayn_conformance.reference.model import Transformer, padding_mask
