@@ -33,7 +33,8 @@ from .transplant import load_into, visible_state
 if TYPE_CHECKING:
     from aiayn_conformance.implementations import Implementation
 
-__all__ = ["readout", "hidden_states", "post_norm_probe", "last_sublayer_diagnosis", "sublayers_off",
+__all__ = ["readout", "hidden_states", "post_norm_probe", "last_sublayer_diagnosis", "last_norm_divisor",
+           "sublayers_off",
            "zero_gain_state", "check_input_path", "SRC", "TGT", "LAST", "witness"]
 
 SRC = random_tokens(CONFIG, [6, 4], 6, vocab=CONFIG.src_vocab, seed=31)
@@ -126,6 +127,33 @@ def sublayers_off(state: dict[str, torch.Tensor], stack: str) -> dict[str, torch
 LAST = f"decoder.{CONFIG.n_layers - 1}"
 
 
+def _last_sublayer_state(scale: float) -> dict[str, torch.Tensor]:
+    """Visible weights with the last decoder layer's norm2 at gain 0 and a per-feature bias b2 (scaled by ``scale``,
+    as are W2 and its bias): the paper's FFN input is b2 at every position."""
+    state = visible_state(CONFIG, seed=43)
+    g = torch.Generator().manual_seed(44)
+    state[f"{LAST}.norm2.weight"] = torch.zeros(CONFIG.d_model)
+    state[f"{LAST}.norm2.bias"] = torch.randn(CONFIG.d_model, generator=g) * scale
+    for n in ("ffn.w2.weight", "ffn.w2.bias"):
+        state[f"{LAST}.{n}"] = state[f"{LAST}.{n}"] * scale
+    return state
+
+
+ACTIVATION_FORMS: dict[str, dict[str, Any]] = {"relu": {}, "gelu": {"activation": "gelu"},
+                                               "identity": {"activation": "identity"},
+                                               "relu-after-w2": {"after_w2": True}}
+
+
+def last_norm_input(state: dict[str, torch.Tensor], activation: str, residual: str) -> torch.Tensor:
+    """The last decoder norm's input in closed form on a ``_last_sublayer_state``: float64 [d_model]."""
+    p = {k.split(f"{LAST}.", 1)[1]: v for k, v in state.items() if k.startswith(LAST + ".")}
+    b2 = p["norm2.bias"]
+    f = oracles.feed_forward(b2, p["ffn.w1.weight"], p["ffn.w1.bias"], p["ffn.w2.weight"], p["ffn.w2.bias"],
+                             **ACTIVATION_FORMS[activation])
+    x = b2.double()
+    return {"x + F(x)": x + f, "x + x + F(x)": 2 * x + f, "F(x) + F(x)": 2 * f, "F(x)": f}[residual]
+
+
 def last_sublayer_diagnosis(impl: Implementation, scale: float = 1.0) -> tuple[list[tuple[str, str, str]], str]:
     """Which (activation, layer-norm form, residual) reproduce the last decoder sub-layer in closed form.
 
@@ -139,28 +167,36 @@ def last_sublayer_diagnosis(impl: Implementation, scale: float = 1.0) -> tuple[l
     variance LN3 sees is close to eps: then eps inside or outside the square
     root, and its value, are told apart (at scale 1 they are not).
     """
-    state = visible_state(CONFIG, seed=43)
-    g = torch.Generator().manual_seed(44)
-    b2 = torch.randn(CONFIG.d_model, generator=g) * scale
-    state[f"{LAST}.norm2.weight"] = torch.zeros(CONFIG.d_model)
-    state[f"{LAST}.norm2.bias"] = b2
-    for n in ("ffn.w2.weight", "ffn.w2.bias"):
-        state[f"{LAST}.{n}"] = state[f"{LAST}.{n}"] * scale
+    state = _last_sublayer_state(scale)
     h = hidden_states(impl, state)
     if h is None:
         return [], f"{impl.name}: the hidden state cannot be read back (needs load_reference_state and tied E)"
-    p = {k.split(f"{LAST}.", 1)[1]: v for k, v in state.items() if k.startswith(LAST + ".")}
     matches = []
-    for act, kw in (("relu", {}), ("gelu", {"activation": "gelu"}), ("identity", {"activation": "identity"}),
-                    ("relu-after-w2", {"after_w2": True})):
-        f = oracles.feed_forward(b2, p["ffn.w1.weight"], p["ffn.w1.bias"], p["ffn.w2.weight"], p["ffn.w2.bias"], **kw)
-        for residual, u in (("x + F(x)", b2.double() + f), ("x + x + F(x)", 2 * b2.double() + f),
-                            ("F(x) + F(x)", 2 * f), ("F(x)", f)):
+    for act in ACTIVATION_FORMS:
+        for residual in ("x + F(x)", "x + x + F(x)", "F(x) + F(x)", "F(x)"):
+            u = last_norm_input(state, act, residual)
             for form in ("paper", "unbiased-std", "eps-outside", "unbiased-var"):
-                expected = layer_norm(u, p["norm3.weight"], p["norm3.bias"], form)
+                expected = layer_norm(u, state[f"{LAST}.norm3.weight"], state[f"{LAST}.norm3.bias"], form)
                 if bool(((h - expected).abs() <= 1e-4 * (1 + expected.abs())).all()):
                     matches.append((act, form, residual))
     return matches, ""
+
+
+def last_norm_divisor(impl: Implementation, scale: float, activation: str,
+                      residual: str) -> tuple[float, torch.Tensor] | None:
+    """(D, the norm's input u) for the last decoder norm at ``scale``, where h = (u - mean(u)) / D * g + b is what
+    the implementation computes: D fitted by least squares over the features of every real position (one value;
+    the norm's input is the same at every position). None when h cannot be read back."""
+    state = _last_sublayer_state(scale)
+    h = hidden_states(impl, state)
+    if h is None:
+        return None
+    u = last_norm_input(state, activation, residual)
+    g, b = state[f"{LAST}.norm3.weight"].double(), state[f"{LAST}.norm3.bias"].double()
+    real = (witness()[1] != CONFIG.pad_id)
+    shifted = h[real] - b  # (positions, d): g (u - mean) / D at every position
+    gc = (g * (u - u.mean())).expand_as(shifted)
+    return float((gc * gc).sum() / (gc * shifted).sum()), u
 
 
 # --------------------------------------------------------------------------------------------------

@@ -3,10 +3,13 @@ addition and the norm, in training only."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
 from aiayn_conformance.implementations import Implementation
+from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import has_capability
 
 from . import readout_probes as ro
@@ -67,40 +70,110 @@ def test_embedding_sum_dropout_rate(impl: Implementation) -> None:
                   hint="dropout missing on the embedding sum, or a rate that ignores config.dropout")
 
 
-@pytest.mark.clause("dropout.residual")
-def test_sublayer_output_dropout_rate(impl: Implementation) -> None:
-    """The last decoder sub-layer's output is dropped at P_drop before the residual addition.
+# --------------------------------------------------------------------------------------------------
+# The feed-forward sub-layer as a known constant: whatever the norm placement
+# --------------------------------------------------------------------------------------------------
+# With W2 = 0 and b2 = BIG * s (s alternating +1, -1), the last FFN sub-layer of a stack outputs BIG * s at every
+# position, whatever its input: post-norm computes LN(x + Dropout(BIG s)), pre-norm x + Dropout(BIG s) (and a final
+# norm, if any). BIG dwarfs the residual x, so in the stack's output each feature is either "kept" (BIG s_j / (1 - p),
+# far from the rest) or "dropped" (what is left of x_j; the stack's other sub-layers are off, so that x stays of the
+# order of the embedding sum). Which norm sits where does not matter: a norm is one affine
+# map per position, and the kept and dropped features stay apart under it.
+BIG = 100.0
+P = 0.5
 
-    With the last layer's norm2 at gain 0 and bias 0, the FFN's input is the zero vector at every position,
-    whatever happened below (so no other dropout reaches this point), and the paper's last sub-layer
-    computes LN3(0 + Dropout(FFN(0))). LayerNorm maps the dropped features (all exactly 0) to one shared
-    value, so about P_drop of each position's features coincide; without that dropout none do."""
-    p = 0.5
-    cfg = CONFIG.replace(dropout=p)
-    model = build_model(impl, cfg, train=True)
+
+def signs(d: int) -> torch.Tensor:
+    s = torch.ones(d)
+    s[1::2] = -1.0
+    return s
+
+
+def last_prefix(stack: str, config: ModelConfig) -> str:
+    return f"{stack}.{config.n_layers - 1}"
+
+
+def constant_ffn_state(config: ModelConfig, stack: str, seed: int) -> dict[str, torch.Tensor]:
+    """Unit norms, every other sub-layer of the stack off (output projection 0: the residual stays of the order
+    of the embedding sum), the stack's last FFN outputting BIG * s (W2 = 0, b2 = BIG s)."""
+    state = ro.sublayers_off(visible_state(config, seed=seed, unit_norms=True), stack)
+    last = last_prefix(stack, config)
+    state[f"{last}.ffn.w2.weight"] = torch.zeros_like(state[f"{last}.ffn.w2.weight"])
+    state[f"{last}.ffn.w2.bias"] = BIG * signs(config.d_model)
+    return state
+
+
+def stack_output(impl: Implementation, stack: str, state: dict[str, torch.Tensor], config: ModelConfig,
+                 train: bool, *, seeds: tuple[int, ...] = (81,), first: bool = False) -> torch.Tensor:
+    """The stack's output at real positions [n, d_model] (float64) with ``state`` loaded, in train mode at P_drop
+    = P or in eval mode, one call per seed in ``seeds`` (rows concatenated); ``first``: the first position of each
+    row only [B * len(seeds), d_model].
+    Skips when it cannot be observed (no load_reference_state, no readout, no encode)."""
+    model = build_model(impl, config, train=True)
     if not has_capability(model, "load_reference_state"):
         pytest.skip(f"{impl.name} has no load_reference_state")
-    post, why = ro.post_norm_probe(impl)
-    if not post:
-        pytest.skip(why or "blocked by norm.post-norm: the FFN's input is not norm2's output")
-    state = visible_state(cfg, seed=73, unit_norms=True)
-    state[f"{ro.LAST}.norm2.weight"] = torch.zeros(cfg.d_model)
-    state[f"{ro.LAST}.norm2.bias"] = torch.zeros(cfg.d_model)
+    if stack == "encoder" and not has_capability(model, "encode"):
+        pytest.skip(f"{impl.name} has no encode(src): the encoder's output cannot be read")
     load_into(model, state, impl.name)
-    torch.manual_seed(74)
+    model.train(train)
+    return torch.cat([_read(model, impl, stack, state, config, seed, first) for seed in seeds])
+
+
+def _read(model: Any, impl: Implementation, stack: str, state: dict[str, torch.Tensor], config: ModelConfig,
+          seed: int, first: bool) -> torch.Tensor:
+    torch.manual_seed(seed)
     src, tgt = ro.witness()
-    logp = log_probs(model, impl, src, tgt, cfg)
-    h, residual = ro.readout(logp, state["generator.weight"])
-    if residual > 1e-3:
-        pytest.skip("the hidden state cannot be read back")
-    h = h[tgt != cfg.pad_id]
-    rate = dropped_fraction(h)
-    if abs(rate - p) > 0.15:
-        violation(measured=f"about {rate:.0%} of the features of the last sub-layer's output are dropped "
-                  "in train mode", expected=f"P_drop = {p:.0%} (dropout on every sub-layer output, §5.4)",
-                  call=f"forward in train mode, dropout={p}, {ro.LAST}.norm2 gain 0 and bias 0, unit norms",
-                  hint="LayerNorm(x + Sublayer(x)) without the Dropout: apply dropout to each sub-layer's output "
-                       "before the residual addition")
+    if stack == "decoder":
+        h, residual = ro.readout(log_probs(model, impl, src, tgt, config), state["generator.weight"])
+        if residual > 1e-3:
+            pytest.skip("the hidden state cannot be read back (the output projection is not the tied embedding, or "
+                        "the output saturates)")
+        return h[:, 0] if first else h[tgt != config.pad_id]
+    with torch.no_grad():
+        out = model.encode(src)
+    out = (out[0] if isinstance(out, (tuple, list)) else out).double()
+    return out[src != config.pad_id]
+
+
+def kept_features(h: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """Per row, which features carry the constant (bool [n, d]): sign-aligned values above half the row's largest."""
+    t = h * s.double()
+    return t > 0.5 * t.max(-1, keepdim=True).values
+
+
+@pytest.mark.clause("dropout.residual")
+@pytest.mark.parametrize("stack", ["decoder", "encoder"])
+def test_sublayer_output_dropped_before_the_residual_addition(impl: Implementation, stack: str) -> None:
+    """The last FFN sub-layer's output is dropped at P_drop, before the residual addition: about P_drop of its
+    features are lost in train mode (none in eval mode), and a lost feature leaves the residual x_j behind
+    (LayerNorm(x + Dropout(F(x))), or x + Dropout(F(LN(x))) in a pre-norm model): dropped features that all
+    coincide mean the dropout came after the addition, taking the residual with it."""
+    config = CONFIG.replace(dropout=P)
+    state = constant_ffn_state(config, stack, seed=73)
+    s = signs(config.d_model)
+    evaluated = stack_output(impl, stack, state, config, train=False)
+    if not bool(kept_features(evaluated, s).all()):
+        pytest.skip(f"with the {stack}'s last FFN outputting a large constant, the eval-mode output does not carry it "
+                    "at every feature: another structure (model.reference-equivalence reports it)")
+    trained = stack_output(impl, stack, state, config, train=True)
+    kept = kept_features(trained, s)
+    rate = 1 - kept.double().mean().item()
+    call = (f"{stack} in train mode and in eval mode, dropout={P}, unit norms, the last {stack} FFN outputting "
+            f"{BIG:g} * (+1, -1, ...) (W2 = 0), the {stack}'s output read back")
+    if abs(rate - P) > 0.15:
+        violation(measured=f"in train mode {rate:.0%} of the last {stack} FFN sub-layer's output features are dropped",
+                  expected=f"P_drop = {P:.0%} of them: dropout on every sub-layer output (§5.4), whatever the norm "
+                           "placement", call=call,
+                  hint="apply dropout to each sub-layer's output before the residual addition "
+                       "(x + dropout(sublayer(...))), at config.dropout")
+    dropped = trained[~kept]
+    spread = (dropped.std() / (trained.max() - trained.min())).item() if dropped.numel() > 1 else 1.0
+    if spread < 1e-5:
+        violation(measured=f"the {dropped.numel()} dropped features all take one value ({dropped.mean().item():.4g}): "
+                           "the residual x was dropped with the sub-layer output",
+                  expected="a dropped feature keeps the residual x_j: x + Dropout(F) (and its norm)", call=call,
+                  hint="dropout applied after the residual addition (dropout(x + sublayer(x))) or after the add & "
+                       "norm: drop the sub-layer output alone, before adding x")
 
 
 @pytest.mark.clause("dropout.residual")
@@ -129,7 +202,9 @@ def test_post_norm_outputs_stay_normalized_in_train_mode(impl: Implementation) -
     if evaluated is None or trained is None:
         pytest.skip("the hidden state cannot be read back")
     if not normalized(evaluated):
-        pytest.skip("blocked by norm.post-norm: with unit norms the eval-mode output is not a layer norm's output")
+        pytest.skip("not a post-norm output (with unit norms the eval-mode output is not a layer norm's): where the "
+                    "dropout sits is judged by test_sublayer_output_dropped_before_the_residual_addition, whatever "
+                    "the norm placement")
     if not normalized(trained):
         var = trained.var(-1, unbiased=False)
         zeros = (trained.abs() < 1e-6).float().mean().item()
@@ -146,3 +221,163 @@ def normalized(h: torch.Tensor, tol: float = 1e-3) -> bool:
     """Every row has mean 0 and biased variance 1 (within ``tol``)."""
     mean, var = h.mean(-1), h.var(-1, unbiased=False)
     return bool((mean.abs() < tol).all() and ((var - 1).abs() < tol).all())
+
+
+# --------------------------------------------------------------------------------------------------
+# dropout.extra-sites: dropout on the attention weights or inside the FFN
+# --------------------------------------------------------------------------------------------------
+# The same constant-output device, one level further in. With the last decoder layer's FFN inner units all at 1
+# (W1 = 0, b1 = 1) and W2 summing d_ff / d_model of them into each output feature (times BIG s_j / their count),
+# the FFN outputs BIG s in eval mode; dropout between W1 and W2 makes a feature's value depend on how many of its
+# units survived, so the kept features of a row take several levels instead of one. With the last decoder layer's
+# self-attention fed a constant vector (the norm before it at gain 0, bias 1) and W_V = I, W_O = diag(BIG s), every
+# query's output is BIG s whatever its weights, since the weights sum to 1; dropout on the weights rescales each
+# head's block of features by (kept weight) / (1 - p), again several levels. Dropout on the sub-layer output alone
+# zeroes features and scales the rest by one factor: one level.
+PAPER_SITES = ("§5.4 names two dropout sites, the sub-layer outputs and the embedding sums; §6.3 mentions attention "
+               "dropout only as a hyperparameter tuned for parsing. tensor2tensor's transformer_base of the paper's "
+               "time (v1) set attention_dropout and relu_dropout to 0, later versions to 0.1: common practice, not "
+               "the paper's base model")
+
+
+def levels(values: torch.Tensor, span: float) -> int:
+    """How many distinct levels the values take: clusters separated by more than a tenth of ``span``."""
+    v = values.sort().values
+    if v.numel() < 2:
+        return v.numel()
+    return 1 + int(((v[1:] - v[:-1]) > 0.1 * span).sum().item())
+
+
+def row_levels(h: torch.Tensor, s: torch.Tensor) -> list[int]:
+    """Per row and sign group of features, how many levels the features take, gaps measured against the row's
+    range: one in eval mode, at most two (dropped, kept) with dropout on the sub-layer output alone."""
+    out = []
+    for row in h:
+        span = (row.max() - row.min()).item()
+        for sign in (1.0, -1.0):
+            out.append(levels(row[s == sign], span))
+    return out
+
+
+def share_with_several_levels(h: torch.Tensor, s: torch.Tensor) -> float:
+    """The share of (row, sign group) pairs whose features take three or more levels."""
+    found = row_levels(h, s)
+    return sum(n >= 3 for n in found) / len(found)
+
+
+def output_dropout_alone_adds_levels(impl: Implementation, config: ModelConfig) -> bool:
+    """The control: the last decoder FFN a constant (W2 = 0), every other decoder sub-layer off, so neither the
+    attention weights nor the FFN's hidden units reach the output; three or more levels there come from dropout
+    after the residual addition or the norm."""
+    trained = stack_output(impl, "decoder", constant_ffn_state(config, "decoder", seed=93), config, train=True)
+    return share_with_several_levels(trained, signs(config.d_model)) >= 0.15
+
+
+def inner_ffn_state(config: ModelConfig) -> dict[str, torch.Tensor]:
+    state = ro.sublayers_off(visible_state(config, seed=91, unit_norms=True), "decoder")
+    last, d, d_ff = last_prefix("decoder", config), config.d_model, config.d_ff
+    units = d_ff // d  # inner units summed into each output feature
+    w2 = torch.zeros(d, d_ff)
+    for j in range(d):
+        w2[j, j: units * d: d] = BIG / units
+    state[f"{last}.ffn.w1.weight"] = torch.zeros(d_ff, d)
+    state[f"{last}.ffn.w1.bias"] = torch.ones(d_ff)
+    state[f"{last}.ffn.w2.weight"] = w2 * signs(d)[:, None]
+    state[f"{last}.ffn.w2.bias"] = torch.zeros(d)
+    return state
+
+
+def attention_states(config: ModelConfig, *, scrambled: bool = False) -> list[dict[str, torch.Tensor]]:
+    """The last decoder self-attention fed a constant: by the previous layer's last norm (post-norm) or by its own
+    norm (pre-norm); the check keeps the one under which the eval-mode output carries BIG s. W_O writes head j's
+    d_k features to the j-th block of d_k output features, or, ``scrambled``, spreads each head over every block."""
+    last, d, h = last_prefix("decoder", config), config.d_model, config.n_heads
+    d_k = d // h
+    base = ro.sublayers_off(visible_state(config, seed=92, unit_norms=True), "decoder")
+    base[f"{last}.self_attn.v.weight"] = torch.eye(d)
+    w_o = torch.zeros(d, d)
+    for j in range(d):
+        w_o[j, (j % h) * d_k + j // h if scrambled else j] = BIG * float(signs(d)[j])
+    base[f"{last}.self_attn.o.weight"] = w_o
+    feeders = [f"decoder.{config.n_layers - 2}.norm3"] if config.n_layers > 1 else []
+    states = []
+    for norm in (*feeders, f"{last}.norm1"):
+        state = dict(base)
+        state[f"{norm}.weight"] = torch.zeros(d)
+        state[f"{norm}.bias"] = torch.ones(d)
+        states.append(state)
+    return states
+
+
+def chosen_state(impl: Implementation, states: list[dict[str, torch.Tensor]], config: ModelConfig,
+                 site: str) -> dict[str, torch.Tensor]:
+    """The first state under which the eval-mode decoder output carries BIG s at every feature, at one level."""
+    s = signs(config.d_model)
+    for state in states:
+        evaluated = stack_output(impl, "decoder", state, config, train=False)
+        if bool(kept_features(evaluated, s).all()) and max(row_levels(evaluated, s)) == 1:
+            return state
+    pytest.skip(f"the last decoder layer's {site} cannot be made to output a known constant (another structure: "
+                "model.reference-equivalence reports it)")
+
+
+def extra_site(site: str, measured: str, hint: str) -> None:
+    violation(measured=measured, expected=f"dropout on the sub-layer output only. {PAPER_SITES}",
+              call=f"decoder in train mode and eval mode, dropout={P}, unit norms, other decoder sub-layers off, "
+                   f"the last {site} built to output {BIG:g} * (+1, -1, ...) whatever its input", hint=hint)
+
+
+@pytest.mark.clause("dropout.extra-sites")
+def test_no_dropout_inside_the_feed_forward_network(impl: Implementation) -> None:
+    """Output dropout alone leaves two levels per sign of the constant (dropped, kept); dropout between W1 and W2
+    adds levels (a feature whose units were partly dropped)."""
+    config = CONFIG.replace(dropout=P)
+    state = chosen_state(impl, [inner_ffn_state(config)], config, "feed-forward network")
+    several = share_with_several_levels(stack_output(impl, "decoder", state, config, train=True), signs(config.d_model))
+    if several < 0.15:
+        return
+    if output_dropout_alone_adds_levels(impl, config):
+        pytest.skip("blocked by dropout.residual: with the FFN's inside out of play (W2 = 0) the output already takes "
+                    "three or more levels, so dropout acts after the residual addition or the norm, and extra levels "
+                    "cannot be attributed to the FFN")
+    extra_site("feed-forward network",
+               f"in train mode (dropout {P}) the output features of the last decoder FFN sub-layer take three or more "
+               f"levels in {several:.0%} of the rows, one in eval mode and two with output dropout alone: the FFN's "
+               "hidden units are dropped",
+               "dropout between the FFN's two layers (w2(dropout(relu(w1(x)))), as nn.TransformerEncoderLayer has): "
+               "the paper's base model has none; remove it (or set it to 0) to follow §5.4")
+
+
+RUNS = 32  # train-mode calls (dropout draws) for the head-block statistic
+
+
+@pytest.mark.clause("dropout.extra-sites")
+def test_no_dropout_on_the_attention_weights(impl: Implementation) -> None:
+    """At the first target position the decoder self-attention has one admissible key, weight 1: dropping the
+    attention weights zeroes a whole head's block of features (d_k of them) with probability P_drop, while dropout
+    on features (the sub-layer output, or anything upstream or after the norm) drops a block only when each of its
+    d_k features is dropped on its own, as often whichever head wrote them. The control spreads each head over
+    every block: whole-block drops that the head layout alone explains are the attention weights'."""
+    config = CONFIG.replace(dropout=P)
+    aligned = attention_states(config)
+    state = chosen_state(impl, aligned, config, "self-attention")
+    scrambled = attention_states(config, scrambled=True)[next(i for i, st in enumerate(aligned) if st is state)]
+    whole, control = (whole_blocks_dropped(impl, st, config) for st in (state, scrambled))
+    if whole - control > 0.15 or (whole > 0.05 and whole > 4 * control):
+        d_k = config.d_model // config.n_heads
+        extra_site("self-attention",
+                   f"in train mode (dropout {P}), at the first target position (one admissible key), {whole:.0%} of "
+                   f"the blocks of d_k = {d_k} features that one head writes are dropped whole over {RUNS} draws, "
+                   f"against {control:.0%} when each head's features are spread over every block: a whole head is "
+                   "dropped at once, so the attention weights are dropped",
+                   "dropout on the softmax weights (nn.MultiheadAttention(dropout=p), dropout(p_attn)): the paper's "
+                   "base model has none; pass 0 to it to follow §5.4")
+
+
+def whole_blocks_dropped(impl: Implementation, state: dict[str, torch.Tensor], config: ModelConfig) -> float:
+    """Over ``RUNS`` train-mode draws, the share of blocks of d_k consecutive output features at the first target
+    position whose every feature is dropped."""
+    s, d_k = signs(config.d_model), config.d_model // config.n_heads
+    first = stack_output(impl, "decoder", state, config, train=True, seeds=tuple(range(100, 100 + RUNS)), first=True)
+    dropped = ~kept_features(first, s)  # (RUNS * B, d)
+    return dropped.reshape(first.size(0), config.n_heads, d_k).all(-1).double().mean().item()

@@ -34,7 +34,7 @@ from aiayn_conformance.spec.tolerance import compare
 
 from . import oracles
 
-__all__ = ["Knobs", "KNOBS", "Parts", "run_variant", "Diagnosis", "diagnose"]
+__all__ = ["Knobs", "KNOBS", "Parts", "run_variant", "Diagnosis", "diagnose", "IMPROVEMENT", "MAX_VARIANTS"]
 
 
 @dataclass(frozen=True)
@@ -349,16 +349,25 @@ def run_variant(knobs: Knobs, state: Mapping[str, Tensor], config: ModelConfig, 
 # --------------------------------------------------------------------------------------------------
 # Diagnosis: which variant reproduces the implementation
 # --------------------------------------------------------------------------------------------------
+# The diagnosis reports only what it has shown (see ``diagnose``):
+IMPROVEMENT = 0.10  # a departure counts as helping when it brings the mean |diff| down by at least 10%
+MAX_VARIANTS = 600  # variants one diagnosis may run, its substitutions included: a few seconds on any model
+
+
 @dataclass
 class Diagnosis:
-    """The variant that best reproduces an implementation on one input.
+    """What the variant search has shown about an implementation on one input.
 
-    ``knobs`` is the closest variant found, ``exact`` whether it agrees within
-    the model tolerance (log-probabilities, and the encoder output when the
-    adapter has ``encode``); ``distance`` the mean |difference| left;
-    ``weights`` the canonical weights it was found on; ``substituted`` the
-    implementation's own parts the variants used (``Parts.describe``), in the
-    order the diagnosis took them.
+    ``exact``: a variant reproduces the implementation within the model tolerance (log-probabilities, and the
+    encoder output when the adapter has ``encode``), and every one of its departures earns its place: with any
+    one of them put back to the paper's value, the variant no longer reproduces it. Only then are ``knobs``
+    (that variant) reported. Otherwise the implementation is unexplained: ``knobs`` is the paper's model,
+    ``distance`` how far it is still off (mean |difference|, ``detail`` the comparison) and ``helped`` the single
+    departures that each brought the paper's model closer by at least ``IMPROVEMENT`` on their own (a
+    measurement, not an attribution). ``tried`` counts the variants run; ``weights`` names the canonical weights
+    the search ran on; ``substituted`` the implementation's own parts the variants used, in the order the
+    diagnosis took them (each earning its place as the departures do); ``searched`` every part the search tried
+    substituting.
     """
 
     knobs: Knobs
@@ -368,13 +377,20 @@ class Diagnosis:
     tried: int
     weights: str = "visible weights"
     substituted: tuple[str, ...] = ()
+    baseline: float = float("nan")
+    helped: tuple[str, ...] = ()
+    searched: tuple[str, ...] = ()
+    bounded: bool = False
 
     @property
     def matches_paper(self) -> bool:
         return self.exact and not self.knobs.departures()
 
     def departures_for(self, clause_id: str) -> dict[str, str]:
-        """The departures of the explaining variant that belong to ``clause_id`` (knob -> value)."""
+        """The departures of the explaining variant that belong to ``clause_id`` (knob -> value); none when the
+        implementation is unexplained."""
+        if not self.exact:
+            return {}
         return {n: v for n, v in self.knobs.departures().items() if KNOBS[n].clause == clause_id}
 
 
@@ -414,16 +430,48 @@ def _gap(got: Tensor, expected: Tensor, real: Tensor) -> tuple[float, bool, str]
     return float((a - e).abs().sum() / real.expand_as(a).sum()), cmp.ok, cmp.describe()
 
 
+class _BudgetSpent(Exception):
+    """The search has run ``MAX_VARIANTS`` variants."""
+
+
+def _prune(best: Knobs, measure: Callable[[Knobs], tuple[float, bool, str]]) -> Knobs:
+    """Put back to the paper's value, one at a time, every departure the exact variant ``best`` still matches
+    without: what is left are departures each of which the match needs."""
+    changed = True
+    while changed:
+        changed = False
+        for name in best.departures():
+            lighter = dataclasses.replace(best, **{name: PAPER[name]})
+            if measure(lighter)[1]:
+                best, changed = lighter, True
+                break
+    return best
+
+
+def _helpers(measure: Callable[[Knobs], tuple[float, bool, str]], parts: Parts, baseline: float) -> tuple[str, ...]:
+    """The single departures from the paper's model that each bring it closer by ``IMPROVEMENT`` on their own."""
+    found = []
+    for knobs in _moves(Knobs(), parts):
+        d = measure(knobs)[0]
+        if d <= baseline * (1 - IMPROVEMENT):
+            found.append((d, knobs.describe()))
+    return tuple(f"{what} (mean |diff| {d:.3g} instead of {baseline:.3g})" for d, what in sorted(found)[:4])
+
+
 def diagnose(observe: Callable[[Tensor, Tensor], tuple[Tensor, Tensor | None]], state: Mapping[str, Tensor],
              config: ModelConfig, src: Tensor, tgt: Tensor, *, parts: Parts | None = None,
-             start: Knobs | None = None, max_departures: int = 8) -> Diagnosis:
+             start: Knobs | None = None, max_departures: int = 8, max_variants: int = MAX_VARIANTS,
+             helpers: bool = True) -> Diagnosis:
     """Search the variants for the one that reproduces ``observe(src, tgt)`` -> (log-probs, encoder output or None).
 
-    Greedy: start from ``start`` (default the paper's model); at each step try
-    every single departure (and the paired ones) from the current variant and
-    keep the closest, until one agrees within tolerance or none brings it
-    closer. ``parts`` are the implementation's own parts to substitute (its
-    encoder output, when substituted, is not compared again).
+    Greedy: start from ``start`` (default the paper's model); at each step try every single departure (and the
+    paired ones) from the current variant and keep the closest, until one agrees within tolerance or none
+    brings it closer by 2%. A variant found is then pruned (``_prune``): a departure it reproduces the
+    implementation without is dropped, so every departure reported is one the match needs. When none agrees,
+    the result is unexplained and names no departure, only those that helped on their own (``_helpers``).
+    ``parts`` are the implementation's own parts to substitute (its encoder output, when substituted, is not
+    compared again). At most ``max_variants`` variants run (``Diagnosis.bounded`` says the budget ran out), plus,
+    when ``helpers`` and unexplained, one per single departure.
     """
     parts = parts or Parts()
     got_lp, got_enc = observe(src, tgt)
@@ -431,40 +479,60 @@ def diagnose(observe: Callable[[Tensor, Tensor], tuple[Tensor, Tensor | None]], 
         got_enc = None
     real_t = (tgt != config.pad_id)[..., None]  # (B, T, 1)
     real_s = (src != config.pad_id)[..., None]  # (B, S, 1)
-    tried = 0
+    seen: dict[tuple[bool, Knobs], tuple[float, bool, str]] = {}
+    limit = [max_variants]
 
-    def score_encoder(knobs: Knobs) -> tuple[float, bool, str]:
-        nonlocal tried
-        tried += 1
-        assert got_enc is not None
-        return _gap(got_enc, run_variant(knobs, state, config, src, tgt, parts)[1], real_s)
+    def run(knobs: Knobs, encoder_only: bool) -> tuple[float, bool, str]:
+        if (encoder_only, knobs) in seen:
+            return seen[encoder_only, knobs]
+        if len(seen) >= limit[0]:
+            raise _BudgetSpent
+        lp, enc = run_variant(knobs, state, config, src, tgt, parts)
+        if encoder_only:
+            assert got_enc is not None
+            result = _gap(got_enc, enc, real_s)
+        else:
+            d_lp, ok_lp, desc = _gap(got_lp, lp, real_t)
+            result = (d_lp, ok_lp, desc)
+            if got_enc is not None:
+                d_enc, ok_enc, desc_enc = _gap(got_enc, enc, real_s)
+                result = (d_lp + d_enc, ok_lp and ok_enc, desc if not ok_lp else desc_enc)
+        seen[encoder_only, knobs] = result
+        return result
 
     def score(knobs: Knobs) -> tuple[float, bool, str]:
-        nonlocal tried
-        tried += 1
-        lp, enc = run_variant(knobs, state, config, src, tgt, parts)
-        d_lp, ok_lp, desc = _gap(got_lp, lp, real_t)
-        if got_enc is None:
-            return d_lp, ok_lp, desc
-        d_enc, ok_enc, desc_enc = _gap(got_enc, enc, real_s)
-        return d_lp + d_enc, ok_lp and ok_enc, desc if not ok_lp else desc_enc
+        return run(knobs, False)
 
-    def climb(start: Knobs, measure: Callable[[Knobs], tuple[float, bool, str]]) -> tuple[Knobs, float, bool, str]:
+    def climb(start: Knobs, measure: Callable[[Knobs], tuple[float, bool, str]]) -> Knobs:
         best = start
-        best_d, best_ok, best_desc = measure(best)
+        best_d, best_ok, _ = measure(best)
         for _ in range(max_departures):
             if best_ok:
                 break
             scored = [(measure(k), k) for k in _moves(best, parts)]
             exact = [(s, k) for s, k in scored if s[1]]
-            (d, ok, desc), k = min(exact or scored, key=lambda sk: sk[0][0])
+            (d, ok, _), k = min(exact or scored, key=lambda sk: sk[0][0])
             if not ok and d >= best_d * 0.98:
                 break
-            best, best_d, best_ok, best_desc = k, d, ok, desc
-        return best, best_d, best_ok, best_desc
+            best, best_d, best_ok = k, d, ok
+        return best
 
-    start = start or Knobs()
-    if got_enc is not None:  # the encoder alone first: fewer departures at a time, each one clearer
-        start = climb(start, score_encoder)[0]
-    best, best_d, best_ok, best_desc = climb(start, score)
-    return Diagnosis(best, best_ok, best_d, best_desc, tried, substituted=tuple(parts.describe()))
+    baseline, base_ok, base_desc = score(Knobs())
+    best, bounded = start or Knobs(), False
+    try:
+        if got_enc is not None:  # the encoder alone first: fewer departures at a time, each one clearer
+            best = climb(best, lambda k: run(k, True))
+        best = climb(best, score)
+        if score(best)[1]:
+            best = _prune(best, score)
+    except _BudgetSpent:
+        bounded = True
+    d, ok, desc = score(best) if (False, best) in seen else (baseline, base_ok, base_desc)
+    diag = Diagnosis(best, ok, d, desc, len(seen), substituted=tuple(parts.describe()), baseline=baseline,
+                     bounded=bounded)
+    if not ok:
+        if helpers:
+            limit[0] = len(seen) + len(_moves(Knobs(), parts))  # the single departures are always measured
+            diag.helped = _helpers(score, parts, baseline)
+        diag.knobs, diag.distance, diag.detail, diag.tried = Knobs(), baseline, base_desc, len(seen)
+    return diag

@@ -208,6 +208,14 @@ _RECORDS: tuple[Clause, ...] = (
            severity_reason=(
                "§5.4 states the dropout sites and P_drop; dropping elsewhere, at another rate or not at all "
                "trains another model (outputs outside training are unaffected).")),
+    Clause("dropout.extra-sites", "5.4", "should",
+           "Dropout acts only at §5.4's sites: not on the attention weights and not between the feed-forward "
+           "network's two layers.",
+           severity_reason=(
+               "§5.4 names two dropout sites for the base model and §6.3 mentions attention dropout only as tuned "
+               "for parsing; tensor2tensor v1's transformer_base set attention and ReLU dropout to 0, later versions "
+               "to 0.1. Extra sites depart from the paper's text but are common practice, and outputs outside "
+               "training are unaffected.")),
     # --- stacks ----------------------------------------------------------------
     Clause("layers.independent", "3.1", "must",
            "Each stack has N layers with their own parameters (no sharing between layers or "

@@ -161,6 +161,61 @@ class DropoutAfterNormDecoderLayer(DecoderLayer):
         return self.dropout(self.norm3(y + self.ffn(y)))
 
 
+class PreNormNoResidualDropoutEncoderLayer(EncoderLayer):
+    def forward(self, x, src_mask):
+        x = x + self.self_attn(*(self.norm1(x),) * 3, src_mask)  # BUG: pre-norm, and no dropout on the output
+        return x + self.ffn(self.norm2(x))
+
+
+class PreNormNoResidualDropoutDecoderLayer(DecoderLayer):
+    def forward(self, y, memory, src_mask, tgt_mask):
+        y = y + self.self_attn(*(self.norm1(y),) * 3, tgt_mask)
+        y = y + self.cross_attn(self.norm2(y), memory, memory, src_mask)
+        return y + self.ffn(self.norm3(y))
+
+
+class InnerDropoutFeedForward(PositionwiseFeedForward):
+    """w2(dropout(relu(w1 x))): nn.TransformerEncoderLayer's and tensor2tensor v2's relu_dropout."""
+
+    def __init__(self, d_model, d_ff, p=0.1):
+        super().__init__(d_model, d_ff)
+        self.dropout = nn.Dropout(p)
+
+    def forward(self, x):
+        return self.w2(self.dropout(torch.relu(self.w1(x))))
+
+
+def with_extra_dropout(*, attention: bool, ffn: bool, layers: tuple[type | None, type | None] = (None, None)):
+    """The reference (or its layers ``layers``) with dropout at config.dropout on the attention weights and/or
+    inside the FFN, as the Annotated Transformer, nn.Transformer and later tensor2tensor have."""
+    def build(cfg: ModelConfig) -> Transformer:
+        parts = {}
+        if attention:
+            drop = nn.Dropout(cfg.dropout)
+
+            def attend(q, k, v, mask):
+                scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, Lq, Lk)
+                if mask is None:
+                    return drop(torch.softmax(scores, dim=-1)) @ v
+                empty = ~mask.any(dim=-1, keepdim=True)  # a query with no admissible key attends to nothing
+                weights = torch.softmax(scores.masked_fill(~(mask | empty), float("-inf")), dim=-1)
+                return drop(weights.masked_fill(empty, 0.0)) @ v  # BUG (t2t v2 practice): dropped weights
+
+            parts["attention"] = attend
+        if ffn:
+            parts["feed_forward"] = partial(InnerDropoutFeedForward, p=cfg.dropout)
+        model = Transformer(cfg, **parts)
+        if attention:
+            model.attention_dropout = drop  # a submodule, so model.train()/eval() reaches it
+        enc, dec = layers
+        if enc or dec:
+            for stack, cls in (("encoder", enc), ("decoder", dec)):
+                for layer in getattr(model, stack) if cls else ():
+                    layer.__class__ = cls
+        return model
+    return build
+
+
 class SharedNormEncoderLayer(EncoderLayer):
     def forward(self, x, src_mask):
         x = self.norm1(x + self.dropout(self.self_attn(x, x, x, src_mask)))
@@ -190,6 +245,11 @@ class EpsOutsideLayerNorm(LayerNorm):
         mean = x.mean(-1, keepdim=True)
         std = (x - mean).pow(2).mean(-1, keepdim=True).sqrt()
         return (x - mean) / (std + self.eps) * self.weight + self.bias  # BUG: eps outside the root
+
+
+class FixedEpsLayerNorm(LayerNorm):
+    def __init__(self, d_model, eps=1e-6):
+        super().__init__(d_model, eps=1e-5)  # BUG: nn.LayerNorm's default eps, whatever the configuration says
 
 
 class GeluFeedForward(PositionwiseFeedForward):
@@ -453,6 +513,75 @@ class VendorOpFeedForward(PositionwiseFeedForward):
         return self.w2(h)
 
 
+class _OwnTables(Transformer):
+    """Keeps parameters of its own that the canonical schema does not name (learned positional tables): the adapter
+    loads the canonical state and leaves them at their own initialisation, as a user's checkpoint conversion would."""
+
+    def load_reference_state(self, state):
+        missing, unexpected = self.load_state_dict(dict(state), strict=False)
+        if unexpected or any("pos" not in name for name in missing):
+            raise KeyError(f"canonical state does not fit: missing {missing}, unexpected {unexpected}")
+
+
+def learned_table(config: ModelConfig) -> nn.Parameter:
+    """A learned [max_len, d_model] positional table at N(0, 1) (its own seed: it is not in the canonical state)."""
+    return nn.Parameter(torch.randn(config.max_len, config.d_model, generator=torch.Generator().manual_seed(5)))
+
+
+class _StackAware(_OwnTables):
+    """Knows which stack it embeds for (the reference's ``embed`` is shared by both)."""
+
+    _decoding = False
+
+    def decode(self, memory, src_mask, tgt):
+        self._decoding = True
+        try:
+            return super().decode(memory, src_mask, tgt)
+        finally:
+            self._decoding = False
+
+
+class LearnedPositionsUnscaled(_StackAware):
+    """A tutorial's model: a learned positional table in each stack instead of the sinusoids (and no
+    positional_encoding to read it back), and embeddings not multiplied by sqrt(d_model). Nothing else departs:
+    attention, norms, the FFN and the masks are the paper's."""
+
+    positional_encoding = None  # type: ignore[assignment]  # the table is not exposed
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.src_pos, self.tgt_pos = learned_table(config), learned_table(config)
+
+    def embed(self, tokens, embedding, start=0):
+        table = self.tgt_pos if self._decoding else self.src_pos
+        L = tokens.size(1)
+        return self.dropout(embedding(tokens) + table[start:start + L])  # BUG: no sqrt(d_model), learned table
+
+
+class DecoderOwnTable(_StackAware):
+    """The paper's model whose decoder adds a learned table of its own to the sinusoids (the encoder's input is the
+    paper's): PE is added to both stacks, so "PE added to the encoder input only" would be a wrong diagnosis."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.tgt_pos = learned_table(config)
+
+    def embed(self, tokens, embedding, start=0):
+        x = embedding(tokens) * math.sqrt(self.config.d_model) + self.positional_encoding(tokens.size(1))
+        if self._decoding:
+            x = x + 0.2 * self.tgt_pos[:tokens.size(1)]  # BUG: a second, learned table in the decoder
+        return self.dropout(x)
+
+
+class FixedLengthUnscaled(Transformer):
+    """Position ids hard-coded for a 5-token example sentence (every other length raises) and embeddings not scaled;
+    the causal mask and everything else is the paper's."""
+
+    def embed(self, tokens, embedding):
+        x = embedding(tokens)  # BUG: no sqrt(d_model)
+        return self.dropout(x + self.pe[torch.arange(5, device=tokens.device)])  # BUG: length 5 only
+
+
 # -- backward passes that are not the forward's gradient (train.equivalence) -----------------------------------------
 class DetachedStatisticsLayerNorm(LayerNorm):
     def forward(self, x):
@@ -559,6 +688,21 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
     "dropout-after-norm": (with_layers(DropoutAfterNormEncoderLayer, DropoutAfterNormDecoderLayer), "logits",
                            "dropout after the add & norm: Dropout(LayerNorm(x + Sublayer(x)))", {
         "dropout.residual": "in train mode the layer outputs are no longer normalized"}),
+    "pre-norm-no-residual-dropout": (with_layers(PreNormNoResidualDropoutEncoderLayer,
+                                                 PreNormNoResidualDropoutDecoderLayer), "logits",
+                                     "pre-norm residuals without dropout on the sub-layer outputs", {
+        "norm.post-norm": "LayerNorm before the sub-layer", EQ: "different function",
+        "dropout.residual": "train mode drops nothing but the embedding sums (judged whatever the norm placement)"}),
+    "attention-weight-dropout": (with_extra_dropout(attention=True, ffn=False), "logits",
+                                 "dropout on the attention weights", {
+        "dropout.extra-sites": "the softmax weights are dropped in training"}),
+    "ffn-inner-dropout": (with_extra_dropout(attention=False, ffn=True), "logits", "dropout between W1 and W2", {
+        "dropout.extra-sites": "the FFN's hidden units are dropped in training"}),
+    "pre-norm-extra-dropout": (with_extra_dropout(attention=True, ffn=True,
+                                                  layers=(PreNormEncoderLayer, PreNormDecoderLayer)), "logits",
+                               "pre-norm residuals, with dropout on the attention weights and inside the FFN", {
+        "norm.post-norm": "LayerNorm before the sub-layer", EQ: "different function",
+        "dropout.extra-sites": "extra dropout sites, found whatever the norm placement"}),
     "shared-norm": (with_layers(enc=SharedNormEncoderLayer), "logits", "one LayerNorm reused for both sub-layers", {
         "layers.independent": "two sub-layers share one LayerNorm", EQ: "norm2's gain and bias are never applied",
         "train.gradients": "norm2 is never used: its parameters get no gradient"}),
@@ -566,6 +710,8 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
         "norm.layer-norm": "divides by d_model - 1", EQ: "outputs scaled by sqrt((d-1)/d)"}),
     "eps-outside-sqrt": (with_parts(layer_norm=EpsOutsideLayerNorm), "logits", "LayerNorm eps added to the std", {
         "norm.epsilon": "eps outside the square root"}),
+    "eps-1e-5": (with_parts(layer_norm=FixedEpsLayerNorm), "logits", "LayerNorm eps 1e-5 where the config says 1e-6", {
+        "norm.epsilon": "eps = 1e-5 inside the square root"}),
     "gelu": (with_parts(feed_forward=GeluFeedForward), "logits", "GELU in the FFN", {
         "ffn.formula": "GELU instead of ReLU", EQ: "different nonlinearity"}),
     "concat-pe": (with_parts(positional_encoding=concat_table), "logits", "sin and cos halves concatenated", {
@@ -629,6 +775,15 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
         "norm.layer-norm": "the norms add no bias (not an extra norm)",
         "config.parameters": "no norm biases (-d_model per norm), 4 x d_model of biases per attention",
         EQ: "the canonical norm biases cannot be loaded"}),
+    "learned-positions-unscaled": (with_parts(LearnedPositionsUnscaled), "logits",
+                                   "a learned positional table (not exposed) and unscaled embeddings", {
+        "config.parameters": "two max_len x d_model tables beyond the schema",
+        EQ: "another table and another input scale"}),
+    "decoder-own-table": (with_parts(DecoderOwnTable), "logits", "the decoder adds a learned table of its own", {
+        "config.parameters": "a max_len x d_model table beyond the schema", EQ: "another decoder input"}),
+    "fixed-length-unscaled": (with_parts(FixedLengthUnscaled), "logits",
+                              "position ids for length 5 only, and unscaled embeddings", {
+        "model.shape": "every length but 5 raises", "embedding.scale": "unscaled", EQ: "another input scale"}),
     "single-vocabulary": (with_parts(SingleVocabulary), "logits", "refuses src_vocab != tgt_vocab", {
         "config.parameters": "cannot be built with two vocabularies of different sizes"}),
     "float32-norm": (with_parts(layer_norm=Float32Norm), "logits", "layer norm output left in float32", {

@@ -12,11 +12,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn_conformance.conformance import test_mask, test_norm, test_position
+from aiayn_conformance.conformance import test_attention, test_mask, test_norm, test_position
 from aiayn_conformance.conformance.diagnosis import diagnosis_of, explanation, fail_on_variant_departure
 from aiayn_conformance.conformance.harness import ClauseViolation, build_model, checking
-from aiayn_conformance.conformance.inputs import CONFIG, random_tokens
-from aiayn_conformance.conformance.transplant import OWN_SCALE, SHARP, sharp_or_own, transplanted
+from aiayn_conformance.conformance.inputs import CONFIG, WITNESS_BATCHES, WITNESS_LENGTHS, WITNESS_SHAPE, random_tokens
+from aiayn_conformance.conformance.shapes import under_test
+from aiayn_conformance.conformance.transplant import (
+    OWN_SCALE,
+    SHARP,
+    STATE_SEED,
+    sharp_or_own,
+    transplanted,
+    visible_state,
+)
+from aiayn_conformance.conformance.variants import KNOBS, MAX_VARIANTS, Knobs, diagnose, run_variant
 from aiayn_conformance.implementations import Implementation, get_registry
 from aiayn_conformance.reference.model import Transformer, padding_mask
 
@@ -155,3 +164,81 @@ def test_the_decoder_is_diagnosed_on_the_implementation_s_own_encoder_output():
             fail_on_variant_departure(impl, hint="keep the diagonal")
     with checking("norm.post-norm"), pytest.raises(pytest.skip.Exception, match="no variant"):
         fail_on_variant_departure(impl, hint="")
+
+
+# -- the diagnosis names only what it shows (issue 28) --------------------------------------------------------------
+def test_a_stacked_model_no_variant_explains_is_unexplained_and_names_no_departure(registry):
+    """A learned table (not exposed) and unscaled embeddings: no variant reproduces it. The diagnosis says so, with how
+    far the plain reference is off, and attributes nothing: every variant-attributed clause skips with one short
+    line that points at model.reference-equivalence, where the search is reported once."""
+    impl = broken(registry, "learned-positions-unscaled")
+    with checking("model.reference-equivalence"):
+        diag = diagnosis_of(impl)
+    said = explanation(diag)
+    assert not diag.exact and diag.knobs.departures() == {}, said
+    assert said.startswith("unexplained: off by max |diff| = ") and f"after {diag.tried} variants" in said, said
+    assert f"(mean |diff| {diag.baseline:.3g})" in said, said  # the plain reference's distance, not a variant's
+    assert diag.tried <= MAX_VARIANTS + 2 * sum(len(k.values) for k in KNOBS.values())  # the search is bounded
+    skips = []
+    for clause, check in (("attention.scale", test_attention.test_scale_variant),
+                          ("mask.causal", test_mask.test_causal_variant),
+                          ("norm.post-norm", test_norm.test_post_norm_variant)):
+        with checking(clause), pytest.raises(pytest.skip.Exception) as skipped:
+            check(impl)
+        skips.append(str(skipped.value))
+        assert skips[-1].startswith("blocked by model.reference-equivalence") and clause in skips[-1]
+        assert "unexplained" not in skips[-1] and len(skips[-1]) < 260, skips[-1]  # the search is not repeated
+
+
+def test_a_decoder_with_its_own_table_is_not_called_encoder_only(registry):
+    impl = broken(registry, "decoder-own-table")
+    with checking("position.added"):
+        diag = diagnosis_of(impl)
+        assert diag.departures_for("position.added") == {}, explanation(diag)
+        assert "encoder input only" not in explanation(diag).split("on their own")[0]
+        with pytest.raises(pytest.skip.Exception, match="blocked by model.reference-equivalence"):
+            test_position.test_position_added_variant(impl)
+
+
+def test_a_shape_limited_unscaled_model_is_diagnosed_with_its_one_departure(registry):
+    """Position ids for length 5 only and unscaled embeddings, a correct causal mask: at the accepted shapes the
+    diagnosis names the embedding scale and nothing else (no diagonal-free causal mask)."""
+    impl = broken(registry, "fixed-length-unscaled")
+    with under_test(impl, CONFIG, lengths=WITNESS_LENGTHS, batches=WITNESS_BATCHES, witness=WITNESS_SHAPE):
+        with checking("mask.causal"):
+            diag = diagnosis_of(impl)
+            assert diag.exact and diag.knobs.departures() == {"embed_scale": "1"}, explanation(diag)
+            fail_on_variant_departure(impl, hint="")  # mask.causal: nothing to say
+        with checking("embedding.scale"), pytest.raises(ClauseViolation, match="embeddings not scaled"):
+            fail_on_variant_departure(impl, hint="")
+
+
+def test_a_departure_the_match_holds_without_is_dropped():
+    """Started from a variant with a departure the witness cannot see (no source mask in cross-attention, on a source
+    without padding) next to the real one, the search reports the real one alone: each part reported is needed."""
+    state = visible_state(CONFIG, seed=STATE_SEED)
+    src = random_tokens(CONFIG, [6, 6], 6, vocab=CONFIG.src_vocab, seed=3)
+    tgt = random_tokens(CONFIG, [5, 4], 5, vocab=CONFIG.tgt_vocab, seed=4)
+    truth = Knobs(embed_scale="1")
+
+    def observe(s, t):
+        return run_variant(truth, state, CONFIG, s, t)[0], None
+
+    diag = diagnose(observe, state, CONFIG, src, tgt, start=Knobs(embed_scale="1", cross_mask="no"))
+    assert diag.exact and diag.knobs == truth, diag.knobs.describe()
+
+
+def test_an_unexplained_model_lists_only_departures_that_helped_on_their_own():
+    """Output scrambled by a fixed permutation of the vocabulary: no variant helps, and none is listed."""
+    state = visible_state(CONFIG, seed=STATE_SEED)
+    src = random_tokens(CONFIG, [6, 6], 6, vocab=CONFIG.src_vocab, seed=3)
+    tgt = random_tokens(CONFIG, [5, 4], 5, vocab=CONFIG.tgt_vocab, seed=4)
+    perm = torch.randperm(CONFIG.tgt_vocab, generator=torch.Generator().manual_seed(0))
+
+    def observe(s, t):
+        return run_variant(Knobs(), state, CONFIG, s, t)[0][..., perm], None
+
+    diag = diagnose(observe, state, CONFIG, src, tgt, max_variants=80)
+    assert not diag.exact and diag.knobs == Knobs() and diag.tried <= 80 + len(KNOBS) * 5
+    assert all("instead of" in h for h in diag.helped)
+    assert diag.distance == diag.baseline

@@ -413,6 +413,12 @@ def build(config: ModelConfig) -> AnnotatedNotebookTransformer:
 
 
 DEVIATIONS: dict[str, str] = {
+    "dropout.extra-sites": (
+        "attention() drops the softmax weights (dropout(p_attn), as the Annotated Transformer does) at the "
+        "configured rate (§5.4 names no such site for the base model; tensor2tensor v1 had it at 0, v2 on at 0.1: "
+        "common practice, not the paper's base model); its feed-forward network, completed from the paper, has no "
+        "inner dropout"
+    ),
     "train.learns": (
         "the +1e-9 mask fill declared under mask.causal lets the decoder read the next target token while it is "
         "trained teacher-forced (it then predicts 100% of the target tokens), which greedy decoding does not have: "

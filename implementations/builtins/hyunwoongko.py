@@ -391,6 +391,11 @@ def build(config: ModelConfig) -> Transformer:
 
 
 DEVIATIONS: dict[str, str] = {
+    "dropout.extra-sites": (
+        "PositionwiseFeedForward computes linear2(dropout(relu(linear1(x)))) (README.md:211): the FFN's hidden "
+        "units are dropped at drop_prob (§5.4 names no such site for the base model; tensor2tensor v1 had it at 0, v2 "
+        "on at 0.1: common practice, not the paper's base model)"
+    ),
     "train.lr-schedule": (
         "ReduceLROnPlateau (README.md:368; train.py:47-50 at fa789730f18a) stepped once per epoch on the validation "
         "loss and only after warmup = 100 epochs (train.py:119-120): every update runs at init_lr = 0.1 "

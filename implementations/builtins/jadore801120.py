@@ -331,6 +331,11 @@ def build(config: ModelConfig) -> Transformer:
 
 
 DEVIATIONS: dict[str, str] = {
+    "dropout.extra-sites": (
+        "ScaledDotProductAttention drops the softmax weights at its default attn_dropout = 0.1 whatever the "
+        "configuration (Modules.py; never passed at SubLayers.py:24) (§5.4 names no such site for the base model; "
+        "tensor2tensor v1 had it at 0, v2 on at 0.1: common practice, not the paper's base model)"
+    ),
     "norm.no-extra-norm": (
         "Encoder and Decoder normalize the sum of embedding and positional encoding before the first layer: "
         "layer_norm(dropout(E[x] + PE)) (Models.py, Encoder.forward and Decoder.forward), a LayerNorm the paper "

@@ -336,6 +336,12 @@ def build(config: ModelConfig) -> SectionsNotebookTransformer:
 
 
 DEVIATIONS: dict[str, str] = {
+    "dropout.extra-sites": (
+        "FeedForwardBlock computes linear_2(dropout(relu(linear_1(x)))) (model.py:22-32): the FFN's hidden units "
+        "are dropped at the configured rate (§5.4 names no such site for the base model; tensor2tensor v1 had it at "
+        "0, v2 on at 0.1: common practice, not the paper's base model); the attention block's dropout is built but "
+        "never used"
+    ),
     "norm.layer-norm": (
         "LayerNormalization computes alpha * (x - mean) / (x.std() + eps) + bias (model.py:16-20): the unbiased "
         "std, eps added outside the square root, and one scalar alpha and bias for all features (model.py:10-11)"

@@ -145,6 +145,13 @@ def build(config: ModelConfig) -> TorchNNTransformer:
 
 
 DEVIATIONS: dict[str, str] = {
+    "dropout.extra-sites": (
+        "nn.Transformer passes its one dropout rate to every MultiheadAttention (dropout=..., applied to the "
+        "softmax weights) and uses it between linear1 and linear2 (TransformerEncoderLayer/DecoderLayer._ff_block: "
+        "linear2(dropout(activation(linear1(x))))), so in training the attention weights and the FFN's hidden units "
+        "are dropped at P_drop too (§5.4 names no such site for the base model; tensor2tensor v1 had it at 0, v2 on "
+        "at 0.1: common practice, not the paper's base model)"
+    ),
     "norm.no-extra-norm": (
         "nn.Transformer always adds a final LayerNorm to each stack (encoder.norm, decoder.norm), even post-norm, "
         "so the last layer's output is normalized twice (pytorch/pytorch #24930, #50086)"
