@@ -19,6 +19,11 @@ it computes the paper's function. ``should`` clauses (inputs the paper never def
 portability, conventions) are counted in the verdict but do not decide it. Exit status,
 whatever the severity: 0 when every failure is a declared deviation, 1 when any clause is
 ``fail``, ``error`` or ``unexpected-pass``, 2 for usage errors.
+
+Beyond one machine: ``--shard I/N`` audits the subjects of one shard (``aiayn_conformance.shards``),
+``--merge FILE ...`` renders one report from JSON audits made elsewhere (``aiayn_conformance.merge``),
+and ``--format junit|github`` reports each finding on the subject's own source line
+(``aiayn_conformance.ci_report``); docs/ci.md.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,9 +47,13 @@ from aiayn_conformance.spec import CLAUSES
 from aiayn_conformance.spec.clauses import parse_clause_ids
 
 from . import report
+from .locations import locate
+from .merge import MergeError, merge_files
 from .results import AuditResult, ClauseResult, SubjectResult, fold
+from .shards import Shard, parse_shard
 
-__all__ = ["AuditResult", "ClauseResult", "Job", "SubjectResult", "add_parser", "audit", "fold", "plan", "run"]
+__all__ = ["AuditResult", "ClauseResult", "Job", "SubjectResult", "add_parser", "audit", "fold", "plan", "run",
+           "take_shard"]
 
 
 # -- running the suite ---------------------------------------------------------------------------------------
@@ -191,18 +201,32 @@ def plan(registry, impl_selection: str | None, component_selection: str | None) 
     if impl_selection:
         for impl in registry.select(impl_selection):
             subject = SubjectResult(impl.name, "implementation", impl.source, impl.summary, dict(impl.deviations),
-                                    unavailable=impl.unavailable, note=version_note(impl.written_for))
+                                    unavailable=impl.unavailable, note=version_note(impl.written_for),
+                                    location=locate(impl.build, impl.deviations))
             # An implementation that cannot be built here is reported as unavailable, with no suite run.
             jobs.append(Job(impl.name, [f"--impl={impl.name}"], [subject], runnable=not impl.unavailable))
     if component_selection:
         comps = registry.select_components(component_selection)
         if comps:
-            subjects = [SubjectResult(f"{c.kind}:{c.name}", "component", c.source, c.summary, dict(c.deviations))
-                        for c in comps]
+            subjects = [SubjectResult(f"{c.kind}:{c.name}", "component", c.source, c.summary, dict(c.deviations),
+                                      location=locate(c.factory, c.deviations)) for c in comps]
             # Components are cheap: all of them in one run, each its own subject in the records.
             selection = ",".join(s.name for s in subjects)
             jobs.append(Job("components", [f"--component={selection}"], subjects))
     return jobs
+
+
+def take_shard(jobs: list[Job], shard: Shard) -> list[Job]:
+    """The jobs of ``shard``'s subjects (``aiayn_conformance.shards``): whole jobs for implementations, and the
+    components job cut down to the components the shard holds."""
+    out = []
+    for job in jobs:
+        mine = [s for s in job.subjects if shard.holds(s.name)]
+        if len(mine) == len(job.subjects):
+            out.append(job)
+        elif mine:  # the components job: its share only
+            out.append(Job(job.label, [f"--component={','.join(s.name for s in mine)}"], mine, runnable=job.runnable))
+    return out
 
 
 def audit(jobs: list[Job], *, plugins: list[str], extra: list[str], jobs_n: int, timeout: float,
@@ -260,8 +284,9 @@ def add_parser(sub) -> None:
                    help="load an extra plugin from a module name or a .py file (repeatable)")
     p.add_argument("--clause", default=None, metavar="ID",
                    help="re-run only this clause (comma-separated ids allowed) and show its full diagnostics")
-    p.add_argument("--format", choices=("text", "md", "json", "html"), default="text",
-                   help="report format (default: text, the colored matrix)")
+    p.add_argument("--format", choices=report.FORMATS, default="text",
+                   help="report format (default: text, the colored matrix; junit: JUnit XML, github: GitHub "
+                        "annotations on the adapter's lines)")
     p.add_argument("--output", "-o", default=None, metavar="PATH", help="write the report here instead of stdout")
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1,
                    help="suite runs in parallel (default: the number of CPUs)")
@@ -271,6 +296,13 @@ def add_parser(sub) -> None:
                    help="one suite process per implementation (default: one per job slot, the start-up paid once; "
                         "a grouped run that dies is re-run one implementation at a time anyway)")
     p.add_argument("--no-color", action="store_true", help="no ANSI colors (also: the NO_COLOR variable)")
+    p.add_argument("--shard", default=None, metavar="I/N",
+                   help="audit only shard I of N (I from 1): each subject belongs to one shard, by a hash of its "
+                        "name; merge the shards' JSON reports with --merge")
+    p.add_argument("--merge", nargs="+", default=None, metavar="AUDIT_JSON",
+                   help="run nothing: build the report from these audits (--format json files, schema 2)")
+    p.add_argument("--figures", action="store_true",
+                   help="draw the HTML report's pictures into a json report too, so a --merge can show them")
     p.set_defaults(func=run)
 
 
@@ -279,17 +311,87 @@ def _usage(msg: str) -> int:
     return 2
 
 
+def _check_output(path: str | None) -> str:
+    """Why ``--output`` cannot be written ("" when it can): refused before a long audit, not after it."""
+    if not path:
+        return ""
+    target = Path(path)
+    if target.is_dir():
+        return f"--output {path}: is a directory; give a file path"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.touch()
+    except OSError as exc:
+        return f"--output {path}: cannot write there ({exc.strerror or exc})"
+    return ""
+
+
+def _emit(result: AuditResult, args: argparse.Namespace, *, clause_ids: Sequence[str] = ()) -> int:
+    result.command = " ".join(["aiayn", "audit", *(sys.argv[2:] if sys.argv[1:2] == ["audit"] else [])])
+    color = report.use_color(sys.stdout, args.no_color) and args.output is None
+    text = report.render(result, args.format, color=color)
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"aiayn audit: {args.format} report written to {args.output}", file=sys.stderr)
+        print(report.summary_line(result), file=sys.stderr)
+    elif not (clause_ids and args.format == "text"):
+        sys.stdout.write(text)
+    return result.exit_code
+
+
+def _merge(args: argparse.Namespace) -> int:
+    given = [opt for opt, value in (("--impl", args.impl), ("--component", args.component),
+                                    ("--clause", args.clause), ("--shard", args.shard)) if value]
+    if given:
+        return _usage(f"--merge reads audits and runs none; {', '.join(given)} cannot be given with it")
+    if why := _check_output(args.output):
+        return _usage(why)
+    try:
+        registry = get_registry(args.plugin)  # only for the order of the rows: the registry's, as an audit's
+        order = [*registry.implementations, *(f"{k}:{n}" for k, n in registry.components)]
+        result, notes = merge_files(args.merge, order)
+    except (PluginError, MergeError) as exc:
+        return _usage(str(exc))
+    for note in notes:
+        print(f"aiayn audit: {note}", file=sys.stderr)
+    if args.format == "html":
+        _figures_from_data(result)
+    return _emit(result, args)
+
+
+def _figures_from_data(result: AuditResult) -> None:
+    """The pictures a merged HTML report can have: those the audits carried (--figures), and the learning
+    curves, drawn from the records' data; measuring an implementation again is the audit's job."""
+    for s in result.subjects:
+        if s.kind != "implementation" or s.unavailable or s.figures:
+            continue
+        s.figure_errors.append("the merged audit file carries no pictures of this implementation "
+                               "(audit it with --figures, or with --format html)")
+        if s.learning_curves:
+            try:
+                from .figures import learning_curves_figure
+
+                s.figures.update(learning_curves_figure(s.name, s.learning_curves))
+            except Exception as exc:  # a picture lost, never the report
+                s.figure_errors.append(f"learning curves: {type(exc).__name__}: {exc}")
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.merge:
+        return _merge(args)
     if args.jobs < 1:
         return _usage(f"--jobs must be at least 1, got {args.jobs}")
     if args.timeout <= 0:
         return _usage(f"--timeout must be positive, got {args.timeout}")
     clause_ids: list[str] = []
-    if args.clause:
-        try:
+    shard: Shard | None = None
+    try:
+        if args.clause:
             clause_ids = parse_clause_ids(args.clause)
-        except ValueError as exc:
-            return _usage(str(exc))
+        if args.shard is not None:
+            shard = parse_shard(args.shard)
+    except ValueError as exc:
+        return _usage(str(exc))
     impl_sel = args.impl if args.impl is not None else ("all" if args.component is None else None)
     comp_sel = args.component if args.component is not None else ("all" if args.impl is None else None)
     try:
@@ -301,17 +403,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"aiayn audit: plugin error: {err}", file=sys.stderr)
     if not jobs:
         return _usage("nothing to audit: no implementation or component selected")
-    if args.output:  # fail before a long audit, not after it
-        target = Path(args.output)
-        if target.is_dir():
-            return _usage(f"--output {args.output}: is a directory; give a file path")
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.touch()
-        except OSError as exc:
-            return _usage(f"--output {args.output}: cannot write there ({exc.strerror or exc})")
+    if why := _check_output(args.output):
+        return _usage(why)
+    if shard is not None:
+        selected = sum(len(j.subjects) for j in jobs)
+        jobs = take_shard(jobs, shard)
+        held = sum(len(j.subjects) for j in jobs)
+        print(f"aiayn audit: shard {shard} holds {held} of the {selected} subjects selected", file=sys.stderr)
     extra = [f"--clause={','.join(clause_ids)}"] if clause_ids else []
     progress = Progress()
+    with_figures = args.format == "html" or args.figures
     if clause_ids and args.format == "text" and args.output is None:
         # Debugging one clause: the suite's own verbose output on the terminal, then the folded statuses.
         extra += ["-v", "-rfEsxX", "--tb=short"]
@@ -331,14 +432,6 @@ def run(args: argparse.Namespace) -> int:
         progress.log(f"aiayn audit: {n_impl} implementation(s), {n_comp} component(s); "
                      f"{min(args.jobs, len(jobs))} suite process(es) at a time")
         result = audit(jobs, plugins=args.plugin, extra=extra, jobs_n=args.jobs, timeout=args.timeout,
-                       progress=progress, with_figures=args.format == "html", isolate=args.isolate)
-    result.command = " ".join(["aiayn", "audit", *(sys.argv[2:] if sys.argv[1:2] == ["audit"] else [])])
-    color = report.use_color(sys.stdout, args.no_color) and args.output is None
-    text = report.render(result, args.format, color=color)
-    if args.output:
-        Path(args.output).write_text(text)
-        print(f"aiayn audit: {args.format} report written to {args.output}", file=sys.stderr)
-        print(report.summary_line(result), file=sys.stderr)
-    elif not (clause_ids and args.format == "text"):
-        sys.stdout.write(text)
-    return result.exit_code
+                       progress=progress, with_figures=with_figures, isolate=args.isolate)
+    result.shard = str(shard) if shard else ""
+    return _emit(result, args, clause_ids=clause_ids)

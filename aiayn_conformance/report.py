@@ -203,6 +203,9 @@ def as_html(result: AuditResult) -> str:
     return "\n".join(parts) + "\n"
 
 
+FORMATS = ("text", "md", "json", "html", "junit", "github")
+
+
 def render(result: AuditResult, fmt: str, *, color: bool = False) -> str:
     if fmt == "text":
         return text(result, color)
@@ -212,4 +215,8 @@ def render(result: AuditResult, fmt: str, *, color: bool = False) -> str:
         return as_json(result)
     if fmt == "html":
         return as_html(result)
-    raise ValueError(f"unknown report format {fmt!r}; accepted: text, md, json, html")
+    if fmt in ("junit", "github"):
+        from .ci_report import github_annotations, junit
+
+        return junit(result) if fmt == "junit" else github_annotations(result) + summary_line(result) + "\n"
+    raise ValueError(f"unknown report format {fmt!r}; accepted: {', '.join(FORMATS)}")

@@ -46,6 +46,9 @@ class SubjectResult:
     learning_curves: list[dict] = field(default_factory=list)  # train.learns runs (conformance.learning)
     unavailable: str = ""  # why the implementation cannot be built here (not audited; see Implementation)
     note: str = ""  # e.g. "declarations written for transformers 5.24.0; 5.25.1 is installed"
+    # Where the subject is written: {"file", "line", "deviations": {clause: line of its declaration}}
+    # (aiayn_conformance.locations), so that CI annotations point at the adapter's own lines.
+    location: dict = field(default_factory=dict)
 
     def broken(self, severity: str) -> list[str]:
         return [c for c, r in self.clauses.items() if r.status in BROKEN and CLAUSES[c].severity == severity]
@@ -77,7 +80,21 @@ class SubjectResult:
                 "broken": {"must": len(self.broken("must")), "should": len(self.broken("should"))},
                 "unavailable": self.unavailable, "note": self.note,
                 "clauses": {c: r.to_json(c) for c, r in self.clauses.items()},
-                **({"learning_curves": self.learning_curves} if self.learning_curves else {})}
+                **({"learning_curves": self.learning_curves} if self.learning_curves else {}),
+                **({"location": self.location} if self.location else {}),
+                **({"figures": self.figures} if self.figures else {}),
+                **({"figure_errors": self.figure_errors} if self.figure_errors else {})}
+
+    @classmethod
+    def from_json(cls, name: str, data: dict) -> SubjectResult:
+        """The subject back from its schema-2 entry (``to_json``); its verdict is recomputed from the clauses."""
+        clauses = {c: ClauseResult(r["status"], r.get("message", ""), r.get("detail", ""), r.get("tests", 0))
+                   for c, r in data.get("clauses", {}).items()}
+        return cls(name, data["kind"], data.get("source", ""), data.get("summary", ""), clauses=clauses,
+                   seconds=float(data.get("seconds", 0.0)), figures=dict(data.get("figures", {})),
+                   figure_errors=list(data.get("figure_errors", [])),
+                   learning_curves=list(data.get("learning_curves", [])), unavailable=data.get("unavailable", ""),
+                   note=data.get("note", ""), location=dict(data.get("location", {})))
 
 
 @dataclass
@@ -85,6 +102,8 @@ class AuditResult:
     subjects: list[SubjectResult]
     seconds: float = 0.0
     command: str = ""
+    shard: str = ""  # "I/N" when the audit ran one shard (aiayn_conformance.shards)
+    merged: list[dict] = field(default_factory=list)  # the audits a --merge read: file, command, shard, seconds
 
     @property
     def exit_code(self) -> int:
@@ -95,6 +114,7 @@ class AuditResult:
         comps = {s.name: s.to_json() for s in self.subjects if s.kind == "component"}
         return {"schema": SCHEMA, "spec": spec.SPEC_VERSION, "paper": spec.PAPER, "command": self.command,
                 "seconds": round(self.seconds, 2), "exit_code": self.exit_code,
+                **({"shard": self.shard} if self.shard else {}), **({"merged": self.merged} if self.merged else {}),
                 "implementations": impls, "components": comps}
 
 

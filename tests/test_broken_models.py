@@ -123,30 +123,87 @@ TRAIN_COMPOSED = {f"reference+{kind}={name}": clauses for (kind, _, name), claus
 TRAIN_COMPOSED_CONFORMING = "reference+optimizer=reference+lr_schedule=reference+criterion=reference"
 
 
-@pytest.fixture(scope="module")
-def outcomes(tmp_path_factory):
-    impls = CONFORMING + [f"broken-{n}" for n in BROKEN]
-    res, data = run_suite(impls, tmp_path_factory.mktemp("broken"), f"--ignore={ONNX_TEST}", "-k", f"not {LEARNS}")
-    tests = data["tests"]
-    runs = [(CONFORMING + [f"broken-{n}" for n in LEARNS_MODELS], "learns", (TRAIN_TESTS, "-k", LEARNS)),
-            ([f"broken-recipe-{n}" for n in BROKEN_RECIPES], "recipes", (TRAIN_TESTS,))]
+# The suite runs this module makes, each its own fixture so that pytest-xdist can give them to different workers:
+# every test carries the xdist_group of the run it reads (``--dist loadgroup``, the README's test command), so one
+# worker makes each run once. Without xdist the groups are inert and the runs happen one after the other.
+RUN_GROUPS = {"main": "broken-main", "learns": "broken-main", "onnx": "broken-main", "recipes": "broken-recipes",
+              "decoders": "broken-decoders", "training": "broken-training"}
+
+
+def _run_plan() -> dict[str, tuple[list[str], tuple[str, ...], str | None]]:
+    """Run name -> (implementations, extra pytest arguments, suite path or None for the arguments' own)."""
+    plan = {
+        "main": (CONFORMING + [f"broken-{n}" for n in BROKEN], (f"--ignore={ONNX_TEST}", "-k", f"not {LEARNS}"),
+                 "conformance/"),
+        "learns": (CONFORMING + [f"broken-{n}" for n in LEARNS_MODELS], (TRAIN_TESTS, "-k", LEARNS), None),
+        "recipes": ([f"broken-recipe-{n}" for n in BROKEN_RECIPES], (TRAIN_TESTS,), None),
+        "decoders": ([f"broken-decoder-{n}" for n in BROKEN_DECODERS] + list(COMPOSED) + [COMPOSED_CONFORMING],
+                     (DECODE_TEST, f"--component={DECODE_COMPONENTS}"), None),
+        # train.learns on a composition would train with the component (seconds each): the recipe clauses say it
+        "training": (list(TRAIN_COMPOSED) + [TRAIN_COMPOSED_CONFORMING],
+                     (TRAIN_TESTS, f"--component={TRAIN_COMPONENTS}", "-k", f"not {LEARNS}"), None),
+    }
     if HAVE_ORT:
-        runs.append((ONNX_MODELS, "onnx", (ONNX_TEST,)))
-    decoders = [f"broken-decoder-{n}" for n in BROKEN_DECODERS] + list(COMPOSED) + [COMPOSED_CONFORMING]
-    runs.append((decoders, "decoders", (DECODE_TEST, f"--component={DECODE_COMPONENTS}")))
-    # train.learns on a composition would train with the component (seconds each): the recipe clauses say it all
-    trainers = list(TRAIN_COMPOSED) + [TRAIN_COMPOSED_CONFORMING]
-    runs.append((trainers, "training", (TRAIN_TESTS, f"--component={TRAIN_COMPONENTS}", "-k", f"not {LEARNS}")))
-    for impls_, name, args in runs:
-        res_more, data_more = run_suite(impls_, tmp_path_factory.mktemp(name), *args, suite=None)
-        tests += data_more["tests"]
-        res.returncode = res.returncode or res_more.returncode
-        res.stdout += res_more.stdout
+        plan["onnx"] = (ONNX_MODELS, (ONNX_TEST,), None)
+    return plan
+
+
+def _tabulate(tests: list[dict]) -> dict[str, dict[str, list[dict]]]:
     table: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for rec in tests:
         if rec["subject"]:
             table[rec["subject"].split(":", 1)[1]][rec["clause"]].append(rec)
-    return res, table
+    return table
+
+
+def _suite_run(name: str, tmp_path_factory):
+    impls, args, suite = _run_plan()[name]
+    res, data = run_suite(impls, tmp_path_factory.mktemp(name), *args, suite=suite)
+    return res, _tabulate(data["tests"])
+
+
+def _group(name: str):
+    return pytest.mark.xdist_group(RUN_GROUPS[name])
+
+
+@pytest.fixture(scope="module")
+def main_run(tmp_path_factory):
+    return _suite_run("main", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def learns_run(tmp_path_factory):
+    return _suite_run("learns", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def onnx_run(tmp_path_factory):
+    return _suite_run("onnx", tmp_path_factory) if HAVE_ORT else (None, {})
+
+
+@pytest.fixture(scope="module")
+def recipes_run(tmp_path_factory):
+    return _suite_run("recipes", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def decoders_run(tmp_path_factory):
+    return _suite_run("decoders", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def training_run(tmp_path_factory):
+    return _suite_run("training", tmp_path_factory)
+
+
+def _merged(*runs) -> dict[str, dict[str, list[dict]]]:
+    """One table from several runs' tables (a subject's clauses from every run it took part in)."""
+    table: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for _, part in runs:
+        for subject, per_clause in part.items():
+            for clause, recs in per_clause.items():
+                table[subject][clause] += recs
+    return table
 
 
 def _problems(per_clause: dict[str, list[dict]], declared: set[str]) -> list[str]:
@@ -189,9 +246,10 @@ def _unproven_component_checks(table: dict, names: list[str]) -> tuple[dict[str,
 
 
 
+@_group("main")
 @pytest.mark.parametrize("name", sorted(BROKEN))
-def test_broken_model_is_caught_by_exactly_its_clauses(outcomes, name):
-    _, table = outcomes
+def test_broken_model_is_caught_by_exactly_its_clauses(main_run, learns_run, onnx_run, name):
+    table = _merged(main_run, learns_run, onnx_run)
     build, output, bug, clauses = BROKEN[name]
     assert set(clauses) <= set(CLAUSES), f"broken-{name} declares unknown clauses {set(clauses) - set(CLAUSES)}"
     per_clause = table.get(f"broken-{name}")
@@ -201,9 +259,10 @@ def test_broken_model_is_caught_by_exactly_its_clauses(outcomes, name):
     assert not problems, f"broken-{name} ({bug}):\n  " + "\n  ".join(problems)
 
 
+@_group("recipes")
 @pytest.mark.parametrize("name", sorted(BROKEN_RECIPES))
-def test_broken_recipe_is_caught_by_exactly_its_clauses(outcomes, name):
-    _, table = outcomes
+def test_broken_recipe_is_caught_by_exactly_its_clauses(recipes_run, name):
+    _, table = recipes_run
     _, bug, clauses = BROKEN_RECIPES[name]
     assert set(clauses) <= {c for c in CLAUSES if c.startswith("train.")}, f"broken-recipe-{name}: {set(clauses)}"
     per_clause = table.get(f"broken-recipe-{name}")
@@ -217,9 +276,10 @@ def test_only_the_models_train_learns_runs_on_declare_it():
     assert declaring <= set(LEARNS_MODELS), f"declare train.learns but are not in LEARNS_MODELS: {declaring}"
 
 
+@_group("decoders")
 @pytest.mark.parametrize("name", sorted(BROKEN_DECODERS))
-def test_broken_decoder_is_caught_by_exactly_its_clauses(outcomes, name):
-    _, table = outcomes
+def test_broken_decoder_is_caught_by_exactly_its_clauses(decoders_run, name):
+    _, table = decoders_run
     build, output, bug, clauses = BROKEN_DECODERS[name]
     assert set(clauses) <= {c for c in CLAUSES if c.startswith("decode.")}, \
         f"broken-decoder-{name} declares clauses outside the decode area: {sorted(clauses)}"
@@ -229,40 +289,46 @@ def test_broken_decoder_is_caught_by_exactly_its_clauses(outcomes, name):
     assert not problems, f"broken-decoder-{name} ({bug}):\n  " + "\n  ".join(problems)
 
 
+@_group("decoders")
 @pytest.mark.parametrize("name", sorted(DEPARTING_COMPONENTS) + sorted(COMPOSED))
-def test_decoding_component_is_caught_by_exactly_its_clauses(outcomes, name):
+def test_decoding_component_is_caught_by_exactly_its_clauses(decoders_run, name):
     """Alone (``--component``) and composed into the reference (``reference+KIND=NAME``, inheriting its
     declarations), a departing length penalty or search fails exactly the clauses it declares."""
-    _caught_exactly(outcomes[1], name, DEPARTING_COMPONENTS.get(name) or COMPOSED[name])
+    _caught_exactly(decoders_run[1], name, DEPARTING_COMPONENTS.get(name) or COMPOSED[name])
 
 
+@_group("decoders")
 @pytest.mark.parametrize("name", CONFORMING_COMPONENTS + [COMPOSED_CONFORMING])
-def test_the_reference_decoding_components_pass_alone_and_composed(outcomes, name):
-    _passes_everything(outcomes[1], name)
+def test_the_reference_decoding_components_pass_alone_and_composed(decoders_run, name):
+    _passes_everything(decoders_run[1], name)
 
 
-def test_every_decoding_component_check_fails_for_some_departing_component(outcomes):
+@_group("decoders")
+def test_every_decoding_component_check_fails_for_some_departing_component(decoders_run):
     """Each length-penalty and search check is proven able to fail: a departing component fails it."""
-    runs, unproven = _unproven_component_checks(outcomes[1], list(DEPARTING_COMPONENTS) + CONFORMING_COMPONENTS)
+    runs, unproven = _unproven_component_checks(decoders_run[1], list(DEPARTING_COMPONENTS) + CONFORMING_COMPONENTS)
     assert len(runs) == 5, sorted(runs)  # two length-penalty checks, three search checks
     assert not unproven, f"component checks no departing component fails: {unproven}"
 
 
+@_group("training")
 @pytest.mark.parametrize("name", sorted(TRAIN_DEPARTING) + sorted(TRAIN_COMPOSED))
-def test_training_component_is_caught_by_exactly_its_clauses(outcomes, name):
+def test_training_component_is_caught_by_exactly_its_clauses(training_run, name):
     """Alone (``--component``) and composed into the reference (``reference+KIND=NAME``), a departing optimizer,
     schedule or criterion fails exactly the clauses it declares."""
-    _caught_exactly(outcomes[1], name, TRAIN_DEPARTING.get(name) or TRAIN_COMPOSED[name])
+    _caught_exactly(training_run[1], name, TRAIN_DEPARTING.get(name) or TRAIN_COMPOSED[name])
 
 
+@_group("training")
 @pytest.mark.parametrize("name", TRAIN_CONFORMING + [TRAIN_COMPOSED_CONFORMING])
-def test_the_conforming_training_components_pass_alone_and_composed(outcomes, name):
-    _passes_everything(outcomes[1], name)
+def test_the_conforming_training_components_pass_alone_and_composed(training_run, name):
+    _passes_everything(training_run[1], name)
 
 
-def test_every_training_component_check_fails_for_some_departing_component(outcomes):
+@_group("training")
+def test_every_training_component_check_fails_for_some_departing_component(training_run):
     """Each optimizer, schedule and criterion check is proven able to fail: a departing component fails it."""
-    runs, unproven = _unproven_component_checks(outcomes[1], list(TRAIN_DEPARTING) + TRAIN_CONFORMING)
+    runs, unproven = _unproven_component_checks(training_run[1], list(TRAIN_DEPARTING) + TRAIN_CONFORMING)
     assert len(runs) == 4, sorted(runs)  # optimizer, schedule, and two criterion checks
     assert not unproven, f"component checks no departing component fails: {unproven}"
 
@@ -272,9 +338,10 @@ def test_every_decode_clause_is_proven_by_a_broken_decoder():
     assert proven == {c for c in CLAUSES if c.startswith("decode.")}
 
 
+@_group("main")
 @pytest.mark.parametrize("name", CONFORMING)
-def test_conforming_models_raise_no_false_alarm(outcomes, name):
-    _, table = outcomes
+def test_conforming_models_raise_no_false_alarm(main_run, learns_run, onnx_run, name):
+    table = _merged(main_run, learns_run, onnx_run)
     per_clause = table.get(name)
     assert per_clause, f"{name}: no results"
     problems = _problems(per_clause, set())
@@ -286,8 +353,11 @@ def test_conforming_models_raise_no_false_alarm(outcomes, name):
         f"{sorted(set(CLAUSES) - ran)}"
 
 
-def test_the_whole_run_is_green(outcomes):
-    res, _ = outcomes
+@pytest.mark.parametrize("run", [pytest.param(name, marks=_group(name)) for name in RUN_GROUPS])
+def test_each_suite_run_is_green(run, request):
+    if run == "onnx" and not HAVE_ORT:
+        pytest.skip("onnxruntime is not installed: no ONNX run")
+    res, _ = request.getfixturevalue(f"{run}_run")
     assert res.returncode == 0, res.stdout[-4000:]
 
 

@@ -24,6 +24,19 @@ def test_readme_names_every_suite_option():
         assert option in readme, f"README.md does not document {option}"
 
 
+def test_readme_audit_section_names_every_audit_option():
+    from aiayn_conformance.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    audit = sub.choices["audit"]
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Audit reports", 1)[1].split("\n## ", 1)[0]
+    options = [o for a in audit._actions for o in a.option_strings if o.startswith("--") and o != "--help"]
+    assert "--shard" in options and "--merge" in options
+    missing = [o for o in options if o not in section]
+    assert not missing, f"README.md's Audit reports section does not document {missing}"
+
+
 def readme_commands() -> list[str]:
     blocks = (ROOT / "README.md").read_text().split("```")[1::2]
     return [b.strip() for b in blocks]
@@ -108,3 +121,10 @@ def test_readme_matrix_matches_the_declared_deviations():
             f"{sorted(impl.deviations)}"
         bad = {ch for cell in rows[name].values() for ch in cell} & set("FEU")
         assert not bad, f"README matrix row {name} shows unexpected results {bad}"
+
+
+def test_suite_time_times_the_readme_test_command():
+    """benchmarks.suite_time --test-command prints the figure of the command the README gives, not another."""
+    from benchmarks.suite_time import readme_test_command
+
+    assert ["python3", *readme_test_command()[1:]] == readme_commands()[1].split("&&")[-1].split()
