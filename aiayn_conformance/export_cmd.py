@@ -1,9 +1,12 @@
-"""``aiayn export``: write an implementation to ONNX or CTranslate2, optionally verified by its runtime.
+"""``aiayn export``: write an implementation for a runtime (a target of ``export.TARGETS``), optionally verified by it.
 
     aiayn export --impl reference --preset base --out model.onnx [--verify]
     aiayn export --impl reference --preset tiny --generation --out-dir onnx/ [--verify]             (KV cache)
     aiayn export --impl reference --preset tiny --generation --no-cache --out-dir onnx/ [--verify]  (full prefix)
     aiayn export --format ctranslate2 --impl reference --preset tiny --out-dir ct2/ [--verify]
+
+The ``--format`` choices and the options after the command's own come from the table of targets; a target adds
+its options to the parser (docs/export.md, "Adding a target").
 """
 
 from __future__ import annotations
@@ -11,35 +14,43 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Any
 
 from aiayn_conformance.implementations import PluginError, UnknownNameError, get_registry
 from aiayn_conformance.spec import preset
 
 
+def targets() -> tuple[dict[str, Any], str]:
+    """(``export.TARGETS``, "") or, when the export package cannot be imported here ({}, why not, in one line)."""
+    try:
+        from aiayn_conformance.export import TARGETS
+    except ImportError as exc:  # numpy and the runtimes come with the extras
+        return {}, f"the export extras are not installed ({exc}); pip install 'aiayn-conformance[onnx]'"
+    return dict(TARGETS), ""
+
+
 def add_parser(sub) -> None:
-    p = sub.add_parser("export", help="export an implementation to ONNX or CTranslate2 (and verify it)",
+    table, _ = targets()
+    names = list(table) or ["onnx"]
+    p = sub.add_parser("export", help=f"export an implementation for a runtime ({', '.join(names)}) and verify it",
                        description=__doc__.splitlines()[0])
     p.add_argument("--impl", default="reference", help="a registered implementation (default: reference)")
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_PATH", help="load an extra plugin")
     p.add_argument("--preset", default="base", help="configuration preset: base, big or tiny (default: base)")
-    p.add_argument("--format", choices=("onnx", "ctranslate2"), default="onnx",
-                   help="onnx (default) or ctranslate2 (a TransformerSpec model folder; needs --out-dir and the "
-                        "ctranslate2 extra)")
-    p.add_argument("--out", default=None, help="output .onnx file (forward(src, tgt) -> scores)")
-    p.add_argument("--generation", action="store_true",
-                   help="export graphs for decoding instead of forward (needs --out-dir): by default an encoder "
-                        "computing the cross-attention keys/values and a decoder step with the key/value cache as "
-                        "inputs and outputs")
-    p.add_argument("--cache", action=argparse.BooleanOptionalAction, default=True,
-                   help="with --generation: the key/value-cache step (encoder_kv.onnx, decoder_step.onnx, "
-                        "generation.json; default) or, with --no-cache, the full-prefix step (encoder.onnx, "
-                        "decoder.onnx), which reruns the decoder over the whole prefix at every step")
-    p.add_argument("--out-dir", default=None, help="output folder for --generation and --format ctranslate2")
+    p.add_argument("--format", default=names[0], metavar="{" + ",".join(names) + "}",
+                   help="the export target (default: %(default)s): "
+                        + "; ".join(f"{name}: {target.description}" for name, target in table.items()))
+    p.add_argument("--out-dir", default=None, help="output folder, for what is written as several files")
     p.add_argument("--verify", action="store_true",
-                   help="compare the runtime with PyTorch: other shapes for forward; whole greedy and beam "
-                        "decodings (tokens and per-step log-probabilities) for --generation; greedy tokens and "
-                        "per-step logits for ctranslate2")
-    p.set_defaults(func=run)
+                   help="run the target's runtime against PyTorch on what was written (what each target compares: "
+                        "docs/export.md)")
+    owners: list[tuple[str, str, str, Any]] = []  # (target, option dest, its first flag, its default)
+    for name, target in table.items():
+        group = p.add_argument_group(f"--format {name}")
+        before = len(p._actions)
+        target.add_options(group)
+        owners += [(name, a.dest, a.option_strings[0], a.default) for a in p._actions[before:] if a.option_strings]
+    p.set_defaults(func=run, target_options=owners)
 
 
 def _say(message: str) -> None:
@@ -54,7 +65,25 @@ def _print_checks(checks) -> bool:
     return ok
 
 
+def usage_error(args: argparse.Namespace, table: dict[str, Any], unreadable: str = "") -> str:
+    """The one-line usage error of ``args`` ("" when none): an unknown target, an option of another target given,
+    or what the chosen target refuses."""
+    if args.format not in table:
+        return f"unknown export target {args.format!r}; known: {', '.join(table) or 'none: ' + unreadable}"
+    foreign = [(owner, flag) for owner, dest, flag, default in args.target_options
+               if owner != args.format and getattr(args, dest) != default]
+    if foreign:
+        return (f"--format {args.format} does not take {', '.join(flag for _, flag in foreign)} "
+                f"(options of --format {', '.join(sorted({owner for owner, _ in foreign}))})")
+    return table[args.format].usage(args)
+
+
 def run(args: argparse.Namespace) -> int:
+    table, unreadable = targets()
+    problem = usage_error(args, table, unreadable)
+    if problem:
+        _say(problem)
+        return 2
     try:
         config = preset(args.preset)
         impl = get_registry(args.plugin).get(args.impl)
@@ -64,86 +93,21 @@ def run(args: argparse.Namespace) -> int:
     if impl.unavailable:
         _say(f"{impl.name} is unavailable here: {impl.unavailable}")
         return 2
-    if args.format == "ctranslate2":
-        if not args.out_dir:
-            _say("--format ctranslate2 needs --out-dir DIR (it writes a CTranslate2 model folder)")
-            return 2
-        if args.out or args.generation:
-            _say("--format ctranslate2 takes --out-dir only (a CTranslate2 model is always a generation model)")
-            return 2
-    elif args.generation and not args.out_dir:
-        _say("--generation needs --out-dir DIR (it writes the encoder and decoder-step graphs)")
+    target = table[args.format]
+    missing = target.missing()
+    if missing:
+        _say(missing)
         return 2
-    elif not args.generation and not args.out:
-        _say("--out PATH is required (or --generation --out-dir DIR)")
-        return 2
-    try:
-        from aiayn_conformance import export
-    except ImportError as exc:
-        _say(f"the onnx extra is not installed ({exc}); pip install 'aiayn-conformance[onnx]'")
-        return 2
-    from aiayn_conformance.export import ExportError
+    from aiayn_conformance.export import ExportError, resolve_model
 
     started = time.perf_counter()
     try:
-        model, output = export.resolve_model(impl, config)
-        if args.format == "ctranslate2":
-            code = _ctranslate2(model, output, config, args)
-            if code:
-                return code
-        elif args.generation and args.cache:
-            twin = export.reference_twin(model, config)
-            if twin is not model:
-                _say(f"{impl.name} is not the reference: the graphs hold the reference's computation with "
-                     f"{impl.name}'s weights (canonical state), verified against {impl.name}'s own decoding")
-            written = export.export_cached_generation(twin, args.out_dir, config, progress=_say)
-            print(f"wrote {written.describe()}")
-            if args.verify:
-                _say("verifying greedy and beam decoding in onnxruntime against PyTorch ...")
-                if not _print_checks(export.verify_cached_generation(args.out_dir, model, config,
-                                                                    output_kind=output)):
-                    return 1
-        elif args.generation:
-            enc, dec = export.export_generation(model, args.out_dir, config, progress=_say)
-            print(f"wrote {enc} and {dec}")
-            if args.verify:
-                _say("verifying greedy decoding in onnxruntime against PyTorch ...")
-                check = export.verify_generation(enc, dec, model, config)
-                print(("verified: " if check.ok else "MISMATCH: ") + check.describe())
-                if not check.ok:
-                    return 1
-        else:
-            path = export.export_onnx(model, args.out, config, progress=_say)
-            print(f"wrote {path}")
-            if args.verify:
-                _say("verifying with onnxruntime on other shapes ...")
-                result = export.verify(path, model, config)
-                print(("verified: " if result.ok else "MISMATCH: ") + result.describe())
-                if not result.ok:
-                    return 1
+        model, output = resolve_model(impl, config)
+        print(f"wrote {target.export(model, output, config, args, _say)}", flush=True)
+        if args.verify and not _print_checks(target.verify(model, output, config, args, _say)):
+            return 1
     except ExportError as exc:
         _say(str(exc))
         return 1
     _say(f"done in {time.perf_counter() - started:.1f} s")
-    return 0
-
-
-def _ctranslate2(model, output: str, config, args: argparse.Namespace) -> int:
-    try:
-        from aiayn_conformance.export import ctranslate2 as ct2
-    except ImportError as exc:  # pragma: no cover - the module itself imports ctranslate2 lazily
-        _say(f"cannot load the CTranslate2 exporter ({exc})")
-        return 2
-    if not ct2.available():
-        _say("the ctranslate2 package is not installed; pip install 'aiayn-conformance[ctranslate2]'")
-        return 2
-    if not ct2.is_reference(model):
-        _say(f"{args.impl} is not the reference: its canonical state is converted (load_reference_state), "
-             f"verified against {args.impl}'s own decoding")
-    out = ct2.export_ctranslate2(model, args.out_dir, config, progress=_say)
-    print(f"wrote {out}")
-    if args.verify:
-        _say("verifying greedy decoding in CTranslate2 against PyTorch ...")
-        if not _print_checks(ct2.verify_ctranslate2(args.out_dir, model, config, output_kind=output)):
-            return 1
     return 0

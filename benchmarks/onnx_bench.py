@@ -37,11 +37,11 @@ def _median_s(fn, repeats: int) -> float:
 def bench(preset: str, repeats: int) -> list[str]:
     import torch
 
+    from aiayn_conformance.export.common import session
     from aiayn_conformance.export.onnx import (
         export_generation,
         export_onnx,
         ort_greedy_decode,
-        session,
         torch_greedy_decode,
         verify,
     )

@@ -35,6 +35,7 @@ import torch
 
 from aiayn_conformance.spec.clauses import get_clause
 from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.contract import as_log_probs
 
 from .configs import CONFIG, config_change
 
@@ -266,13 +267,3 @@ def run_forward(model: Any, src: torch.Tensor, tgt: torch.Tensor, *, vocab: int,
     return out
 
 
-def as_log_probs(out: torch.Tensor, kind: str) -> torch.Tensor:
-    """Bring logits, log-probabilities or probabilities to log-probabilities (float64)."""
-    out = out.detach().to(torch.float64)
-    if kind == "logits":
-        return torch.log_softmax(out, dim=-1)
-    if kind == "log_probs":
-        return out
-    if kind == "probs":
-        return torch.log(out.clamp_min(torch.finfo(torch.float64).tiny))
-    raise ValueError(f"unknown output kind {kind!r}; accepted: logits, log_probs, probs")

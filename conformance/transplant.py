@@ -8,7 +8,7 @@ weights that avoid both (gains far from 1, biases far from 0, projections
 large enough that attention is sharp); ``load_into`` loads them into a model
 through the adapter's ``load_reference_state``, ``transplanted`` builds the
 implementation holding them, ``sharp_or_own`` the model a black-box witness runs on (transplanted where it
-can be), and ``reference_twin`` the reference holding them.
+can be), and ``reference_twin`` (``reference.model``'s, re-exported here) the reference holding them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch
 
-from aiayn_conformance.reference.model import Transformer
+from aiayn_conformance.reference.model import reference_twin
 from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import has_capability
 from aiayn_conformance.spec.schema import parameter_schema, tied_groups
@@ -135,10 +135,3 @@ def sharp_or_own(impl: Implementation, model: Any) -> tuple[Any, str]:
     if has_capability(model, "load_reference_state"):
         return transplanted(impl), SHARP
     return model, OWN_SCALE
-
-
-def reference_twin(config: ModelConfig, state: Mapping[str, torch.Tensor]) -> Transformer:
-    """The reference model in eval mode holding ``state``."""
-    ref = Transformer(config).eval()
-    ref.load_reference_state({k: v.detach().clone() for k, v in state.items()})
-    return ref

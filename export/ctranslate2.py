@@ -43,10 +43,11 @@ the end token returned.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,24 +57,29 @@ from torch import Tensor, nn
 
 from aiayn_conformance.reference.decoding import greedy_search, output_limits
 from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.contract import as_log_probs
 from aiayn_conformance.spec.decoding import TRANSLATION, DecodeConfig
 
-from .decoders import as_log_probs, torch_step_decoder
-from .kv_cache import NEVER, DecodeCheck, _pick_eos, reference_twin
-from .onnx import ExportError, _example, _short
+from .common import (
+    NEVER,
+    Check,
+    DecodeCheck,
+    ExportError,
+    Progress,
+    Target,
+    example_sources,
+    is_reference,
+    pick_eos,
+    reference_for,
+    short_error,
+)
+from .decoders import torch_step_decoder
 
 __all__ = ["available", "is_reference", "token_names", "transformer_spec", "export_ctranslate2", "CT2Decoder",
-           "verify_ctranslate2", "METADATA_FILE"]
+           "verify_ctranslate2", "METADATA_FILE", "TARGET"]
 
 METADATA_FILE = "aiayn.json"
 PAD, BOS, EOS = "<blank>", "<s>", "</s>"
-
-
-def is_reference(model: nn.Module) -> bool:
-    """True when ``model`` is a reference ``Transformer`` (converted as it is)."""
-    from aiayn_conformance.reference.model import Transformer
-
-    return isinstance(model, Transformer)
 
 
 def available() -> bool:
@@ -172,11 +178,11 @@ def export_ctranslate2(model: nn.Module, out_dir: str | Path, config: ModelConfi
     """Convert ``model`` and write a CTranslate2 model folder (replaced if it exists); returns its path.
 
     ``model`` is a reference ``Transformer`` or an implementation with ``load_reference_state``
-    (``export.kv_cache.reference_twin``: a seeded reference's canonical state is loaded into it, and
+    (``export.reference_for``: a seeded reference's canonical state is loaded into it, and
     that state is converted). ``quantization`` is CTranslate2's (None keeps float32).
     """
     _require()
-    twin = reference_twin(model, config, seed=seed)
+    twin = reference_for(model, config, seed=seed)
     positions = config.max_len + decode.extra_length
     progress(f"building a CTranslate2 TransformerSpec ({config.n_layers} layers, {positions} positions) ...")
     spec = transformer_spec(twin.state_dict(), config, decode=decode, positions=positions)
@@ -191,7 +197,7 @@ def export_ctranslate2(model: nn.Module, out_dir: str | Path, config: ModelConfi
     except OSError as exc:
         raise ExportError(f"cannot write {out}: {exc.strerror or exc}") from exc
     except Exception as exc:
-        raise ExportError(f"CTranslate2 rejected the spec: {_short(exc)}") from exc
+        raise ExportError(f"CTranslate2 rejected the spec: {short_error(exc)}") from exc
     meta = {"pad_id": config.pad_id, "bos_id": decode.bos_id, "eos_id": decode.eos_id, "max_positions": positions,
             "max_source_length": config.max_len, "tgt_vocab": config.tgt_vocab, "src_vocab": config.src_vocab,
             "token_names": "t{id}, with pad <blank>, bos <s>, eos </s>"}
@@ -210,7 +216,7 @@ class CT2Decoder:
             self.translator = ctranslate2.Translator(str(out), device="cpu", compute_type=compute_type,
                                                      inter_threads=1, intra_threads=threads)
         except (OSError, ValueError, RuntimeError) as exc:
-            raise ExportError(f"cannot load the CTranslate2 model in {out}: {_short(exc)}") from exc
+            raise ExportError(f"cannot load the CTranslate2 model in {out}: {short_error(exc)}") from exc
         self.pad_id, self.max_positions = meta["pad_id"], meta["max_positions"]
         decode = DecodeConfig(bos_id=meta["bos_id"], eos_id=meta["eos_id"])
         self.names = token_names(meta["src_vocab"], pad_id=self.pad_id, decode=decode)
@@ -261,7 +267,7 @@ def _teacher_forced(decoder: Any, kind: str, src: Tensor, tokens: Tensor, bos_id
     out = []
     for t in range(tokens.size(1)):
         scores, state = decoder.decode_step(state, feed)
-        out.append(as_log_probs(scores, kind))
+        out.append(as_log_probs(scores, kind, dtype=torch.float32, renormalize=True))
         feed = tokens[:, t]
     return torch.stack(out, dim=1) if out else torch.zeros(src.size(0), 0, 0)
 
@@ -287,11 +293,7 @@ def verify_ctranslate2(out_dir: str | Path, model: nn.Module, config: ModelConfi
     model = model.eval()
     ct2 = CT2Decoder(out_dir, threads=threads)
     torch_decoder = torch_step_decoder(model, output_kind)
-    src_len = min(src_len, config.max_len)
-    src, _ = _example(config, sources, src_len, 1, seed=seed)
-    if sources > 1 and src_len > 2:
-        src[1, src_len // 2:] = config.pad_id
-    lengths = ", ".join(str(int(n)) for n in (src != config.pad_id).sum(dim=1))
+    src, lengths = example_sources(config, sources, src_len, seed=seed)
     limit = f"limit = source length + {decode.extra_length}"
     checks = []
     eos = NEVER
@@ -301,13 +303,13 @@ def verify_ctranslate2(out_dir: str | Path, model: nn.Module, config: ModelConfi
                 expected = greedy_search(torch_decoder, src, bos_id=decode.bos_id, eos_id=eos, pad_id=config.pad_id,
                                          extra_length=decode.extra_length)
         except Exception as exc:
-            raise ExportError(f"PyTorch decoding with {type(model).__name__} failed: {_short(exc)}") from exc
+            raise ExportError(f"PyTorch decoding with {type(model).__name__} failed: {short_error(exc)}") from exc
         try:
             got, logits = ct2.search(src, eos_id=eos, extra_length=decode.extra_length, return_logits=True)
         except ExportError:
             raise
         except Exception as exc:
-            raise ExportError(f"CTranslate2 failed while decoding: {_short(exc)}") from exc
+            raise ExportError(f"CTranslate2 failed while decoding: {short_error(exc)}") from exc
         assert logits is not None
         equal = got.tolist() == expected.tokens.tolist()
         with torch.inference_mode():
@@ -327,5 +329,37 @@ def verify_ctranslate2(out_dir: str | Path, model: nn.Module, config: ModelConfi
         checks.append(DecodeCheck("greedy search", setting.format(eos=eos), equal and worst <= atol, equal, worst,
                                   worst_at, got.size(1), sources, outcome, runtime="CTranslate2"))
         if eos == NEVER:
-            eos = _pick_eos(expected.tokens, config.pad_id)
+            eos = pick_eos(expected.tokens, config.pad_id)
     return checks
+
+
+# -- the target ``ctranslate2`` of ``aiayn export`` (export.TARGETS) --------------------------------------------
+def _usage(args: argparse.Namespace) -> str:
+    return "" if args.out_dir else "--format ctranslate2 needs --out-dir DIR (it writes a CTranslate2 model folder)"
+
+
+def _missing() -> str:
+    if available():
+        return ""
+    return "the ctranslate2 package is not installed; pip install 'aiayn-conformance[ctranslate2]'"
+
+
+def _export_target(model: nn.Module, output: str, config: ModelConfig, args: argparse.Namespace,
+                   progress: Progress) -> str:
+    if not is_reference(model):
+        progress(f"{args.impl} is not the reference: its canonical state is converted (load_reference_state), "
+                 f"verified against {args.impl}'s own decoding")
+    return str(export_ctranslate2(model, args.out_dir, config, progress=progress))
+
+
+def _verify_target(model: nn.Module, output: str, config: ModelConfig, args: argparse.Namespace,
+                   progress: Progress) -> Sequence[Check]:
+    progress("verifying greedy decoding in CTranslate2 against PyTorch ...")
+    return verify_ctranslate2(args.out_dir, model, config, output_kind=output)
+
+
+TARGET = Target(
+    name="ctranslate2",
+    description="a CTranslate2 TransformerSpec model folder (--out-dir), verified by greedy decoding in CTranslate2",
+    missing=_missing, export=_export_target, verify=_verify_target, usage=_usage,
+)

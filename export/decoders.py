@@ -27,17 +27,9 @@ import torch
 from torch import Tensor, nn
 
 from aiayn_conformance.reference.decoding import PrefixDecoding
-from aiayn_conformance.spec.contract import StepDecoding, has_step_decoding
+from aiayn_conformance.spec.contract import StepDecoding, as_log_probs, has_step_decoding
 
-__all__ = ["as_log_probs", "ForwardPrefix", "torch_step_decoder", "MemoryPrefix", "MemoryPrefixState", "Lockstep"]
-
-
-def as_log_probs(scores: Tensor, kind: str = "logits") -> Tensor:
-    """Next-token scores (N, V) of the given output kind as float32 log-probabilities."""
-    scores = scores.float()
-    if kind == "probs":
-        scores = scores.clamp_min(torch.finfo(torch.float32).tiny).log()
-    return torch.log_softmax(scores, dim=-1)
+__all__ = ["ForwardPrefix", "torch_step_decoder", "MemoryPrefix", "MemoryPrefixState", "Lockstep"]
 
 
 class ForwardPrefix(PrefixDecoding):
@@ -52,7 +44,9 @@ class ForwardPrefix(PrefixDecoding):
 
     def __call__(self, src: Tensor, tgt: Tensor) -> Tensor:
         scores = self.model(src, tgt)
-        return as_log_probs(scores, "probs") if self.output_kind == "probs" else scores
+        if self.output_kind != "probs":
+            return scores
+        return as_log_probs(scores, "probs", dtype=torch.float32, renormalize=True)
 
 
 def torch_step_decoder(model: nn.Module, output_kind: str = "logits") -> StepDecoding:
@@ -117,7 +111,8 @@ class Lockstep:
     def decode_step(self, state: tuple[Any, Any], tokens: Tensor) -> tuple[Tensor, tuple[Any, Any]]:
         a, lead_state = self.lead.decode_step(state[0], tokens)
         b, follow_state = self.follow.decode_step(state[1], tokens)
-        diff = (as_log_probs(a, self.lead_kind).double() - as_log_probs(b, self.follow_kind).double()).abs()
+        diff = (as_log_probs(a, self.lead_kind, dtype=torch.float32, renormalize=True).double()
+                - as_log_probs(b, self.follow_kind, dtype=torch.float32, renormalize=True).double()).abs()
         diff = diff.nan_to_num(float("inf")).amax(dim=-1)  # (N,)
         row = int(diff.argmax())
         if diff[row].item() > self.worst or self.steps == 0:

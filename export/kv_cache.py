@@ -59,50 +59,29 @@ from aiayn_conformance.reference.decoding import (
 from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.decoding import TRANSLATION, DecodeConfig
 
+from .common import (
+    NEVER,
+    OPSET,
+    DecodeCheck,
+    ExportError,
+    example_inputs,
+    example_sources,
+    export_graph,
+    is_reference,
+    pick_eos,
+    session,
+    short_error,
+)
 from .decoders import Lockstep, torch_step_decoder
-from .onnx import OPSET, ExportError, _example, _export, _short, session
 
 __all__ = ["ENCODER_FILE", "STEP_FILE", "MANIFEST_FILE", "CachedGeneration", "CachedStep", "EncoderKV",
-           "export_cached_generation", "export_encoder_kv", "export_cached_step", "reference_twin",
-           "OrtCachedDecoder", "OrtPrefixDecoder", "DecodeCheck", "verify_cached_generation"]
+           "export_cached_generation", "export_encoder_kv", "export_cached_step",
+           "OrtCachedDecoder", "OrtPrefixDecoder", "verify_cached_generation"]
 
 ENCODER_FILE = "encoder_kv.onnx"
 STEP_FILE = "decoder_step.onnx"
 MANIFEST_FILE = "generation.json"
 MAX_ROWS = 8192  # the largest N the graphs are exported for (batch x beam)
-NEVER = -1  # an end symbol no token equals: decoding runs to the limit
-
-
-def _reference_like(model: nn.Module) -> bool:
-    from aiayn_conformance.reference.model import Transformer
-
-    return isinstance(model, Transformer)
-
-
-def reference_twin(model: nn.Module, config: ModelConfig, *, seed: int = 0) -> nn.Module:
-    """A reference ``Transformer`` computing what ``model`` computes if ``model`` conforms.
-
-    ``model`` itself when it is a reference ``Transformer``. Otherwise a fresh reference model
-    (seeded) whose canonical state is also loaded into ``model`` with ``load_reference_state``, so both
-    hold the same weights: the exported graphs then hold the paper's computation with those weights,
-    and verification compares them with ``model``'s own decoding. ExportError when ``model`` has
-    neither form.
-    """
-    if _reference_like(model):
-        return model.eval()
-    if not callable(getattr(model, "load_reference_state", None)):
-        raise ExportError(f"{type(model).__name__} is not the reference Transformer and has no "
-                          "load_reference_state(); the cached export needs one of the two "
-                          "(or use --no-cache for its own encode/decode)")
-    from aiayn_conformance.reference.model import Transformer
-
-    torch.manual_seed(seed)
-    twin = Transformer(config).eval()
-    try:
-        model.load_reference_state(twin.state_dict())  # type: ignore[operator]
-    except Exception as exc:
-        raise ExportError(f"{type(model).__name__}.load_reference_state failed: {_short(exc)}") from exc
-    return twin
 
 
 # -- the graphs -------------------------------------------------------------------------------------------
@@ -163,9 +142,9 @@ class CachedGeneration:
 
 
 def _check_model(model: nn.Module) -> None:
-    if not _reference_like(model):
+    if not is_reference(model):
         raise ExportError(f"the cached export traces the reference's decoding on a reference Transformer; got "
-                          f"{type(model).__name__} (reference_twin() gives one with the same weights)")
+                          f"{type(model).__name__} (export.reference_for() gives one with the same weights)")
 
 
 def export_encoder_kv(model: nn.Module, path: str | Path, config: ModelConfig, *,
@@ -174,12 +153,12 @@ def export_encoder_kv(model: nn.Module, path: str | Path, config: ModelConfig, *
     _check_model(model)
     model = model.eval()
     names = _names(config.n_layers)
-    src, _ = _example(config)  # N = 2, S = 5
+    src, _ = example_inputs(config)  # N = 2, S = 5
     N = torch.export.Dim("rows", min=1, max=MAX_ROWS)
     S = torch.export.Dim("src_len", min=1, max=config.max_len)
     outputs = [n for pair in zip(names["cross_key"], names["cross_value"]) for n in pair]
     symbolic = {"src": (0, 1), **{n: (0, 2) for n in outputs}}
-    return _export(EncoderKV(model), (src,), ({0: N, 1: S},), (["src"], outputs), Path(path), progress, symbolic)
+    return export_graph(EncoderKV(model), (src,), ({0: N, 1: S},), (["src"], outputs), Path(path), progress, symbolic)
 
 
 def export_cached_step(model: nn.Module, path: str | Path, config: ModelConfig, *, positions: int | None = None,
@@ -189,7 +168,7 @@ def export_cached_step(model: nn.Module, path: str | Path, config: ModelConfig, 
     model = model.eval()
     positions = positions or config.max_len + TRANSLATION.extra_length
     L, names = config.n_layers, _names(config.n_layers)
-    src, _ = _example(config)  # N = 2, S = 5
+    src, _ = example_inputs(config)  # N = 2, S = 5
     with torch.no_grad():  # a real cache of t = 3 tokens as the example
         cache = init_cache(model, src)
         for token in (1, 4, 5):
@@ -206,8 +185,8 @@ def export_cached_step(model: nn.Module, path: str | Path, config: ModelConfig, 
     symbolic = {"tokens": (0,), "src": (0, 1), "logits": (0,),
                 **{n: (0, 2) for n in inputs[2:] + outputs[1:]}}
     with _position_table(model, positions):
-        return _export(CachedStep(model), args, ({0: N}, {0: N, 1: S}, past, past, cross, cross), (inputs, outputs),
-                       Path(path), progress, symbolic)
+        return export_graph(CachedStep(model), args, ({0: N}, {0: N, 1: S}, past, past, cross, cross),
+                            (inputs, outputs), Path(path), progress, symbolic)
 
 
 def export_cached_generation(model: nn.Module, out_dir: str | Path, config: ModelConfig, *,
@@ -215,7 +194,7 @@ def export_cached_generation(model: nn.Module, out_dir: str | Path, config: Mode
                              progress: Callable[[str], None] = lambda _: None) -> CachedGeneration:
     """Write ``encoder_kv.onnx``, ``decoder_step.onnx`` and ``generation.json`` into ``out_dir``.
 
-    ``model`` is a reference ``Transformer`` (``reference_twin`` makes one for a conforming
+    ``model`` is a reference ``Transformer`` (``export.reference_for`` makes one for a conforming
     implementation). The step's position table covers ``config.max_len + decode.extra_length``
     positions; ``decode`` also gives the start and end symbols recorded in the manifest.
     """
@@ -336,42 +315,6 @@ class OrtPrefixDecoder:
 
 
 # -- verification ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class DecodeCheck:
-    """One whole decoding compared: the runtime (onnxruntime driving the search, or CTranslate2) against PyTorch."""
-
-    name: str  # what ran, e.g. "greedy search"
-    setting: str  # sources, end symbol, limit
-    ok: bool
-    tokens_equal: bool
-    worst_log_prob: float  # worst |log p_onnxruntime - log p_torch| over every step, row and token
-    worst_at: tuple[int, int]  # (row, step) of that difference
-    steps: int  # decoder steps run (past lengths 0 .. steps - 1)
-    rows: int  # rows of the decoder state (sources, or sources x beams)
-    outcome: str = ""  # how the sources ended
-    worst_score: float | None = None  # beam search: worst |score_onnxruntime - score_torch| of the winners
-    runtime: str = "onnxruntime"
-
-    def describe(self) -> str:
-        verdict = "equals" if self.ok else "DIFFERS FROM"
-        score = f"; worst |Δ score| = {self.worst_score:.3g}" if self.worst_score is not None else ""
-        return (f"{self.name} in {self.runtime} {verdict} PyTorch ({self.setting}; {self.steps} steps over {self.rows} "
-                f"rows, past lengths 0..{max(self.steps - 1, 0)}; {self.outcome}): tokens "
-                f"{'equal' if self.tokens_equal else 'DIFFER'}; worst per-step |Δ log p| = {self.worst_log_prob:.3g} "
-                f"at (row, step) {self.worst_at}{score}")
-
-
-def _pick_eos(tokens: Tensor, pad_id: int) -> int:
-    """An end symbol that ends the sources at different steps, and not all at the first: from a no-EOS output."""
-    best, best_key = int(tokens[0, 0]), (-1, -1)
-    for tok in sorted({int(t) for t in tokens.flatten().tolist()} - {pad_id}):
-        firsts = [int(row.nonzero()[0]) if bool(row.any()) else tokens.size(1) for row in tokens == tok]
-        key = (len(set(firsts)), sum(1 for f in firsts if 0 < f < tokens.size(1)))
-        if key > best_key:
-            best, best_key = tok, key
-    return best
-
-
 def verify_cached_generation(out_dir: str | Path, model: nn.Module, config: ModelConfig, *,
                              output_kind: str = "logits", decode: DecodeConfig = TRANSLATION, sources: int = 3,
                              src_len: int = 8, seed: int = 0, atol: float = 1e-4,
@@ -394,11 +337,7 @@ def verify_cached_generation(out_dir: str | Path, model: nn.Module, config: Mode
     model = model.eval()
     ort = OrtCachedDecoder.load(out_dir, threads=threads)
     torch_decoder = torch_step_decoder(model, output_kind)
-    src_len = min(src_len, config.max_len)
-    src, _ = _example(config, sources, src_len, 1, seed=seed)
-    if sources > 1 and src_len > 2:
-        src[1, src_len // 2:] = config.pad_id
-    lengths = ", ".join(str(int(n)) for n in (src != config.pad_id).sum(dim=1))
+    src, lengths = example_sources(config, sources, src_len, seed=seed)
     limit = f"limit = source length + {decode.extra_length}"
     kw = dict(bos_id=decode.bos_id, pad_id=config.pad_id, extra_length=decode.extra_length)
 
@@ -410,12 +349,12 @@ def verify_cached_generation(out_dir: str | Path, model: nn.Module, config: Mode
         except ExportError:
             raise
         except Exception as exc:
-            raise ExportError(f"onnxruntime failed while decoding: {_short(exc)}") from exc
+            raise ExportError(f"onnxruntime failed while decoding: {short_error(exc)}") from exc
         try:
             with torch.inference_mode():
                 expected = search(torch_decoder, src, eos_id=eos, **kw, **extra)
         except Exception as exc:
-            raise ExportError(f"PyTorch decoding with {type(model).__name__} failed: {_short(exc)}") from exc
+            raise ExportError(f"PyTorch decoding with {type(model).__name__} failed: {short_error(exc)}") from exc
         return got, expected, pair
 
     def outcome(h: Hypotheses, steps: int) -> str:
@@ -428,7 +367,7 @@ def verify_cached_generation(out_dir: str | Path, model: nn.Module, config: Mode
     checks.append(DecodeCheck("greedy search", f"{sources} sources of lengths {lengths}, no EOS, {limit}",
                               equal and pair.worst <= atol, equal, pair.worst, pair.worst_at, pair.steps, sources,
                               "every source ran to its limit"))
-    eos = _pick_eos(expected.tokens, config.pad_id)
+    eos = pick_eos(expected.tokens, config.pad_id)
     got, expected, pair = run(greedy_search, eos)
     equal = got.tokens.tolist() == expected.tokens.tolist()
     checks.append(DecodeCheck("greedy search", f"same sources, EOS = {eos}, {limit}", equal and pair.worst <= atol,

@@ -17,11 +17,8 @@ supports.
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import time
-import warnings
-from collections.abc import Callable, Mapping, Sequence
+import argparse
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,130 +29,39 @@ from torch import nn
 from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import has_capability
 
+from .common import (
+    NEVER,
+    OPSET,
+    Check,
+    ExportError,
+    Progress,
+    Target,
+    example_inputs,
+    example_sources,
+    export_graph,
+    installed,
+    reference_for,
+    resolve_model,
+    session,
+    short_error,
+)
+
 __all__ = ["OPSET", "ExportError", "Verification", "GenerationCheck", "export_onnx", "verify",
            "export_generation", "verify_generation",
-           "ort_greedy_decode", "torch_greedy_decode", "resolve_model"]
-
-OPSET = 18
-
-
-class ExportError(RuntimeError):
-    """The exporter, the checker or onnxruntime refused the model; the message is one line."""
-
-
-def _short(exc: BaseException, limit: int = 300) -> str:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and not ln.strip().startswith(("#", "File"))]
-    first = lines[0] if lines else type(exc).__name__
-    return f"{type(exc).__name__}: {first}"[:limit]
-
-
-def resolve_model(impl_or_model: Any, config: ModelConfig, *, seed: int = 0) -> tuple[nn.Module, str]:
-    """A registered implementation's name (built with ``config``) or a module; returns (module, output kind)."""
-    if isinstance(impl_or_model, nn.Module):
-        return impl_or_model.eval(), getattr(impl_or_model, "output_kind", "logits")
-    from aiayn_conformance.implementations import get_registry
-
-    impl = get_registry().get(impl_or_model) if isinstance(impl_or_model, str) else impl_or_model
-    torch.manual_seed(seed)
-    return impl.build(config).eval(), impl.output
-
-
-def _example(config: ModelConfig, batch: int = 2, s_len: int = 5, t_len: int = 4, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    src = torch.randint(1, config.src_vocab, (batch, s_len), generator=g)
-    tgt = torch.randint(1, config.tgt_vocab, (batch, t_len), generator=g)
-    src[src == config.pad_id] = (config.pad_id + 1) % config.src_vocab
-    tgt[tgt == config.pad_id] = (config.pad_id + 1) % config.tgt_vocab
-    return src, tgt
-
-
-# The exporter logs one warning per torchvision operator it cannot register when torchvision is absent
-# (it is not a dependency: a Transformer uses none of them). Kept quiet during our exports only.
-_REGISTRATION_LOGGER = "torch.onnx._internal.exporter._registration"
-
-
-@contextlib.contextmanager
-def _quiet_logger(name: str):
-    logger = logging.getLogger(name)
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
-def _export(module: nn.Module, args: tuple, dynamic: tuple, names: tuple[list[str], list[str]], path: Path,
-            progress: Callable[[str], None], symbolic: Mapping[str, Sequence[int]] | None = None) -> Path:
-    """Export ``module`` on ``args``, save it as one file, check it; ``symbolic`` maps graph input and
-    output names to the axes that must have stayed symbolic (default: axes 0 and 1 of every input)."""
-    import onnx
-
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "wb"):
-            pass
-    except OSError as exc:
-        raise ExportError(f"cannot write {path}: {exc.strerror or exc}") from exc
-    progress(f"exporting {type(module).__name__} with torch.onnx.export(dynamo=True, opset {OPSET}) ...")
-    started = time.perf_counter()
-    try:
-        with warnings.catch_warnings(), _quiet_logger(_REGISTRATION_LOGGER):
-            warnings.simplefilter("ignore")
-            program = torch.onnx.export(module, args, dynamo=True, dynamic_shapes=dynamic, opset_version=OPSET,
-                                        input_names=names[0], output_names=names[1], verbose=False)
-        if program is None:  # only the legacy exporter (dynamo=False) returns None
-            raise ExportError("torch.onnx.export returned no program")
-        program.save(str(path), external_data=False)
-    except Exception as exc:
-        raise ExportError(f"export failed: {_short(exc)}") from exc
-    progress(f"exported in {time.perf_counter() - started:.1f} s; checking ...")
-    model = onnx.load(str(path))
-    try:
-        onnx.checker.check_model(model)
-        onnx.shape_inference.infer_shapes(model, strict_mode=False)
-    except Exception as exc:
-        raise ExportError(f"onnx.checker rejected the exported model: {_short(exc)}") from exc
-    # Batch and length axes must stay symbolic: an example dimension of size 0 or 1, or a guard the
-    # exporter could not prove, specializes them silently.
-    values = {v.name: v for v in [*model.graph.input, *model.graph.output]}
-    expected = symbolic if symbolic is not None else {i.name: (0, 1) for i in model.graph.input}
-    for name, axes in expected.items():
-        if name not in values:
-            raise ExportError(f"the exported graph has no input or output named {name!r}")
-        dims = [d.dim_param or d.dim_value for d in values[name].type.tensor_type.shape.dim]
-        if not all(a < len(dims) and isinstance(dims[a], str) and dims[a] for a in axes):
-            raise ExportError(f"{name} was exported with static dimensions {dims} (axes {list(axes)} must be symbolic)")
-    return path
-
+           "ort_greedy_decode", "torch_greedy_decode", "resolve_model", "TARGET"]
 
 def export_onnx(impl_or_model: Any, path: str | Path, config: ModelConfig, *,
                 progress: Callable[[str], None] = lambda _: None) -> Path:
     """Export ``forward(src, tgt)`` with dynamic batch, source and target lengths; returns the path."""
     model, _ = resolve_model(impl_or_model, config)
-    src, tgt = _example(config)
+    src, tgt = example_inputs(config)
     B = torch.export.Dim("batch", min=1, max=1024)
     S = torch.export.Dim("src_len", min=1, max=config.max_len)
     T = torch.export.Dim("tgt_len", min=1, max=config.max_len)
-    return _export(model, (src, tgt), ({0: B, 1: S}, {0: B, 1: T}), (["src", "tgt"], ["scores"]), Path(path),
-                   progress)
+    return export_graph(model, (src, tgt), ({0: B, 1: S}, {0: B, 1: T}), (["src", "tgt"], ["scores"]), Path(path),
+                        progress)
 
-
-def session(path: str | Path, *, threads: int | None = None):
-    """An onnxruntime session on the CPU provider (asserted); ``threads`` sets its intra-op thread count."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    if threads:
-        options.intra_op_num_threads = threads
-    try:
-        sess = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # InvalidGraph, NotImplemented, Fail: the exported graph is what is wrong
-        raise ExportError(f"onnxruntime rejected the exported graph: {_short(exc)}") from exc
-    if sess.get_providers()[0] != "CPUExecutionProvider":  # ORT falls back silently otherwise
-        raise ExportError(f"onnxruntime chose {sess.get_providers()} instead of the CPU provider")
-    return sess
+ENCODER_FILE, DECODER_FILE = "encoder.onnx", "decoder.onnx"  # export_generation's graphs (full prefix)
 
 
 @dataclass(frozen=True)
@@ -183,7 +89,7 @@ def verify(path: str | Path, impl_or_model: Any, config: ModelConfig, *, shapes=
     ok = True
     for n, (b, s, t) in enumerate(shapes):
         s, t = min(s, config.max_len), min(t, config.max_len)
-        src, tgt = _example(config, b, s, t, seed=100 + n)
+        src, tgt = example_inputs(config, b, s, t, seed=100 + n)
         if s > 1:
             src[0, s // 2:] = config.pad_id  # padding in the first row
         if t > 1:
@@ -193,7 +99,7 @@ def verify(path: str | Path, impl_or_model: Any, config: ModelConfig, *, shapes=
         try:
             got = torch.from_numpy(sess.run(None, {"src": src.numpy(), "tgt": tgt.numpy()})[0]).double()
         except Exception as exc:
-            raise ExportError(f"onnxruntime failed on (batch, S, T) = {(b, s, t)}: {_short(exc)}") from exc
+            raise ExportError(f"onnxruntime failed on (batch, S, T) = {(b, s, t)}: {short_error(exc)}") from exc
         real = (tgt != config.pad_id)[..., None].expand_as(expected)
         diff = torch.where(real, (got - expected).abs(), torch.zeros_like(expected)).nan_to_num(float("inf"))
         bad = diff > atol + rtol * expected.abs()
@@ -242,15 +148,15 @@ def export_generation(model, out_dir: str | Path, config: ModelConfig, *,
         raise ExportError(f"generation export needs encode(), decode() and generator; the model lacks {lacks[0]}")
     model = model.eval()
     out = Path(out_dir)
-    src, tgt = _example(config)
+    src, tgt = example_inputs(config)
     B = torch.export.Dim("batch", min=1, max=1024)
     S = torch.export.Dim("src_len", min=1, max=config.max_len)
     T = torch.export.Dim("prefix_len", min=1, max=config.max_len)
-    enc = _export(_Encoder(model), (src,), ({0: B, 1: S},), (["src"], ["memory"]), out / "encoder.onnx", progress)
+    enc = export_graph(_Encoder(model), (src,), ({0: B, 1: S},), (["src"], ["memory"]), out / ENCODER_FILE, progress)
     with torch.no_grad():
         memory = model.encode(src)
-    dec = _export(_DecoderStep(model), (memory, src, tgt), ({0: B, 1: S}, {0: B, 1: S}, {0: B, 1: T}),
-                  (["memory", "src", "ys"], ["next_logits"]), out / "decoder.onnx", progress)
+    dec = export_graph(_DecoderStep(model), (memory, src, tgt), ({0: B, 1: S}, {0: B, 1: S}, {0: B, 1: T}),
+                       (["memory", "src", "ys"], ["next_logits"]), out / DECODER_FILE, progress)
     return enc, dec
 
 
@@ -317,12 +223,9 @@ def verify_generation(encoder: str | Path, decoder: str | Path, model, config: M
     padded while the others go on.
     """
     model = model.eval()
-    src_len = min(src_len, config.max_len)
     steps = min(max_new_tokens, config.max_len - 1)
-    src, _ = _example(config, sources, src_len, 1, seed=seed)
-    if sources > 1 and src_len > 2:
-        src[1, src_len // 2:] = config.pad_id
-    never = -1  # no token id: decoding runs every step
+    src, _ = example_sources(config, sources, src_len, seed=seed)
+    never = NEVER  # no token id: decoding runs every step
     pt = torch_greedy_decode(model, src, bos_id=bos_id, eos_id=never, max_new_tokens=steps)
     enc, dec = session(encoder), session(decoder)
     try:
@@ -344,7 +247,7 @@ def verify_generation(encoder: str | Path, decoder: str | Path, model, config: M
         ort = _ort_greedy(enc, dec, src, bos_id=bos_id, eos_id=never, pad_id=config.pad_id, max_new_tokens=steps)
         ort_eos = _ort_greedy(enc, dec, src, bos_id=bos_id, eos_id=eos, pad_id=config.pad_id, max_new_tokens=steps)
     except Exception as exc:
-        raise ExportError(f"onnxruntime failed while decoding: {_short(exc)}") from exc
+        raise ExportError(f"onnxruntime failed while decoding: {short_error(exc)}") from exc
     hit = pt_eos[:, 1:] == eos  # (sources, generated)
     finish = [int(row.nonzero()[0]) if bool(row.any()) else None for row in hit]  # step of each source's EOS
     early = len(set(finish)) > 1  # some source was padded while another still decoded
@@ -352,3 +255,72 @@ def verify_generation(encoder: str | Path, decoder: str | Path, model, config: M
     eos_equal = ort_eos.tolist() == pt_eos.tolist()
     return GenerationCheck(close and tokens_equal and eos_equal, sources, steps, worst, worst_at, tokens_equal,
                            eos_equal, early)
+
+
+# -- the target ``onnx`` of ``aiayn export`` (export.TARGETS) ---------------------------------------------------
+# One target, three forms: the forward graph (--out), and for decoding (--generation --out-dir) the key/value-cache
+# step (export.kv_cache, the default --cache) or the full-prefix step (--no-cache). They share the runtime that
+# verifies them (onnxruntime), the extra that installs it, and the graph plumbing (export.common.export_graph).
+def _add_options(parser: argparse._ActionsContainer) -> None:
+    parser.add_argument("--out", default=None, help="output .onnx file (forward(src, tgt) -> scores)")
+    parser.add_argument("--generation", action="store_true",
+                        help="export graphs for decoding instead of forward (needs --out-dir): by default an encoder "
+                             "computing the cross-attention keys/values and a decoder step with the key/value cache "
+                             "as inputs and outputs")
+    parser.add_argument("--cache", action=argparse.BooleanOptionalAction, default=True,
+                        help="with --generation: the key/value-cache step (encoder_kv.onnx, decoder_step.onnx, "
+                             "generation.json; default) or, with --no-cache, the full-prefix step (encoder.onnx, "
+                             "decoder.onnx), which reruns the decoder over the whole prefix at every step")
+
+
+def _usage(args: argparse.Namespace) -> str:
+    if args.generation and not args.out_dir:
+        return "--generation needs --out-dir DIR (it writes the encoder and decoder-step graphs)"
+    if not args.generation and not args.out:
+        return "--out PATH is required (or --generation --out-dir DIR)"
+    return ""
+
+
+def _missing() -> str:
+    if installed("onnx", "onnxruntime", "onnxscript"):
+        return ""
+    return "the onnx extra is not installed (onnx, onnxruntime, onnxscript); pip install 'aiayn-conformance[onnx]'"
+
+
+def _export_target(model: nn.Module, output: str, config: ModelConfig, args: argparse.Namespace,
+            progress: Progress) -> str:
+    if args.generation and args.cache:
+        from .kv_cache import export_cached_generation
+
+        twin = reference_for(model, config)
+        if twin is not model:
+            progress(f"{args.impl} is not the reference: the graphs hold the reference's computation with "
+                     f"{args.impl}'s weights (canonical state), verified against {args.impl}'s own decoding")
+        return export_cached_generation(twin, args.out_dir, config, progress=progress).describe()
+    if args.generation:
+        encoder, decoder = export_generation(model, args.out_dir, config, progress=progress)
+        return f"{encoder} and {decoder}"
+    return str(export_onnx(model, args.out, config, progress=progress))
+
+
+def _verify_target(model: nn.Module, output: str, config: ModelConfig, args: argparse.Namespace,
+            progress: Progress) -> Sequence[Check]:
+    if args.generation and args.cache:
+        from .kv_cache import verify_cached_generation
+
+        progress("verifying greedy and beam decoding in onnxruntime against PyTorch ...")
+        return verify_cached_generation(args.out_dir, model, config, output_kind=output)
+    if args.generation:
+        progress("verifying greedy decoding in onnxruntime against PyTorch ...")
+        out = Path(args.out_dir)
+        return [verify_generation(out / ENCODER_FILE, out / DECODER_FILE, model, config)]
+    progress("verifying with onnxruntime on other shapes ...")
+    return [verify(args.out, model, config)]
+
+
+TARGET = Target(
+    name="onnx",
+    description="ONNX graphs verified in onnxruntime: forward(src, tgt) (--out), or the decoding graphs "
+                "(--generation --out-dir, with the key/value cache or, --no-cache, the full prefix)",
+    missing=_missing, export=_export_target, verify=_verify_target, add_options=_add_options, usage=_usage,
+)

@@ -56,6 +56,7 @@ __all__ = [
     "Transformer",
     "padding_mask",
     "causal_mask",
+    "reference_twin",
 ]
 
 AttentionFn = Callable[[Tensor, Tensor, Tensor, Tensor | None], Tensor]
@@ -438,3 +439,11 @@ class Transformer(nn.Module):
 def build(config: ModelConfig) -> Transformer:
     """The reference implementation's factory (see implementations/builtins/reference.py)."""
     return Transformer(config)
+
+
+def reference_twin(config: ModelConfig, state: Mapping[str, Tensor]) -> Transformer:
+    """The reference model in eval mode holding ``state``, a canonical state dict (copied, not shared): the twin
+    an implementation holding the same state is compared with."""
+    ref = Transformer(config).eval()
+    ref.load_reference_state({k: v.detach().clone() for k, v in state.items()})
+    return ref

@@ -106,7 +106,8 @@ import torch
 from .training import TrainConfig
 
 __all__ = ["Adapter", "OutputKind", "OUTPUT_KINDS", "OPTIONAL_METHODS", "RECIPE_METHODS", "has_capability",
-           "StepDecoding", "Generating", "STEP_DECODING_METHODS", "has_step_decoding", "RecipeAdapter"]
+           "StepDecoding", "Generating", "STEP_DECODING_METHODS", "has_step_decoding", "RecipeAdapter",
+           "as_log_probs"]
 
 OutputKind = Literal["logits", "log_probs", "probs"]
 OUTPUT_KINDS: tuple[str, ...] = ("logits", "log_probs", "probs")
@@ -114,6 +115,22 @@ STEP_DECODING_METHODS: tuple[str, ...] = ("begin_decoding", "decode_step", "reor
 RECIPE_METHODS: tuple[str, ...] = ("make_optimizer", "make_scheduler", "learning_rate", "make_criterion", "make_batch")
 OPTIONAL_METHODS: tuple[str, ...] = ("encode", "positional_encoding", "load_reference_state",
                                      *STEP_DECODING_METHODS, "generate", *RECIPE_METHODS)
+
+
+def as_log_probs(scores: torch.Tensor, kind: str = "logits", *, dtype: torch.dtype = torch.float64,
+                 renormalize: bool = False) -> torch.Tensor:
+    """An adapter's scores of output kind ``kind`` (``OUTPUT_KINDS``) as log-probabilities in ``dtype``, detached.
+
+    Logits go through log-softmax; log-probabilities are kept and probabilities taken the log of (clamped at the
+    dtype's smallest normal number), as the model gave them, so that a check sees scores that do not sum to 1.
+    ``renormalize`` log-softmaxes those two as well: a decoder's next-token scores, which a search compares
+    across rows. ValueError for an unknown kind."""
+    if kind not in OUTPUT_KINDS:
+        raise ValueError(f"unknown output kind {kind!r}; accepted: {', '.join(OUTPUT_KINDS)}")
+    out = scores.detach().to(dtype)
+    if kind == "probs":
+        out = out.clamp_min(torch.finfo(dtype).tiny).log()
+    return torch.log_softmax(out, dim=-1) if kind == "logits" or renormalize else out
 
 
 @runtime_checkable

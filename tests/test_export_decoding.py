@@ -121,27 +121,27 @@ def test_no_cache_keeps_the_full_prefix_export(monkeypatch, tmp_path, capsys):
         def describe(self):
             return "full-prefix check"
 
-    monkeypatch.setattr(export, "export_generation", lambda model, out, config, progress: calls.append("prefix")
+    monkeypatch.setattr(export.onnx, "export_generation", lambda model, out, config, progress: calls.append("prefix")
                         or (Path(out) / "encoder.onnx", Path(out) / "decoder.onnx"))
-    monkeypatch.setattr(export, "verify_generation", lambda *a, **k: Check())
-    monkeypatch.setattr(export, "export_cached_generation", lambda *a, **k: calls.append("cached"))
+    monkeypatch.setattr(export.onnx, "verify_generation", lambda *a, **k: Check())
+    monkeypatch.setattr(export.kv_cache, "export_cached_generation", lambda *a, **k: calls.append("cached"))
     assert main(["export", "--preset", "tiny", "--generation", "--no-cache", "--out-dir", str(tmp_path),
                  "--verify"]) == 0
     assert calls == ["prefix"] and "verified: full-prefix check" in capsys.readouterr().out
 
 
-def test_reference_twin_gives_a_conforming_implementation_the_same_weights():
-    from aiayn_conformance.export import ExportError, reference_twin
+def test_reference_for_gives_a_conforming_implementation_the_same_weights():
+    from aiayn_conformance.export import ExportError, reference_for
     from aiayn_conformance.implementations import get_registry
     from aiayn_conformance.reference.model import Transformer
     from aiayn_conformance.spec import TINY
 
     fused = get_registry().get("fused").build(TINY).eval()
-    twin = reference_twin(fused, TINY)
+    twin = reference_for(fused, TINY)
     assert isinstance(twin, Transformer) and twin is not fused
     src, tgt = torch.randint(1, 37, (2, 6)), torch.randint(1, 37, (2, 5))
     with torch.no_grad():
         torch.testing.assert_close(fused(src, tgt), twin(src, tgt), atol=1e-5, rtol=1e-5)
-    assert reference_twin(twin, TINY) is twin
+    assert reference_for(twin, TINY) is twin
     with pytest.raises(ExportError, match="has no load_reference_state"):
-        reference_twin(torch.nn.Linear(2, 2), TINY)
+        reference_for(torch.nn.Linear(2, 2), TINY)

@@ -3,8 +3,8 @@
 Each module here is one plugin (one implementation, or the built-in components), written against the public
 interface only (``aiayn_conformance.implementations``: ``hookimpl``, ``Implementation``, ``Component``), one file
 per model. ``PLUGINS`` lists them in registration order; the registry loads them first
-(``aiayn_conformance.implementations.DEFAULT_PLUGINS``). ``hf_decoding`` is not a plugin: it is the decoding code
-the Hugging Face plugins share.
+(``aiayn_conformance.implementations.DEFAULT_PLUGINS``). ``hf_seq2seq`` and ``hf_decoding`` are not plugins: they
+are the adapter skeleton and the decoding code the Hugging Face plugins share.
 
 Adding a built-in: a module here, its name in ``PLUGINS``, and what docs/plugins.md ("Adding a built-in") lists;
 the project's tests read the built-ins' names from the registry.

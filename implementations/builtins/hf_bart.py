@@ -32,20 +32,18 @@ same weights BART differs from the paper by what it cannot drop: the embedding n
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
+from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from aiayn_conformance.reference.model import sinusoid_table
 from aiayn_conformance.spec.config import ModelConfig
-from aiayn_conformance.spec.schema import CanonicalKey, Target, load_canonical
 
-from ..availability import unavailable_reason
 from ..declarations import Implementation
 from ..hookspecs import hookimpl
-from .hf_decoding import BEAM, DECODING_NOTE, HF_CITED, MAX_LENGTH, HFDecoding
+from .hf_decoding import BEAM, DECODING_NOTE, HF_CITED, MAX_LENGTH
+from .hf_seq2seq import HFSeq2SeqAdapter, paper_config, transformers_unavailable
 
 __all__ = ["BartAdapter", "build", "DEVIATIONS", "WRITTEN_FOR", "CITED"]
 
@@ -72,85 +70,40 @@ CITED: dict[str, str] = {
 }
 
 
-def _quiet_offline() -> None:
-    """Nothing is ever downloaded: the model is built from its config class."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-
-
-class BartAdapter(HFDecoding, nn.Module):
-    """``BartForConditionalGeneration`` behind the adapter contract; returns logits (B, T, tgt_vocab)."""
+class BartAdapter(HFSeq2SeqAdapter):
+    """``BartForConditionalGeneration`` behind the adapter contract; returns logits (B, T, tgt_vocab), incl.
+    ``final_logits_bias``."""
 
     OFFSET = 2  # BartLearnedPositionalEmbedding reads row position + 2
 
     def __init__(self, config: ModelConfig):
-        super().__init__()
         if config.src_vocab != config.tgt_vocab:
             raise ValueError(f"hf-bart cannot build src_vocab={config.src_vocab} != tgt_vocab={config.tgt_vocab}: "
                              f"BartConfig has one vocab_size for both stacks ({C}:48)")
-        _quiet_offline()
+        super().__init__(config)
+
+    def _build_model(self, config: ModelConfig) -> Any:
         from transformers import BartConfig, BartForConditionalGeneration
 
-        self.config = cfg = config
-        hf = BartConfig(
-            vocab_size=cfg.tgt_vocab, d_model=cfg.d_model, encoder_layers=cfg.n_layers, decoder_layers=cfg.n_layers,
-            encoder_attention_heads=cfg.n_heads, decoder_attention_heads=cfg.n_heads,
-            encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff, max_position_embeddings=cfg.max_len,
-            activation_function="relu", scale_embedding=True, dropout=cfg.dropout, attention_dropout=0.0,
-            activation_dropout=0.0, encoder_layerdrop=0.0, decoder_layerdrop=0.0,
-            tie_word_embeddings=cfg.share_embeddings, pad_token_id=cfg.pad_id, decoder_start_token_id=cfg.pad_id,
-            bos_token_id=None, eos_token_id=None, forced_eos_token_id=None,
-        )
-        self.model = BartForConditionalGeneration(hf)
+        return BartForConditionalGeneration(BartConfig(
+            vocab_size=config.tgt_vocab, tie_word_embeddings=config.share_embeddings, bos_token_id=None,
+            **paper_config(config),
+        ))
 
-    def _keep(self, tokens: Tensor) -> Tensor:
-        return (tokens != self.config.pad_id).long()  # (B, L), 1 = a real token (the library's polarity too)
+    def _first_position_row(self) -> int:
+        return self.OFFSET
 
-    # -- the adapter contract ------------------------------------------------------------------------------
-    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
-        """src (B, S), tgt (B, T) right-padded ids -> logits (B, T, tgt_vocab), incl. ``final_logits_bias``."""
-        out = self.model(input_ids=src, attention_mask=self._keep(src), decoder_input_ids=tgt,
-                         decoder_attention_mask=self._keep(tgt))
-        return out.logits
+    def _extra_state(self) -> tuple[list[Tensor], list[Tensor]]:
+        """The final-logits bias 0; each stack's embedding LayerNorm gain 1, bias 0."""
+        model = self.model.model
+        stacks = (model.encoder, model.decoder)
+        zero = [self.model.get_buffer("final_logits_bias"), *(s.layernorm_embedding.bias for s in stacks)]
+        return zero, [s.layernorm_embedding.weight for s in stacks]
 
-    def encode(self, src: Tensor) -> Tensor:
-        """The last encoder layer's output (B, S, d_model)."""
-        return self.model.get_encoder()(input_ids=src, attention_mask=self._keep(src)).last_hidden_state
-
-    def positional_encoding(self, length: int) -> Tensor:
-        """The encoder's learned table at positions 0..length-1 (rows 2.. of its weight): (length, d_model)."""
-        table = self.model.model.encoder.embed_positions.weight  # (max_len + 2, d_model)
-        if self.OFFSET + length > table.size(0):
-            raise ValueError(f"the table holds {table.size(0) - self.OFFSET} positions; {length} requested")
-        return table[self.OFFSET:self.OFFSET + length].detach()
-
-    def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
-        """Load a canonical-schema state dict; what the schema lacks gets the values nearest the paper."""
-        get, model = self.model.get_parameter, self.model.model
-        mapping: dict[CanonicalKey, Target] = {"src_embed.weight": get("model.encoder.embed_tokens.weight"),
-                                               "tgt_embed.weight": get("model.decoder.embed_tokens.weight"),
-                                               "generator.weight": get("lm_head.weight")}
-        zero: list[Tensor] = [self.model.get_buffer("final_logits_bias")]
-        one: list[Tensor] = []
-        for stack in (model.encoder, model.decoder):
-            one.append(stack.layernorm_embedding.weight)
-            zero.append(stack.layernorm_embedding.bias)
-        stacks = (("encoder", {"self_attn": "self_attn"}, ("self_attn_layer_norm", "final_layer_norm")),
-                  ("decoder", {"self_attn": "self_attn", "cross_attn": "encoder_attn"},
-                   ("self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm")))
-        for stack_name, attentions, norms in stacks:
-            for i in range(self.config.n_layers):
-                ours, theirs = f"{stack_name}.{i}", f"model.{stack_name}.layers.{i}"
-                for att, mine in attentions.items():
-                    for x, proj in zip("qkvo", ("q_proj", "k_proj", "v_proj", "out_proj")):
-                        mapping[f"{ours}.{att}.{x}.weight"] = get(f"{theirs}.{mine}.{proj}.weight")
-                        zero.append(get(f"{theirs}.{mine}.{proj}.bias"))
-                for p in ("weight", "bias"):
-                    mapping[f"{ours}.ffn.w1.{p}"] = get(f"{theirs}.fc1.{p}")
-                    mapping[f"{ours}.ffn.w2.{p}"] = get(f"{theirs}.fc2.{p}")
-                    for k, norm in enumerate(norms, start=1):
-                        mapping[f"{ours}.norm{k}.{p}"] = get(f"{theirs}.{norm}.{p}")
-        load_canonical(state, mapping, zero=zero, one=one)
+    def _after_load(self) -> None:
+        """``model.shared`` (untied: a matrix no stack reads) gets the source embedding, and the learned
+        positional tables the paper's sinusoids (rows 2.., BART's offset)."""
+        model = self.model.model
         with torch.no_grad():
             if model.shared.weight is not model.encoder.embed_tokens.weight:  # untied: a matrix no stack reads
                 model.shared.weight.copy_(model.encoder.embed_tokens.weight)
@@ -223,5 +176,5 @@ def register_implementations(register):
         deviations=DEVIATIONS,
         notes=NOTES,
         written_for=WRITTEN_FOR,
-        unavailable=unavailable_reason("transformers", "transformers", at_least="5.0", below="6"),
+        unavailable=transformers_unavailable(),
     ))

@@ -35,18 +35,16 @@ positional tables are the library's (frozen, never loaded).
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
+from typing import Any
 
-from torch import Tensor, nn
+from torch import Tensor
 
 from aiayn_conformance.spec.config import ModelConfig
-from aiayn_conformance.spec.schema import CanonicalKey, Target, load_canonical
 
-from ..availability import unavailable_reason
 from ..declarations import Implementation
 from ..hookspecs import hookimpl
-from .hf_decoding import BEAM, DECODING_NOTE, HF_CITED, MAX_LENGTH, HFDecoding
+from .hf_decoding import BEAM, DECODING_NOTE, HF_CITED, MAX_LENGTH
+from .hf_seq2seq import HFSeq2SeqAdapter, paper_config, transformers_unavailable
 
 __all__ = ["MarianAdapter", "build", "DEVIATIONS", "WRITTEN_FOR", "CITED"]
 
@@ -71,78 +69,20 @@ CITED: dict[str, str] = {
 }
 
 
-def _quiet_offline() -> None:
-    """Nothing is ever downloaded: the model is built from its config class."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+class MarianAdapter(HFSeq2SeqAdapter):
+    """``MarianMTModel`` behind the adapter contract; returns logits (B, T, tgt_vocab), incl. ``final_logits_bias``."""
 
-
-class MarianAdapter(HFDecoding, nn.Module):
-    """``MarianMTModel`` behind the adapter contract; returns logits (B, T, tgt_vocab)."""
-
-    def __init__(self, config: ModelConfig):
-        super().__init__()
-        _quiet_offline()
+    def _build_model(self, config: ModelConfig) -> Any:
         from transformers import MarianConfig, MarianMTModel
 
-        self.config = cfg = config
-        shared = cfg.share_embeddings
-        hf = MarianConfig(
-            vocab_size=cfg.src_vocab, decoder_vocab_size=cfg.tgt_vocab, d_model=cfg.d_model,
-            encoder_layers=cfg.n_layers, decoder_layers=cfg.n_layers,
-            encoder_attention_heads=cfg.n_heads, decoder_attention_heads=cfg.n_heads,
-            encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff, max_position_embeddings=cfg.max_len,
-            activation_function="relu", scale_embedding=True, dropout=cfg.dropout, attention_dropout=0.0,
-            activation_dropout=0.0, encoder_layerdrop=0.0, decoder_layerdrop=0.0,
-            share_encoder_decoder_embeddings=shared, tie_word_embeddings=shared,
-            pad_token_id=cfg.pad_id, decoder_start_token_id=cfg.pad_id, eos_token_id=None, forced_eos_token_id=None,
-        )
-        self.model = MarianMTModel(hf)
+        shared = config.share_embeddings
+        return MarianMTModel(MarianConfig(
+            vocab_size=config.src_vocab, decoder_vocab_size=config.tgt_vocab,
+            share_encoder_decoder_embeddings=shared, tie_word_embeddings=shared, **paper_config(config),
+        ))
 
-    def _keep(self, tokens: Tensor) -> Tensor:
-        return (tokens != self.config.pad_id).long()  # (B, L), 1 = a real token (the library's polarity too)
-
-    # -- the adapter contract ------------------------------------------------------------------------------
-    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
-        """src (B, S), tgt (B, T) right-padded ids -> logits (B, T, tgt_vocab), incl. ``final_logits_bias``."""
-        out = self.model(input_ids=src, attention_mask=self._keep(src), decoder_input_ids=tgt,
-                         decoder_attention_mask=self._keep(tgt))
-        return out.logits
-
-    def encode(self, src: Tensor) -> Tensor:
-        """The last encoder layer's output (B, S, d_model)."""
-        return self.model.get_encoder()(input_ids=src, attention_mask=self._keep(src)).last_hidden_state
-
-    def positional_encoding(self, length: int) -> Tensor:
-        """The frozen table both stacks add to the scaled embeddings, rows 0..length-1: (length, d_model)."""
-        table = self.model.model.encoder.embed_positions.weight
-        if length > table.size(0):
-            raise ValueError(f"the table has max_position_embeddings={table.size(0)} rows; {length} requested")
-        return table[:length].detach()
-
-    def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
-        """Load a canonical-schema state dict; the projection biases and the final-logits bias get 0."""
-        get = self.model.get_parameter
-        mapping: dict[CanonicalKey, Target] = {"src_embed.weight": get("model.encoder.embed_tokens.weight"),
-                                               "tgt_embed.weight": get("model.decoder.embed_tokens.weight"),
-                                               "generator.weight": get("lm_head.weight")}
-        zero: list[Tensor] = [self.model.get_buffer("final_logits_bias")]
-        stacks = (("encoder", {"self_attn": "self_attn"}, ("self_attn_layer_norm", "final_layer_norm")),
-                  ("decoder", {"self_attn": "self_attn", "cross_attn": "encoder_attn"},
-                   ("self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm")))
-        for stack, attentions, norms in stacks:
-            for i in range(self.config.n_layers):
-                ours, theirs = f"{stack}.{i}", f"model.{stack}.layers.{i}"
-                for att, mine in attentions.items():
-                    for x, proj in zip("qkvo", ("q_proj", "k_proj", "v_proj", "out_proj")):
-                        mapping[f"{ours}.{att}.{x}.weight"] = get(f"{theirs}.{mine}.{proj}.weight")
-                        zero.append(get(f"{theirs}.{mine}.{proj}.bias"))
-                for p in ("weight", "bias"):
-                    mapping[f"{ours}.ffn.w1.{p}"] = get(f"{theirs}.fc1.{p}")
-                    mapping[f"{ours}.ffn.w2.{p}"] = get(f"{theirs}.fc2.{p}")
-                    for k, norm in enumerate(norms, start=1):
-                        mapping[f"{ours}.norm{k}.{p}"] = get(f"{theirs}.{norm}.{p}")
-        load_canonical(state, mapping, zero=zero)
+    def _extra_state(self) -> tuple[list[Tensor], list[Tensor]]:
+        return [self.model.get_buffer("final_logits_bias")], []
 
 
 def build(config: ModelConfig) -> MarianAdapter:
@@ -205,5 +145,5 @@ def register_implementations(register):
         deviations=DEVIATIONS,
         notes=NOTES,
         written_for=WRITTEN_FOR,
-        unavailable=unavailable_reason("transformers", "transformers", at_least="5.0", below="6"),
+        unavailable=transformers_unavailable(),
     ))
