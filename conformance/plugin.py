@@ -143,8 +143,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "clause(id): the spec clause this test checks (spec/clauses.py)")
     config.addinivalue_line("markers", "component_kind(kind): the kind of component a check taking the "
                                        "`component` fixture audits")
-    if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(_XdistGroups(), "aiayn-xdist-groups")
     try:
         workerinput = getattr(config, "workerinput", None)
         if workerinput is not None:  # an xdist worker takes its share of the CPUs
@@ -273,26 +271,6 @@ def _unselected(item: pytest.Item) -> bool:
 
 
 @pytest.hookimpl(tryfirst=True)
-class _XdistGroups:
-    """Under pytest-xdist's ``--dist loadgroup``, one worker runs all checks of one subject in one module, so the
-    module-scoped model (or export, or training run) of that subject is made once, not once per worker.
-
-    Registered only when xdist is loaded; it runs before xdist's own collection hook, which reads the groups.
-    A test that already names its ``xdist_group`` keeps it. Without ``--dist loadgroup`` the marks are inert.
-    """
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        for item in items:
-            params = _params(item)
-            subject = params.get("impl") or params.get("component")
-            if subject is None or item.get_closest_marker("xdist_group") is not None:
-                continue
-            module = getattr(getattr(item, "module", None), "__name__", item.nodeid.split("::")[0])
-            kind = f"{subject.kind}:" if params.get("impl") is None else ""
-            item.add_marker(pytest.mark.xdist_group(f"{module}::{kind}{subject.name}"))
-
-
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     from aiayn_conformance.implementations import COMPONENT_KINDS
 

@@ -127,11 +127,10 @@ TRAIN_COMPOSED = {f"reference+{kind}={name}": clauses for (kind, _, name), claus
 TRAIN_COMPOSED_CONFORMING = "reference+optimizer=reference+lr_schedule=reference+criterion=reference"
 
 
-# The suite runs this module makes, each its own fixture so that pytest-xdist can give them to different workers:
-# every test carries the xdist_group of the run it reads (``--dist loadgroup``, the README's test command), so one
-# worker makes each run once. Without xdist the groups are inert and the runs happen one after the other.
-RUN_GROUPS = {"main": "broken-main", "learns": "broken-main", "onnx": "broken-main", "recipes": "broken-recipes",
-              "decoders": "broken-decoders", "training": "broken-training"}
+# The suite runs this module makes, each its own fixture. The tests that read the recipes, decoders and training runs
+# are methods of a class of their own: pytest-xdist's ``--dist loadscope`` (the README's test command) sends a module's
+# functions to one worker and each class to one worker, so the four groups of runs can go to different workers and
+# each run is made once. Without xdist the runs happen one after the other.
 
 
 def _run_plan() -> dict[str, tuple[list[str], tuple[str, ...], str | None]]:
@@ -164,10 +163,6 @@ def _suite_run(name: str, tmp_path_factory):
     impls, args, suite = _run_plan()[name]
     res, data = run_suite(impls, tmp_path_factory.mktemp(name), *args, suite=suite)
     return res, _tabulate(data["tests"])
-
-
-def _group(name: str):
-    return pytest.mark.xdist_group(RUN_GROUPS[name])
 
 
 @pytest.fixture(scope="module")
@@ -250,7 +245,6 @@ def _unproven_component_checks(table: dict, names: list[str]) -> tuple[dict[str,
 
 
 
-@_group("main")
 @pytest.mark.parametrize("name", sorted(BROKEN))
 def test_broken_model_is_caught_by_exactly_its_clauses(main_run, learns_run, onnx_run, name):
     table = _merged(main_run, learns_run, onnx_run)
@@ -263,78 +257,9 @@ def test_broken_model_is_caught_by_exactly_its_clauses(main_run, learns_run, onn
     assert not problems, f"broken-{name} ({bug}):\n  " + "\n  ".join(problems)
 
 
-@_group("recipes")
-@pytest.mark.parametrize("name", sorted(BROKEN_RECIPES))
-def test_broken_recipe_is_caught_by_exactly_its_clauses(recipes_run, name):
-    _, table = recipes_run
-    _, bug, clauses = BROKEN_RECIPES[name]
-    assert set(clauses) <= {c for c in CLAUSES if c.startswith("train.")}, f"broken-recipe-{name}: {set(clauses)}"
-    per_clause = table.get(f"broken-recipe-{name}")
-    assert per_clause, f"broken-recipe-{name}: no results (was it registered?)"
-    problems = _problems(per_clause, set(clauses))
-    assert not problems, f"broken-recipe-{name} ({bug}):\n  " + "\n  ".join(problems)
-
-
 def test_only_the_models_train_learns_runs_on_declare_it():
     declaring = {n for n, (_, _, _, clauses) in BROKEN.items() if "train.learns" in clauses}
     assert declaring <= set(LEARNS_MODELS), f"declare train.learns but are not in LEARNS_MODELS: {declaring}"
-
-
-@_group("decoders")
-@pytest.mark.parametrize("name", sorted(BROKEN_DECODERS))
-def test_broken_decoder_is_caught_by_exactly_its_clauses(decoders_run, name):
-    _, table = decoders_run
-    build, output, bug, clauses = BROKEN_DECODERS[name]
-    assert set(clauses) <= {c for c in CLAUSES if c.startswith("decode.")}, \
-        f"broken-decoder-{name} declares clauses outside the decode area: {sorted(clauses)}"
-    per_clause = table.get(f"broken-decoder-{name}")
-    assert per_clause, f"broken-decoder-{name}: no results (was it registered?)"
-    problems = _problems(per_clause, set(clauses))
-    assert not problems, f"broken-decoder-{name} ({bug}):\n  " + "\n  ".join(problems)
-
-
-@_group("decoders")
-@pytest.mark.parametrize("name", sorted(DEPARTING_COMPONENTS) + sorted(COMPOSED))
-def test_decoding_component_is_caught_by_exactly_its_clauses(decoders_run, name):
-    """Alone (``--component``) and composed into the reference (``reference+KIND=NAME``, inheriting its
-    declarations), a departing length penalty or search fails exactly the clauses it declares."""
-    _caught_exactly(decoders_run[1], name, DEPARTING_COMPONENTS.get(name) or COMPOSED[name])
-
-
-@_group("decoders")
-@pytest.mark.parametrize("name", CONFORMING_COMPONENTS + [COMPOSED_CONFORMING])
-def test_the_reference_decoding_components_pass_alone_and_composed(decoders_run, name):
-    _passes_everything(decoders_run[1], name)
-
-
-@_group("decoders")
-def test_every_decoding_component_check_fails_for_some_departing_component(decoders_run):
-    """Each length-penalty and search check is proven able to fail: a departing component fails it."""
-    runs, unproven = _unproven_component_checks(decoders_run[1], list(DEPARTING_COMPONENTS) + CONFORMING_COMPONENTS)
-    assert len(runs) == 6, sorted(runs)  # two length-penalty checks, four search checks
-    assert not unproven, f"component checks no departing component fails: {unproven}"
-
-
-@_group("training")
-@pytest.mark.parametrize("name", sorted(TRAIN_DEPARTING) + sorted(TRAIN_COMPOSED))
-def test_training_component_is_caught_by_exactly_its_clauses(training_run, name):
-    """Alone (``--component``) and composed into the reference (``reference+KIND=NAME``), a departing optimizer,
-    schedule or criterion fails exactly the clauses it declares."""
-    _caught_exactly(training_run[1], name, TRAIN_DEPARTING.get(name) or TRAIN_COMPOSED[name])
-
-
-@_group("training")
-@pytest.mark.parametrize("name", TRAIN_CONFORMING + [TRAIN_COMPOSED_CONFORMING])
-def test_the_conforming_training_components_pass_alone_and_composed(training_run, name):
-    _passes_everything(training_run[1], name)
-
-
-@_group("training")
-def test_every_training_component_check_fails_for_some_departing_component(training_run):
-    """Each optimizer, schedule and criterion check is proven able to fail: a departing component fails it."""
-    runs, unproven = _unproven_component_checks(training_run[1], list(TRAIN_DEPARTING) + TRAIN_CONFORMING)
-    assert len(runs) == 4, sorted(runs)  # optimizer, schedule, and two criterion checks
-    assert not unproven, f"component checks no departing component fails: {unproven}"
 
 
 def test_every_decode_clause_is_proven_by_a_broken_decoder():
@@ -342,7 +267,6 @@ def test_every_decode_clause_is_proven_by_a_broken_decoder():
     assert proven == {c for c in CLAUSES if c.startswith("decode.")}
 
 
-@_group("main")
 @pytest.mark.parametrize("name", CONFORMING)
 def test_conforming_models_raise_no_false_alarm(main_run, learns_run, onnx_run, name):
     table = _merged(main_run, learns_run, onnx_run)
@@ -357,12 +281,87 @@ def test_conforming_models_raise_no_false_alarm(main_run, learns_run, onnx_run, 
         f"{sorted(set(CLAUSES) - ran)}"
 
 
-@pytest.mark.parametrize("run", [pytest.param(name, marks=_group(name)) for name in RUN_GROUPS])
-def test_each_suite_run_is_green(run, request):
-    if run == "onnx" and not HAVE_ORT:
-        pytest.skip("onnxruntime is not installed: no ONNX run")
-    res, _ = request.getfixturevalue(f"{run}_run")
-    assert res.returncode == 0, res.stdout[-4000:]
+def test_the_main_learns_and_onnx_runs_are_green(main_run, learns_run, onnx_run):
+    for res, _ in (main_run, learns_run, onnx_run):
+        if res is not None:  # no ONNX run without onnxruntime
+            assert res.returncode == 0, res.stdout[-4000:]
+
+
+class TestRecipesRun:
+    """The broken training recipes (the train area on the reference's model)."""
+
+    @pytest.mark.parametrize("name", sorted(BROKEN_RECIPES))
+    def test_broken_recipe_is_caught_by_exactly_its_clauses(self, recipes_run, name):
+        _, table = recipes_run
+        _, bug, clauses = BROKEN_RECIPES[name]
+        assert set(clauses) <= {c for c in CLAUSES if c.startswith("train.")}, f"broken-recipe-{name}: {set(clauses)}"
+        per_clause = table.get(f"broken-recipe-{name}")
+        assert per_clause, f"broken-recipe-{name}: no results (was it registered?)"
+        problems = _problems(per_clause, set(clauses))
+        assert not problems, f"broken-recipe-{name} ({bug}):\n  " + "\n  ".join(problems)
+
+    def test_the_run_is_green(self, recipes_run):
+        res, _ = recipes_run
+        assert res.returncode == 0, res.stdout[-4000:]
+
+
+class TestDecodersRun:
+    """The broken decoders and the decoding components, alone and composed into the reference."""
+
+    @pytest.mark.parametrize("name", sorted(BROKEN_DECODERS))
+    def test_broken_decoder_is_caught_by_exactly_its_clauses(self, decoders_run, name):
+        _, table = decoders_run
+        build, output, bug, clauses = BROKEN_DECODERS[name]
+        assert set(clauses) <= {c for c in CLAUSES if c.startswith("decode.")}, \
+            f"broken-decoder-{name} declares clauses outside the decode area: {sorted(clauses)}"
+        per_clause = table.get(f"broken-decoder-{name}")
+        assert per_clause, f"broken-decoder-{name}: no results (was it registered?)"
+        problems = _problems(per_clause, set(clauses))
+        assert not problems, f"broken-decoder-{name} ({bug}):\n  " + "\n  ".join(problems)
+
+    @pytest.mark.parametrize("name", sorted(DEPARTING_COMPONENTS) + sorted(COMPOSED))
+    def test_decoding_component_is_caught_by_exactly_its_clauses(self, decoders_run, name):
+        """Alone (``--component``) and composed into the reference (``reference+KIND=NAME``, inheriting its
+        declarations), a departing length penalty or search fails exactly the clauses it declares."""
+        _caught_exactly(decoders_run[1], name, DEPARTING_COMPONENTS.get(name) or COMPOSED[name])
+
+    @pytest.mark.parametrize("name", CONFORMING_COMPONENTS + [COMPOSED_CONFORMING])
+    def test_the_reference_decoding_components_pass_alone_and_composed(self, decoders_run, name):
+        _passes_everything(decoders_run[1], name)
+
+    def test_every_decoding_component_check_fails_for_some_departing_component(self, decoders_run):
+        """Each length-penalty and search check is proven able to fail: a departing component fails it."""
+        runs, unproven = _unproven_component_checks(decoders_run[1], list(DEPARTING_COMPONENTS) + CONFORMING_COMPONENTS)
+        assert len(runs) == 6, sorted(runs)  # two length-penalty checks, four search checks
+        assert not unproven, f"component checks no departing component fails: {unproven}"
+
+    def test_the_run_is_green(self, decoders_run):
+        res, _ = decoders_run
+        assert res.returncode == 0, res.stdout[-4000:]
+
+
+class TestTrainingRun:
+    """The training components, alone and composed into the reference."""
+
+    @pytest.mark.parametrize("name", sorted(TRAIN_DEPARTING) + sorted(TRAIN_COMPOSED))
+    def test_training_component_is_caught_by_exactly_its_clauses(self, training_run, name):
+        """Alone (``--component``) and composed into the reference (``reference+KIND=NAME``), a departing optimizer,
+        schedule or criterion fails exactly the clauses it declares."""
+        _caught_exactly(training_run[1], name, TRAIN_DEPARTING.get(name) or TRAIN_COMPOSED[name])
+
+    @pytest.mark.parametrize("name", TRAIN_CONFORMING + [TRAIN_COMPOSED_CONFORMING])
+    def test_the_conforming_training_components_pass_alone_and_composed(self, training_run, name):
+        _passes_everything(training_run[1], name)
+
+    def test_every_training_component_check_fails_for_some_departing_component(self, training_run):
+        """Each optimizer, schedule and criterion check is proven able to fail: a departing component fails it."""
+        runs, unproven = _unproven_component_checks(training_run[1], list(TRAIN_DEPARTING) + TRAIN_CONFORMING)
+        assert len(runs) == 4, sorted(runs)  # optimizer, schedule, and two criterion checks
+        assert not unproven, f"component checks no departing component fails: {unproven}"
+
+    def test_the_run_is_green(self, training_run):
+        res, _ = training_run
+        assert res.returncode == 0, res.stdout[-4000:]
 
 
 def test_without_its_declaration_a_bug_fails_its_clause(tmp_path):
