@@ -195,16 +195,6 @@ def training_run(tmp_path_factory):
     return _suite_run("training", tmp_path_factory)
 
 
-def _merged(*runs) -> dict[str, dict[str, list[dict]]]:
-    """One table from several runs' tables (a subject's clauses from every run it took part in)."""
-    table: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
-    for _, part in runs:
-        for subject, per_clause in part.items():
-            for clause, recs in per_clause.items():
-                table[subject][clause] += recs
-    return table
-
-
 def _problems(per_clause: dict[str, list[dict]], declared: set[str]) -> list[str]:
     problems = []
     for clause, recs in sorted(per_clause.items()):
@@ -245,15 +235,24 @@ def _unproven_component_checks(table: dict, names: list[str]) -> tuple[dict[str,
 
 
 
+# The clauses each run of the broken models covers: the learns run only train.learns, the ONNX run only
+# export.onnx, the main run everything else (each run's green test checks its records keep to its share).
+LEARNS_CLAUSES = {"train.learns"}
+ONNX_CLAUSES = {"export.onnx"}
+
+
+def _clauses_seen(table: dict[str, dict[str, list[dict]]]) -> set[str]:
+    return {clause for per_clause in table.values() for clause in per_clause}
+
+
 @pytest.mark.parametrize("name", sorted(BROKEN))
-def test_broken_model_is_caught_by_exactly_its_clauses(main_run, learns_run, onnx_run, name):
-    table = _merged(main_run, learns_run, onnx_run)
+def test_broken_model_is_caught_by_exactly_its_clauses(main_run, name):
+    """The main run (every area but train.learns and export.onnx, which their own runs check below)."""
     build, output, bug, clauses = BROKEN[name]
     assert set(clauses) <= set(CLAUSES), f"broken-{name} declares unknown clauses {set(clauses) - set(CLAUSES)}"
-    per_clause = table.get(f"broken-{name}")
+    per_clause = main_run[1].get(f"broken-{name}")
     assert per_clause, f"broken-{name}: no results (was it registered?)"
-    declared = set(clauses) - (set() if HAVE_ORT else {"export.onnx"})  # no ONNX run without onnxruntime
-    problems = _problems(per_clause, declared)
+    problems = _problems(per_clause, set(clauses) - LEARNS_CLAUSES - ONNX_CLAUSES)
     assert not problems, f"broken-{name} ({bug}):\n  " + "\n  ".join(problems)
 
 
@@ -262,29 +261,76 @@ def test_only_the_models_train_learns_runs_on_declare_it():
     assert declaring <= set(LEARNS_MODELS), f"declare train.learns but are not in LEARNS_MODELS: {declaring}"
 
 
+def test_only_the_models_the_onnx_run_exports_declare_export_onnx():
+    declaring = {f"broken-{n}" for n, (_, _, _, clauses) in BROKEN.items() if ONNX_CLAUSES & set(clauses)}
+    assert declaring <= set(ONNX_MODELS), f"declare export.onnx but are not in ONNX_MODELS: {declaring}"
+
+
 def test_every_decode_clause_is_proven_by_a_broken_decoder():
     proven = {c for *_, clauses in BROKEN_DECODERS.values() for c in clauses}
     assert proven == {c for c in CLAUSES if c.startswith("decode.")}
 
 
-@pytest.mark.parametrize("name", CONFORMING)
-def test_conforming_models_raise_no_false_alarm(main_run, learns_run, onnx_run, name):
-    table = _merged(main_run, learns_run, onnx_run)
-    per_clause = table.get(name)
+def _no_false_alarm(per_clause: dict[str, list[dict]] | None, name: str) -> set[str]:
+    """Assert a conforming model fails nothing and is excused nothing; return the clauses it passed."""
     assert per_clause, f"{name}: no results"
     problems = _problems(per_clause, set())
     problems += [f"{c}: {r['outcome']}" for c, recs in per_clause.items() for r in recs
                  if r["outcome"] in ("xfailed", "xpassed")]
     assert not problems, f"{name} is accused:\n  " + "\n  ".join(problems)
-    ran = {c for c, recs in per_clause.items() if any(r["outcome"] == "passed" for r in recs)}
-    assert ran >= set(CLAUSES) - {"device.parity", "export.onnx"}, f"{name}: clauses never passed: " \
-        f"{sorted(set(CLAUSES) - ran)}"
+    return {c for c, recs in per_clause.items() if any(r["outcome"] == "passed" for r in recs)}
 
 
-def test_the_main_learns_and_onnx_runs_are_green(main_run, learns_run, onnx_run):
-    for res, _ in (main_run, learns_run, onnx_run):
-        if res is not None:  # no ONNX run without onnxruntime
-            assert res.returncode == 0, res.stdout[-4000:]
+@pytest.mark.parametrize("name", CONFORMING)
+def test_conforming_models_raise_no_false_alarm(main_run, name):
+    ran = _no_false_alarm(main_run[1].get(name), name)
+    expected = set(CLAUSES) - {"device.parity"} - LEARNS_CLAUSES - ONNX_CLAUSES
+    assert ran >= expected, f"{name}: clauses never passed: {sorted(expected - ran)}"
+
+
+def test_the_main_run_is_green(main_run):
+    res, table = main_run
+    assert res.returncode == 0, res.stdout[-4000:]
+    assert not _clauses_seen(table) & (LEARNS_CLAUSES | ONNX_CLAUSES), "the main run ran another run's clauses"
+
+
+class TestLearnsRun:
+    """train.learns on the conforming models and on the broken models that must (or must not) fail it."""
+
+    @pytest.mark.parametrize("name", sorted(LEARNS_MODELS))
+    def test_broken_model_is_caught_by_exactly_its_clauses(self, learns_run, name):
+        build, output, bug, clauses = BROKEN[name]
+        per_clause = learns_run[1].get(f"broken-{name}")
+        assert per_clause, f"broken-{name}: no results (was it registered?)"
+        problems = _problems(per_clause, set(clauses) & LEARNS_CLAUSES)
+        assert not problems, f"broken-{name} ({bug}):\n  " + "\n  ".join(problems)
+
+    @pytest.mark.parametrize("name", CONFORMING)
+    def test_conforming_models_learn(self, learns_run, name):
+        assert _no_false_alarm(learns_run[1].get(name), name) >= LEARNS_CLAUSES
+
+    def test_the_run_is_green(self, learns_run):
+        res, table = learns_run
+        assert res.returncode == 0, res.stdout[-4000:]
+        assert _clauses_seen(table) <= LEARNS_CLAUSES, sorted(_clauses_seen(table))
+
+
+@pytest.mark.skipif(not HAVE_ORT, reason="onnxruntime is not installed: no ONNX run")
+class TestOnnxRun:
+    """export.onnx on the models for which it can tell something (ONNX_MODELS)."""
+
+    @pytest.mark.parametrize("name", ONNX_MODELS)
+    def test_each_model_fails_exactly_its_declared_export_clause(self, onnx_run, name):
+        clauses = set(BROKEN[name.removeprefix("broken-")][3]) if name.startswith("broken-") else set()
+        per_clause = onnx_run[1].get(name)
+        assert per_clause, f"{name}: no results (was it registered?)"
+        problems = _problems(per_clause, clauses & ONNX_CLAUSES)
+        assert not problems, f"{name}:\n  " + "\n  ".join(problems)
+
+    def test_the_run_is_green(self, onnx_run):
+        res, table = onnx_run
+        assert res.returncode == 0, res.stdout[-4000:]
+        assert _clauses_seen(table) <= ONNX_CLAUSES, sorted(_clauses_seen(table))
 
 
 class TestRecipesRun:
@@ -364,11 +410,14 @@ class TestTrainingRun:
         assert res.returncode == 0, res.stdout[-4000:]
 
 
-def test_without_its_declaration_a_bug_fails_its_clause(tmp_path):
-    """The negative control: the same model, undeclared, fails the clause with its diagnostic."""
-    res, data = run_suite(["broken-scale-d-model"], tmp_path, "--clause=attention.scale",
-                          env={"AIAYN_BROKEN_UNDECLARED": "1"})
-    assert res.returncode == 1, res.stdout[-3000:]
-    failed = [r for r in data["tests"] if r["outcome"] == "failed"]
-    assert failed and all(r["clause"] == "attention.scale" for r in failed), data["tests"]
-    assert "[attention.scale]" in failed[0]["detail"] and "measured:" in failed[0]["detail"]
+class TestNegativeControl:
+    """Its own run, so that it can go to another worker."""
+
+    def test_without_its_declaration_a_bug_fails_its_clause(self, tmp_path):
+        """The negative control: the same model, undeclared, fails the clause with its diagnostic."""
+        res, data = run_suite(["broken-scale-d-model"], tmp_path, "--clause=attention.scale",
+                              env={"AIAYN_BROKEN_UNDECLARED": "1"})
+        assert res.returncode == 1, res.stdout[-3000:]
+        failed = [r for r in data["tests"] if r["outcome"] == "failed"]
+        assert failed and all(r["clause"] == "attention.scale" for r in failed), data["tests"]
+        assert "[attention.scale]" in failed[0]["detail"] and "measured:" in failed[0]["detail"]
