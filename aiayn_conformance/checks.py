@@ -24,7 +24,9 @@ clause); every ``check()`` of it then reports its own clause from that run:
 Under pytest-xdist every worker that draws a clause would run the suite; each parameter carries
 ``pytest.mark.xdist_group(NAME)`` (when pytest-xdist is installed), so ``-n N --dist loadgroup`` gives
 all of an implementation's clauses to one worker: the suite runs once per implementation, the
-implementations on different workers at once.
+implementations on different workers at once. Caveat: pytest-xdist 3.8 ignores the groups under pytest 9
+(it rewrites a node id attribute pytest 9 no longer reads); the results stay right, but each worker that draws
+one of an implementation's clauses runs the suite on it.
 """
 
 from __future__ import annotations
