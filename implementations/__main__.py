@@ -4,7 +4,8 @@ Each implementation and component registered by the built-in plugins (``DEFAULT_
 entry points and ``AIAYN_PLUGINS`` are left out, so the file does not depend on the machine) gets a
 section with its summary, its source, its notes and every declared deviation with its reason and the
 clause's paper section, then the departures its plugin module keeps in ``UNSEEN`` (real, but not yet observed by
-the suite, so not declared). tests/test_docs.py keeps docs/audits.md identical to this output.
+the suite, so not declared). The last section, public implementations audited through the scaffold, is the
+text of public_audits.py. tests/test_docs.py keeps docs/audits.md identical to this output.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from aiayn_conformance.spec.clauses import CLAUSES
 
 from .declarations import Component, Implementation
+from .public_audits import PUBLIC_AUDITS
 from .registry import Registry
 
 __all__ = ["audits_markdown"]
@@ -100,7 +102,8 @@ def _unseen(item: Implementation | Component) -> dict[str, str]:
 
 
 def audits_markdown(registry: Registry | None = None) -> str:
-    """docs/audits.md for the built-in plugins (or for ``registry``)."""
+    """docs/audits.md for the built-in plugins (or for ``registry``: then without the public audits)."""
+    builtins = registry is None
     registry = registry or Registry(entry_points=False, env={})
     registry.load()
     out = [INTRO]
@@ -111,7 +114,7 @@ def audits_markdown(registry: Registry | None = None) -> str:
             "`--impl 'reference+KIND=NAME'` (a composition inherits its components' deviations).", ""]
     for comp in registry.components.values():
         out += _section(comp, f"### {comp.kind}:{comp.name}")
-    out += [LEFT_OUT]
+    out += [LEFT_OUT] + ([PUBLIC_AUDITS] if builtins else [])
     return "\n".join(out).rstrip() + "\n"
 
 
