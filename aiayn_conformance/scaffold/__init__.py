@@ -27,29 +27,44 @@ The work is split by job, each module feeding the next:
 from __future__ import annotations
 
 import argparse
+import inspect
 import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from torch import nn
+
 from .probe import PROBE, Constructor, build_with_config, encode_call, positional_table, probe_forward
 from .proposal import Line, Proposal, propose
 from .render import Scaffold, render
-from .target import ScaffoldError, load_class
+from .target import Loaded, ScaffoldError, load_class, load_target
 
 __all__ = ["ScaffoldError", "Scaffold", "add_parser", "load_class", "build_with_config", "propose", "render", "run",
            "scaffold", "PROBE", "Constructor", "Line", "Proposal"]
 
 
 def scaffold(target: str, name: str | None = None) -> Scaffold:
-    """The scaffold of ``MODULE:CLASS``: imported, built with PROBE, probed, its mapping proposed."""
-    cls, import_line, where = load_class(target)
-    model, ctor = build_with_config(cls, PROBE)
+    """The scaffold of ``MODULE:NAME``: imported, built with PROBE, probed, its mapping proposed."""
+    loaded = load_target(target)
+    model, ctor = _built(loaded)
     proposal = propose(model, PROBE)
     forward = probe_forward(model, PROBE)
-    slug = re.sub(r"[^a-z0-9]+", "-", (name or cls.__name__).lower()).strip("-") or "my-transformer"
-    return Scaffold(cls, where, import_line, ctor, proposal, slug, forward.body, forward.check, forward.output,
-                    forward.output_check, encode_call(cls), positional_table(model, PROBE))
+    slug = re.sub(r"[^a-z0-9]+", "-", (name or loaded.obj.__name__).lower()).strip("-") or "my-transformer"
+    return Scaffold(loaded.obj, loaded.where, loaded.import_line(ctor.callables()), ctor, proposal, slug,
+                    forward.body, forward.check, forward.output, forward.output_check, encode_call(type(model)),
+                    positional_table(model, PROBE), notes=loaded.notes)
+
+
+def _built(loaded: Loaded) -> tuple[nn.Module, Constructor]:
+    """The target built with PROBE; a function that builds nothing is named as one."""
+    try:
+        return build_with_config(loaded.obj, PROBE)
+    except ScaffoldError as exc:
+        if inspect.isclass(loaded.obj):
+            raise
+        raise ScaffoldError(f"{loaded.where} is a function, not a torch.nn.Module class, and no call of it as a "
+                            f"factory returned a module: {exc}") from None
 
 
 # -- the command ------------------------------------------------------------------------------------------------
@@ -70,6 +85,8 @@ def run(args: argparse.Namespace, stdout: Callable[[str], object] | None = None)
     except ScaffoldError as exc:
         print(f"aiayn scaffold: {exc}", file=sys.stderr)
         return 2
+    for note in result.notes:
+        print(f"aiayn scaffold: {note}", file=sys.stderr)
     text = render(result)
     checks = text.count("# CHECK:")
     if args.output:
