@@ -27,7 +27,7 @@ from torch import nn
 
 from aiayn_conformance.spec.config import ModelConfig
 
-from .synonyms import CONFIG_PARAMETERS, meaning
+from .synonyms import ASSUMED, CONFIG_PARAMETERS, meaning
 from .target import ScaffoldError, short
 
 MAX_DEPTH = 3  # sub-modules of sub-modules of ... (Seq2Seq -> TransformerEncoder -> TransformerEncoderLayer)
@@ -200,7 +200,19 @@ def _parameters(target: Any) -> list[inspect.Parameter] | None:
 def _keywords(target: Any, depth: int, config: ModelConfig) -> Constructor:
     named = _parameters(target) or []
     args = [a for a in (_argument(target, p, depth, config) for p in named) if a is not None]
-    return Constructor(args, target, getattr(target, "__name__", "model"))
+    return Constructor(_one_vocabulary_in_context(args), target, getattr(target, "__name__", "model"))
+
+
+def _one_vocabulary_in_context(args: list[tuple[str | None, Any, str]]) -> list[tuple[str | None, Any, str]]:
+    """A vocabulary size named for no side (``vocab_size``) beside one named for the target
+    (``decoder_vocab_size``, as Marian's config has): the unnamed one is the source's."""
+    target = [k for k, e, note in args if e == "config.tgt_vocab" and not note]
+    source = [k for k, e, note in args if e == "config.src_vocab" and not note]
+    if not target or source:
+        return args
+    return [(k, "config.src_vocab", f"{k} read as the source vocabulary ({target[0]} is the target's)")
+            if e == "config.tgt_vocab" and note and ASSUMED.get(str(k), ("",))[0] == "config.tgt_vocab" else (k, e, note)
+            for k, e, note in args]
 
 
 def constructors(target: Any, depth: int = 0, config: ModelConfig | None = None) -> list[Constructor]:
@@ -218,7 +230,8 @@ def constructors(target: Any, depth: int = 0, config: ModelConfig | None = None)
         else None
     if lib is not None:
         out.append(_keywords(target, depth, config))
-    elif len(required) <= 1 and named:
+    elif len(required) <= 1 and named and (not required or required[0].name in CONFIG_PARAMETERS
+                                           or meaning(required[0].name) is None):
         out.append(Constructor([(None, "config", "")], target, name))
     keywords = _keywords(target, depth, config)
     if keywords.args and not all(e == "config" or k == "device" for k, e, _ in keywords.args) and lib is None:

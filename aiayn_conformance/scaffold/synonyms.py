@@ -57,14 +57,15 @@ SURE: dict[str, tuple[str, ...]] = {
     '"cpu"': ("device",),
 }
 
+VOCAB = "read as the target vocabulary (one size for source and target? with two, pass the source's too)"
 ASSUMED: dict[str, tuple[str, str]] = {
     # vocabulary sizes: one name for two vocabularies, or a dimension named like a size
-    "vocab_size": ("config.tgt_vocab", "one vocabulary size for source and target? read as the target's"),
-    "vocab": ("config.tgt_vocab", "one vocabulary size for source and target? read as the target's"),
-    "n_vocab": ("config.tgt_vocab", "one vocabulary size for source and target? read as the target's"),
-    "ntoken": ("config.tgt_vocab", "one vocabulary size for source and target? read as the target's"),
-    "ntokens": ("config.tgt_vocab", "one vocabulary size for source and target? read as the target's"),
-    "num_tokens": ("config.tgt_vocab", "one vocabulary size for source and target? read as the target's"),
+    "vocab_size": ("config.tgt_vocab", VOCAB),
+    "vocab": ("config.tgt_vocab", VOCAB),
+    "n_vocab": ("config.tgt_vocab", VOCAB),
+    "ntoken": ("config.tgt_vocab", VOCAB),
+    "ntokens": ("config.tgt_vocab", VOCAB),
+    "num_tokens": ("config.tgt_vocab", VOCAB),
     "input_dim": ("config.src_vocab", "read as the source vocabulary (the tutorials' encoder input_dim); if it "
                                       "is a width, use config.d_model"),
     "output_dim": ("config.tgt_vocab", "read as the target vocabulary (the tutorials' decoder output_dim); if it "
