@@ -210,8 +210,9 @@ def _one_vocabulary_in_context(args: list[tuple[str | None, Any, str]]) -> list[
     source = [k for k, e, note in args if e == "config.src_vocab" and not note]
     if not target or source:
         return args
+    unsided = {n for n, (e, _) in ASSUMED.items() if e == "config.tgt_vocab"}
     return [(k, "config.src_vocab", f"{k} read as the source vocabulary ({target[0]} is the target's)")
-            if e == "config.tgt_vocab" and note and ASSUMED.get(str(k), ("",))[0] == "config.tgt_vocab" else (k, e, note)
+            if e == "config.tgt_vocab" and note and str(k).lower() in unsided else (k, e, note)
             for k, e, note in args]
 
 

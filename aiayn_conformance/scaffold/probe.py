@@ -16,7 +16,7 @@ from torch import nn
 from aiayn_conformance.spec.config import TINY, ModelConfig
 
 from .construct import Constructor, build, constructors
-from .target import ScaffoldError, short
+from .target import short
 
 PROBE: ModelConfig = TINY.replace(d_ff=48)
 """The configuration the model is built with to read its parameters: h > 1, N = 2, tied embeddings, and sizes

@@ -51,9 +51,9 @@ class Loaded:
 
     def import_line(self, callables: list[Any]) -> str:
         """The plugin's import lines for ``callables`` (the target and the classes its construction names)."""
-        here = [c.__name__ for c in callables if getattr(self.module, c.__name__, None) is c]
-        elsewhere = [f"from {c.__module__} import {c.__name__}" for c in callables
-                     if getattr(self.module, c.__name__, None) is not c]
+        named: list[tuple[str, str]] = [(str(c.__name__), str(c.__module__)) for c in callables]
+        here = [n for (n, _), c in zip(named, callables) if vars(self.module).get(n) is c]
+        elsewhere = [f"from {m} import {n}" for (n, m), c in zip(named, callables) if vars(self.module).get(n) is not c]
         names = ", ".join(here)
         if self.kind == "module":
             lines = [f"from {self.location} import {names}"]
