@@ -173,6 +173,19 @@ def test_a_constructor_that_takes_a_library_config_object(cls):
     reproduces_the_reference(target)
 
 
+def test_a_constructor_that_reads_attributes_of_a_namespace():
+    """``Model(args)`` reading ``args.encoder_embed_dim``: exactly the attributes it read, from their fields."""
+    target = f"{PACKAGE}.library_config:ArgsTransformer"
+    text = render(scaffold(target))
+    call = text[text.index("self.model = ArgsTransformer("):text.index("def forward")]
+    assert re.findall(r"(\w+)=config\.(\w+)", call) == [
+        ("src_vocab_size", "src_vocab"), ("tgt_vocab_size", "tgt_vocab"), ("encoder_embed_dim", "d_model"),
+        ("encoder_layers", "n_layers"), ("encoder_attention_heads", "n_heads"), ("encoder_ffn_embed_dim", "d_ff"),
+        ("dropout", "dropout"), ("max_source_positions", "max_len"), ("pad", "pad_id")]
+    assert "ConfigNamespace(  # CHECK: the attributes the constructor read" in call
+    reproduces_the_reference(target)
+
+
 def test_a_hugging_face_model_is_built_from_its_own_config():
     pytest.importorskip("transformers")
     text = render(scaffold("transformers:MarianMTModel"))

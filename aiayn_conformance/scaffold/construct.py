@@ -18,8 +18,10 @@ A required parameter none of these fills makes that call impossible; :func:`buil
 from __future__ import annotations
 
 import inspect
+import re
 import sys
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -118,8 +120,10 @@ def _module_classes(namespace: dict[str, Any]) -> dict[str, type]:
             if inspect.isclass(v) and issubclass(v, nn.Module) and not n.startswith("_")}
 
 
-def _submodule_class(p: inspect.Parameter, namespace: dict[str, Any]) -> tuple[type, str] | None:
-    """The ``nn.Module`` class a parameter takes an instance of, and a CHECK note when it was not certain."""
+def _submodule_class(p: inspect.Parameter, namespace: dict[str, Any], owner: str) -> tuple[type, str] | None:
+    """The ``nn.Module`` class a parameter takes an instance of, and a CHECK note when it was not certain. Among
+    classes whose name ends with the parameter's (``layer`` -> ``EncoderLayer``, ``DecoderLayer``), the one sharing
+    most words with the owner's name (``Decoder``) comes first."""
     ann = namespace.get(p.annotation) if isinstance(p.annotation, str) else p.annotation
     if inspect.isclass(ann) and issubclass(ann, nn.Module) and ann is not nn.Module:
         return ann, ""
@@ -129,17 +133,17 @@ def _submodule_class(p: inspect.Parameter, namespace: dict[str, Any]) -> tuple[t
     exact = [c for n, c in classes.items() if _norm(n) == want]
     if exact:
         return exact[0], ""
+    words = [w for w in re.split(r"(?<=[a-z])(?=[A-Z])|_", owner) if len(w) >= 3]
     near = sorted((n for n in classes if _norm(n).endswith(want) and ("layer" in want or "layer" not in _norm(n))),
-                  key=len)
+                  key=lambda n: (-sum(w.lower() in n.lower() for w in words), len(n)))
     if not near or len(want) < 3:
         return None
     others = f" (others: {', '.join(near[1:])})" if len(near) > 1 else ""
     return classes[near[0]], f"{p.name} built as a {near[0]}, the class its name suggests{others}"
 
 
-def _submodule(p: inspect.Parameter, namespace: dict[str, Any], depth: int,
-               config: ModelConfig) -> tuple[str, Any, str] | None:
-    found = _submodule_class(p, namespace) if depth < MAX_DEPTH else None
+def _submodule(p: inspect.Parameter, owner: Any, depth: int, config: ModelConfig) -> tuple[str, Any, str] | None:
+    found = _submodule_class(p, _namespace(owner), getattr(owner, "__name__", "")) if depth < MAX_DEPTH else None
     if found is None:
         return None
     cls, note = found
@@ -160,6 +164,8 @@ def _library_config(target: Any, p: inspect.Parameter) -> type | None:
     neither ``ModelConfig`` nor a module, such as a Hugging Face ``PretrainedConfig`` subclass or a dataclass)."""
     candidates = [getattr(target, "config_class", None), p.annotation]
     for c in candidates:
+        if c is inspect.Parameter.empty:
+            continue
         if isinstance(c, str):
             c = _namespace(target).get(c)
         if inspect.isclass(c) and c is not ModelConfig and not issubclass(c, nn.Module) and \
@@ -182,7 +188,7 @@ def _argument(target: Any, p: inspect.Parameter, depth: int, config: ModelConfig
     if found is not None:
         return (p.name, *found)
     if p.default is p.empty:
-        sub = _submodule(p, _namespace(target), depth, config)
+        sub = _submodule(p, target, depth, config)
         if sub is not None:
             return sub
         return p.name, "", f"no ModelConfig field matches the required parameter {p.name!r}"
@@ -242,10 +248,73 @@ def constructors(target: Any, depth: int = 0, config: ModelConfig | None = None)
     return out
 
 
+class ConfigNamespace(SimpleNamespace):
+    """The config object a generated plugin passes to a constructor that reads attributes of its own names
+    (``Model(args)`` reading ``args.encoder_embed_dim``): attributes, ``[name]`` and ``.get(name, default)``."""
+
+    def __getitem__(self, name: str) -> Any:
+        return getattr(self, name)
+
+    def __contains__(self, name: str) -> bool:
+        return hasattr(self, name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return getattr(self, name, default)
+
+
+class _Reader:
+    """A stand-in config object: it answers every attribute the synonym table knows (``args.encoder_embed_dim``,
+    ``opt.d_word_vec``) from the ``ModelConfig``, and records what the constructor read."""
+
+    def __init__(self, config: ModelConfig):
+        self._config, self._read = config, {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        found = meaning(name)
+        if found is None:
+            raise AttributeError(f"the config has no {name!r} (no ModelConfig field matches it)")
+        self._read[name] = found
+        return _value(found[0], self._config)
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return getattr(self, name)
+        except AttributeError as exc:
+            raise KeyError(str(exc)) from None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return getattr(self, name, default)
+
+
+def _read_config(target: Any, config: ModelConfig) -> Constructor | None:
+    """For a target taking one config-like argument (``Model(args)``) that ``ModelConfig`` does not suit: the call
+    that passes a ``SimpleNamespace`` of exactly the attributes it read, each from the field its name means."""
+    named = _parameters(target) or []
+    required = [p for p in named if p.default is p.empty]
+    if len(required) != 1 or required[0].name not in CONFIG_PARAMETERS:
+        return None
+    reader = _Reader(config)
+    try:
+        torch.manual_seed(0)
+        target(reader)
+    except Exception:  # noqa: BLE001 - not buildable this way either: the caller reports the other calls
+        return None
+    if not reader._read:
+        return None
+    fields = Constructor([(k, e, note) for k, (e, note) in reader._read.items()], ConfigNamespace, "ConfigNamespace")
+    return Constructor([(None, fields, "the attributes the constructor read, each from the ModelConfig field its "
+                                      "name means (what it reads with a default under another name keeps that "
+                                      "default)")], target, getattr(target, "__name__", "model"))
+
+
 def build(target: Any, config: ModelConfig) -> tuple[nn.Module, Constructor]:
     """``target`` built with ``config``; ScaffoldError naming each call tried when none works."""
     tried = []
-    for ctor in constructors(target, 0, config):
+    for ctor in [*constructors(target, 0, config), _read_config(target, config)]:
+        if ctor is None:
+            continue
         missing = ctor.missing()
         if missing:
             tried.append(f"{ctor.shown()}: {missing}")

@@ -43,6 +43,7 @@ SURE: dict[str, tuple[str, ...]] = {
                        "hidden_dropout_prob", "resid_pdrop", "residual_dropout", "dropout_ratio"),
     "config.max_len": ("max_len", "max_seq_len", "n_position", "max_length", "max_position_embeddings", "seq_len",
                        "max_seq_length", "src_seq_len", "tgt_seq_len", "context_length", "max_positions",
+                       "max_source_positions", "max_target_positions",
                        "n_positions", "max_sequence_length", "max_src_len", "max_tgt_len", "max_trg_len",
                        "maxlen", "block_size", "n_ctx", "src_max_len", "tgt_max_len", "trg_max_len"),
     "config.pad_id": ("pad_id", "pad_idx", "src_pad_idx", "trg_pad_idx", "tgt_pad_idx", "padding_idx",

@@ -66,7 +66,8 @@ class Loaded:
             lines = ["from aiayn_conformance.scaffold.notebook import load_notebook  # noqa: E402",
                      f"_notebook = load_notebook({str(path)!r})  # CHECK: where {path.name} lives",
                      f"{names} = {', '.join(f'_notebook.{n}' for n in here)}"]
-        return "\n".join([*self.header, *lines, *elsewhere])
+        late = "" if self.kind == "module" else "  # noqa: E402"
+        return "\n".join([*self.header, *lines, *(line + late for line in elsewhere)])
 
 
 def load_class(target: str) -> tuple[type, str, str]:
