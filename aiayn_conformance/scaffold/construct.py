@@ -267,7 +267,8 @@ class _Reader:
     ``opt.d_word_vec``) from the ``ModelConfig``, and records what the constructor read."""
 
     def __init__(self, config: ModelConfig):
-        self._config, self._read = config, {}
+        self._config = config
+        self._read: dict[str, tuple[str, str]] = {}
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
