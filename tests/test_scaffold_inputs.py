@@ -152,6 +152,26 @@ def test_a_sub_module_is_found_by_its_annotation_before_its_name():
         "Model(encoder=Coder(d_model=config.d_model), pad_idx=config.pad_id)"
 
 
+def test_a_layer_argument_takes_the_layer_class_of_its_owner():
+    """The Annotated Transformer's ``Decoder(layer, N)``: ``layer`` is a DecoderLayer, not the first *Layer class."""
+    namespace: dict = {"nn": nn}
+    exec("class EncoderLayer(nn.Module):\n    def __init__(self, size, h):\n        super().__init__()\n"
+         "class DecoderLayer(nn.Module):\n    def __init__(self, size, h):\n        super().__init__()\n"
+         "class Decoder(nn.Module):\n    def __init__(self, layer, N):\n        super().__init__()\n"
+         "        self.layer = layer\n", namespace)
+    module = types.ModuleType("annotated_layers")
+    module.__dict__.update(namespace)
+    sys.modules["annotated_layers"] = module
+    try:
+        for cls in ("EncoderLayer", "DecoderLayer", "Decoder"):
+            namespace[cls].__module__ = "annotated_layers"
+        model, ctor = build_with_config(namespace["Decoder"], TINY)
+    finally:
+        del sys.modules["annotated_layers"]
+    assert type(model.layer).__name__ == "DecoderLayer"
+    assert ctor.args[0][2] == "layer built as a DecoderLayer, the class its name suggests (others: EncoderLayer)"
+
+
 def test_a_factory_function():
     target = f"{PACKAGE}.factory_model:make_model"
     text = render(scaffold(target))
@@ -312,3 +332,31 @@ def test_the_audit_finds_the_planted_departures_and_nothing_else(audited, target
     assert failing == planted, f"{name}: failing {sorted(failing)}, planted {sorted(planted)}"
     unjudged = [c for c in CLAUSES if c not in planted and "passed" not in per_clause.get(c, set())]
     assert not unjudged, f"{name}: clauses that never passed (so 'nothing else' is not shown): {unjudged}"
+
+
+MODEL_CELL = ("import torch\nfrom torch import nn\n\n\nclass Tiny(nn.Module):\n    def __init__(self, vocab_size, d_model):\n"
+              "        super().__init__()\n        self.emb = nn.Embedding(vocab_size, d_model)\n\n"
+              "    def forward(self, src, tgt):\n        return self.emb(tgt)\n")
+
+
+@pytest.mark.parametrize("cell, why", [
+    ("model = Tiny(10, 4)\nmodel.fit(data)", "trains"),
+    ("for epoch in range(3):\n    pass", "trains"),
+    ("opt = torch.optim.SGD(Tiny(10, 4).parameters(), lr=0.1)\nloss = Tiny(10, 4)(None, torch.tensor([1])).sum()\n"
+     "loss.backward()\nopt.step()", "trains"),
+    ("import urllib.request\nurllib.request.urlretrieve('https://example.org/data.zip', 'data.zip')",
+     "downloads or reads data"),
+    ("from datasets import load_dataset\nraw = load_dataset('wmt14', 'de-en')", "cannot import|downloads or reads data"),
+    ("train_iter = torchtext.datasets.Multi30k(split='train')", "downloads or reads data"),
+    ("%%bash\nwget https://example.org/data.zip", "a cell magic"),
+    ("!nvidia-smi\nx = 1", "a shell command or magic"),
+])
+def test_a_notebook_cell_that_trains_downloads_or_runs_the_shell_is_left_out(tmp_path, cell, why):
+    from aiayn_conformance.scaffold.notebook import notebook_module
+    nb = {"cells": [{"cell_type": "code", "source": MODEL_CELL}, {"cell_type": "code", "source": cell}],
+          "nbformat": 4, "nbformat_minor": 5, "metadata": {}}
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps(nb))
+    module, notes = notebook_module(path)
+    assert module.Tiny.__name__ == "Tiny" and notes and all(n.startswith("cell 2 ") for n in notes), notes
+    assert re.search(why, " ".join(notes)), notes

@@ -31,9 +31,8 @@ from .target import ScaffoldError, short
 ACCEPTED = "a .ipynb notebook (JSON) whose model cells run top to bottom"
 
 SHELL = re.compile(r"^\s*[!%]")
-TRAINS = re.compile(r"\bfor\s+epoch\b|\bepochs?\b.*\brange\(|\.fit\(|\.backward\(|\boptimi[sz]er\.step\(|"
-                    r"\bscheduler\.step\(|\.zero_grad\(|\btrain(_epoch|_model|_loop|_one_epoch)?\(|\bevaluate\(|"
-                    r"\bTrainer\(|\.train\(\)")
+TRAINS = re.compile(r"\bfor\s+epoch|range\([^)]*epoch|\.fit\(|\.backward\(|\.step\(|\.zero_grad\(|"
+                    r"\btrain(_epoch|_model|_loop|_one_epoch)?\(|\bevaluate\(|\bTrainer\(|\.train\(\)", re.I)
 DOWNLOADS = re.compile(r"urlretrieve|urlopen|requests\.(get|post)|\bwget\b|torchtext\.datasets|\bload_dataset\(|"
                        r"\.download\(|from_pretrained\(|spacy\.load|hf_hub_download|snapshot_download|\bopen\(|"
                        r"pd\.read_|\bMulti30k\b|\bIWSLT|\bWMT\d*\(|build_vocab|\.load_state_dict\(|torch\.(save|load)\(")
