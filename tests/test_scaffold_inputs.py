@@ -280,6 +280,14 @@ def test_bad_input_is_one_line_and_exit_2(target, message, capsys):
     assert err.count("\n") == 1 and re.match(message, err), err
 
 
+def test_a_class_that_cannot_be_built_points_to_the_factory_beside_it(capsys):
+    """The Annotated Transformer's EncoderDecoder takes built embeddings no class names; make_model builds it."""
+    assert main(["scaffold", f"{PACKAGE}.factory_model:EncoderDecoder"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no ModelConfig field matches the required parameter 'src_embed'" in err
+    assert err.rstrip().endswith("(a factory function is accepted as NAME too: make_model)"), err
+
+
 def test_a_file_that_is_not_a_notebook(tmp_path, capsys):
     path = tmp_path / "broken.ipynb"
     path.write_text("{not json")

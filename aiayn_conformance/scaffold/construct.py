@@ -331,5 +331,8 @@ def build(target: Any, config: ModelConfig) -> tuple[nn.Module, Constructor]:
             continue
         return model, ctor
     name = getattr(target, "__name__", "the target")
+    factories = sorted(n for n, v in _namespace(target).items() if inspect.isfunction(v) and
+                       re.match(r"(make|build|create|get|new)_?(\w*model|\w*transformer|\w*seq2seq)", n, re.I))
+    hint = f" (a factory function is accepted as NAME too: {', '.join(factories)})" if factories else ""
     raise ScaffoldError(f"cannot build {name} with a ModelConfig: tried " + "; ".join(tried or
-                        [f"{name}(config): no signature to read"]))
+                        [f"{name}(config): no signature to read"]) + hint)
