@@ -342,8 +342,8 @@ def test_the_audit_finds_the_planted_departures_and_nothing_else(audited, target
     assert not unjudged, f"{name}: clauses that never passed (so 'nothing else' is not shown): {unjudged}"
 
 
-MODEL_CELL = ("import torch\nfrom torch import nn\n\n\nclass Tiny(nn.Module):\n    def __init__(self, vocab_size, d_model):\n"
-              "        super().__init__()\n        self.emb = nn.Embedding(vocab_size, d_model)\n\n"
+MODEL_CELL = ("import torch\nfrom torch import nn\n\n\nclass Tiny(nn.Module):\n"
+              "    def __init__(self, vocab_size, d_model):\n        super().__init__()\n        self.emb = nn.Embedding(vocab_size, d_model)\n\n"
               "    def forward(self, src, tgt):\n        return self.emb(tgt)\n")
 
 
@@ -354,7 +354,8 @@ MODEL_CELL = ("import torch\nfrom torch import nn\n\n\nclass Tiny(nn.Module):\n 
      "loss.backward()\nopt.step()", "trains"),
     ("import urllib.request\nurllib.request.urlretrieve('https://example.org/data.zip', 'data.zip')",
      "downloads or reads data"),
-    ("from datasets import load_dataset\nraw = load_dataset('wmt14', 'de-en')", "cannot import|downloads or reads data"),
+    ("from datasets import load_dataset\nraw = load_dataset('wmt14', 'de-en')",
+     "cannot import|downloads or reads data"),
     ("train_iter = torchtext.datasets.Multi30k(split='train')", "downloads or reads data"),
     ("%%bash\nwget https://example.org/data.zip", "a cell magic"),
     ("!nvidia-smi\nx = 1", "a shell command or magic"),

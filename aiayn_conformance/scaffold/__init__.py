@@ -28,6 +28,7 @@ The work is split by job, each module feeding the next:
     proposal.py  where each canonical parameter goes, and which lines are uncertain (layer.py: one layer's template)
     render.py    the plugin file's text
     this module  :func:`scaffold` (the steps in order) and the ``aiayn scaffold`` sub-command
+    errors.py    the one-line error every step raises
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ from torch import nn
 
 from aiayn_conformance.spec.config import ModelConfig
 
+from .errors import ScaffoldError, short
 from .synonyms import ASSUMED, CONFIG_PARAMETERS, meaning
-from .target import ScaffoldError, short
 
 MAX_DEPTH = 3  # sub-modules of sub-modules of ... (Seq2Seq -> TransformerEncoder -> TransformerEncoderLayer)
 
@@ -147,7 +147,7 @@ def _submodule(p: inspect.Parameter, owner: Any, depth: int, config: ModelConfig
     if found is None:
         return None
     cls, note = found
-    for ctor in constructors(cls, depth + 1, config):
+    for ctor in constructors(cls, config, depth + 1):
         if ctor.missing():
             continue
         try:
@@ -222,11 +222,9 @@ def _one_vocabulary_in_context(args: list[tuple[str | None, Any, str]]) -> list[
             for k, e, note in args]
 
 
-def constructors(target: Any, depth: int = 0, config: ModelConfig | None = None) -> list[Constructor]:
+def constructors(target: Any, config: ModelConfig, depth: int = 0) -> list[Constructor]:
     """The calls worth trying: ``target(config)`` first when the signature allows one argument (a library
     config when the target names one), then keywords."""
-    from .probe import PROBE
-    config = config or PROBE
     name = getattr(target, "__name__", "model")
     named = _parameters(target)
     if named is None:
@@ -313,7 +311,7 @@ def _read_config(target: Any, config: ModelConfig) -> Constructor | None:
 def build(target: Any, config: ModelConfig) -> tuple[nn.Module, Constructor]:
     """``target`` built with ``config``; ScaffoldError naming each call tried when none works."""
     tried = []
-    for ctor in [*constructors(target, 0, config), _read_config(target, config)]:
+    for ctor in [*constructors(target, config), _read_config(target, config)]:
         if ctor is None:
             continue
         missing = ctor.missing()

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from .target import ScaffoldError, short
+from .errors import ScaffoldError, short
 
 ACCEPTED = "a .ipynb notebook (JSON) whose model cells run top to bottom"
 

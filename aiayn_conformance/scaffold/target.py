@@ -15,16 +15,8 @@ from typing import Any
 
 from torch import nn
 
-
-class ScaffoldError(ValueError):
-    """A one-line reason the scaffold cannot go on (the command prints it and exits 2)."""
-
-
-def short(exc: BaseException) -> str:
-    """An exception in one line: its type and the first line of its message."""
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-
+from .errors import ScaffoldError, short
+from .notebook import notebook_module
 
 ACCEPTED = ("MODULE:NAME, where MODULE is a dotted module, a .py file or a .ipynb notebook and NAME an nn.Module "
             "class or a function returning one")
@@ -84,7 +76,6 @@ def load_target(target: str) -> Loaded:
                             "path/to/model.py:Transformer, notebook.ipynb:make_model)")
     notes: list[str] = []
     if module_name.endswith(".ipynb"):
-        from .notebook import notebook_module
         module, notes = notebook_module(module_name)
         kind, location = "notebook", str(Path(module_name).expanduser().resolve())
     elif module_name.endswith(".py") or "/" in module_name or "\\" in module_name:
