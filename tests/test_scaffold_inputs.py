@@ -343,7 +343,8 @@ def test_the_audit_finds_the_planted_departures_and_nothing_else(audited, target
 
 
 MODEL_CELL = ("import torch\nfrom torch import nn\n\n\nclass Tiny(nn.Module):\n"
-              "    def __init__(self, vocab_size, d_model):\n        super().__init__()\n        self.emb = nn.Embedding(vocab_size, d_model)\n\n"
+              "    def __init__(self, vocab_size, d_model):\n        super().__init__()\n"
+              "        self.emb = nn.Embedding(vocab_size, d_model)\n\n"
               "    def forward(self, src, tgt):\n        return self.emb(tgt)\n")
 
 
