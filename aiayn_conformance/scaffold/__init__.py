@@ -32,6 +32,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from .finish import finish
+from .masks import find_convention
 from .probe import PROBE, Constructor, build_with_config, encode_call, positional_table, probe_forward
 from .proposal import Line, Proposal, propose
 from .render import Scaffold, render
@@ -46,10 +48,12 @@ def scaffold(target: str, name: str | None = None) -> Scaffold:
     cls, import_line, where = load_class(target)
     model, ctor = build_with_config(cls, PROBE)
     proposal = propose(model, PROBE)
-    forward = probe_forward(model, PROBE)
+    found = find_convention(model, PROBE)
+    forward = probe_forward(model, PROBE, (found.lines, found.call) if found else None)
     slug = re.sub(r"[^a-z0-9]+", "-", (name or cls.__name__).lower()).strip("-") or "my-transformer"
-    return Scaffold(cls, where, import_line, ctor, proposal, slug, forward.body, forward.check, forward.output,
+    base = Scaffold(cls, where, import_line, ctor, proposal, slug, forward.body, forward.check, forward.output,
                     forward.output_check, encode_call(cls), positional_table(model, PROBE))
+    return finish(base, model, found)
 
 
 # -- the command ------------------------------------------------------------------------------------------------

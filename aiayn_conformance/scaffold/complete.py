@@ -1,0 +1,244 @@
+"""What makes the generated adapter complete (issue 24): ``encode()``, ``positional_encoding()`` for a sinusoid
+buffer or a learned table, the repository's own initialisation, and the sizes the model ignores.
+
+- ``encode(src)`` is the class's own ``encode(src)`` when it has one; otherwise the output of the module holding
+  the encoder layers (or of the last encoder layer), captured with a forward hook during a forward on a one-token
+  target. The probe checks the captured output is ``[B, S, d_model]`` (or ``[S, B, d_model]``, transposed back).
+- ``positional_encoding(length)``: a ``[max_len, d_model]`` buffer, or a learned table (an ``nn.Embedding`` or a
+  parameter with ``max_len`` rows or more that is not a vocabulary matrix). With two learned tables (the encoder's
+  and the decoder's) it returns the encoder's, marked.
+- the initialisation: a loop over ``X.parameters()`` / ``X.named_parameters()`` calling ``nn.init`` (or
+  ``X.apply(fn)`` with ``fn`` a function of the same file calling it) in the class's file or a ``.py`` / ``.ipynb``
+  file next to it, outside the class; the class's own constructor calling ``nn.init`` needs none.
+- a size the model ignores: the class built at two ``d_ff`` values with the very same parameter shapes.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from aiayn_conformance.spec.config import ModelConfig
+
+from .masks import probe_batch, run_call
+from .probe import Constructor
+from .proposal import Proposal
+
+
+# -- encode ---------------------------------------------------------------------------------------------------------
+@dataclass
+class Encode:
+    """How the adapter's encode() reads the encoder output: the class's own encode, or a hooked module."""
+
+    own: str = ""  # "self.model.encode(src)" when the class has one
+    module: str = ""  # the module path whose output is captured
+    transpose: bool = False
+    check: str = ""
+
+
+def _captured(model: nn.Module, path: str, run: Any) -> Any:
+    module = model.get_submodule(path)
+    seen: list[Any] = []
+    handle = module.register_forward_hook(lambda m, a, out: seen.append(out))
+    try:
+        run()
+    finally:
+        handle.remove()
+    out = seen[0] if seen else None
+    return out[0] if isinstance(out, (tuple, list)) and out else out
+
+
+def encode_hook(model: nn.Module, proposal: Proposal, config: ModelConfig, lines: list[str], call: str,
+                own: str) -> Encode:
+    """The encode() the adapter will have (the class's own, else a hooked module that gives [B, S, d_model])."""
+    if own:
+        return Encode(own=own, check="the class's own encode(src): does it mask the source padding?")
+    targets = [ln.target for ln in proposal.layers.get("encoder", []) if ln.target]
+    if not targets:
+        return Encode(check="no encoder layers found: write encode(src) by hand (the final encoder output)")
+    stack = targets[0].split(".{i}.")[0] if ".{i}." in targets[0] else ""
+    candidates = [stack.rpartition(".")[0], stack, f"{stack}.{config.n_layers - 1}"] if stack else []
+    src, _ = probe_batch(config)
+    bos = torch.full_like(src[:, :1], (config.pad_id + 1) % config.tgt_vocab)
+    for path in [c for c in candidates if c]:
+        try:
+            model.get_submodule(path)
+            out = _captured(model, path, lambda: run_call(model, config, lines, call, src, bos))
+        except Exception:
+            continue
+        if isinstance(out, torch.Tensor) and list(out.shape) in ([2, 7, config.d_model], [7, 2, config.d_model]):
+            return Encode(module=path, transpose=list(out.shape)[0] == 7)
+    return Encode(check="no module holding the encoder layers returned [B, S, d_model]: write encode(src) by hand")
+
+
+# -- positional tables ------------------------------------------------------------------------------------------
+@dataclass
+class Positional:
+    path: str = ""  # the table positional_encoding reads
+    learned: list[str] | None = None  # the learned tables' parameter names (the probe loads sinusoids into them)
+    check: str = ""
+
+
+def learned_tables(model: nn.Module, config: ModelConfig) -> list[str]:
+    """Parameters that look like learned positional tables: [rows >= max_len, d_model] (or [1, rows, d_model]),
+    not a vocabulary matrix, outside the layers."""
+    vocab = {config.src_vocab, config.tgt_vocab}
+    out = []
+    for name, p in model.named_parameters():
+        shape = tuple(p.shape)
+        rows = shape[-2] if len(shape) >= 2 else 0
+        if (len(shape) == 2 or (len(shape) == 3 and shape[0] == 1)) and shape[-1] == config.d_model \
+                and rows >= config.max_len and rows not in vocab and rows not in (2 * config.d_model,
+                                                                                   3 * config.d_model):
+            out.append(name)
+    return out
+
+
+def positional(buffer: str, model: nn.Module, config: ModelConfig) -> Positional:
+    if buffer:
+        return Positional(buffer, [], "")
+    learned = learned_tables(model, config)
+    if not learned:
+        return Positional(check="no positional table found (a buffer or a learned table with max_len rows)")
+    check = (f"a learned table: the paper's is the sinusoid of section 3.5" + (
+        f"; the decoder adds its own ({', '.join(learned[1:])}): this returns the encoder's (docs/plugins.md)"
+        if len(learned) > 1 else ""))
+    return Positional(learned[0], learned, check)
+
+
+# -- the repository's initialisation ------------------------------------------------------------------------------
+@dataclass
+class Init:
+    code: str = ""  # the body of _init(model), or "" when the constructor initialises or nothing was found
+    origin: str = ""
+    check: str = ""
+
+
+def _sources(cls: type) -> list[tuple[Path, str]]:
+    """(file, code) for the class's file and the .py / .ipynb files next to it (notebooks: their code cells)."""
+    try:
+        here = Path(inspect.getsourcefile(cls) or "")
+    except TypeError:
+        return []
+    if not here.is_file():
+        return []
+    files = [here] + sorted(p for p in here.parent.iterdir() if p != here and p.suffix in (".py", ".ipynb"))[:40]
+    out = []
+    for f in files:
+        try:
+            if f.stat().st_size > 2_000_000:
+                continue
+            text = f.read_text(errors="replace")
+            if f.suffix == ".ipynb":
+                cells = json.loads(text).get("cells", [])
+                text = "\n".join("".join(c.get("source", "")) for c in cells if c.get("cell_type") == "code")
+                text = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith(("%", "!")))
+            out.append((f, text))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _calls_init(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) and "init." in ast.unparse(n.func) for n in ast.walk(node))
+
+
+def _init_loop(tree: ast.AST, skip: ast.AST | None) -> ast.For | None:
+    inside = set(map(id, ast.walk(skip))) if skip is not None else set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.For) and id(node) not in inside and isinstance(node.iter, ast.Call) \
+                and isinstance(node.iter.func, ast.Attribute) \
+                and node.iter.func.attr in ("parameters", "named_parameters") and _calls_init(node):
+            node.iter.func.value = ast.Name("model", ast.Load())
+            return node
+    return None
+
+
+def _init_apply(tree: ast.Module, skip: ast.AST | None) -> str:
+    """``def fn ...`` + ``model.apply(fn)`` for an ``X.apply(fn)`` whose ``fn`` is defined in the file and calls
+    nn.init, else ""."""
+    inside = set(map(id, ast.walk(skip))) if skip is not None else set()
+    defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and _calls_init(n)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and id(node) not in inside and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "apply" and len(node.args) == 1 and isinstance(node.args[0], ast.Name) \
+                and node.args[0].id in defs:
+            fn = defs[node.args[0].id]
+            return ast.unparse(fn) + f"\nmodel.apply({fn.name})"
+    return ""
+
+
+def find_init(cls: type) -> Init:
+    """The repository's initialisation of ``cls``'s parameters, from the code next to it."""
+    for path, text in _sources(cls):
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        own = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls.__name__), None)
+        if own is not None and _calls_init(own):
+            return Init(origin=f"{cls.__name__} initialises its own parameters ({path.name} calls nn.init in it)")
+        loop = _init_loop(tree, own)
+        code = ast.unparse(loop) if loop is not None else _init_apply(tree, own)
+        if code:
+            line = loop.lineno if loop is not None else 0
+            return Init(code, f"{path.name}{':' + str(line) if line else ''}")
+    return Init(check="no initialisation found next to the class (a loop over model.parameters() calling nn.init, "
+                      "in a training script?): put the one your training uses here; as written the model keeps "
+                      "its constructor's initialisation, which train.learns trains from")
+
+
+def init_works(init: Init, model: nn.Module) -> str:
+    """"" when the proposed _init runs on ``model``, else why not."""
+    if not init.code:
+        return ""
+    ns: dict[str, Any] = {"torch": torch, "nn": nn, "init": nn.init, "model": model}
+    try:
+        exec(init.code, ns)  # noqa: S102 - the repository's own code, about to be written into the plugin
+    except Exception as exc:
+        return f"the proposed initialisation raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return ""
+
+
+# -- sizes the model ignores ------------------------------------------------------------------------------------
+def ignored_sizes(cls: type, ctor: Constructor, model: nn.Module, config: ModelConfig) -> dict[str, str]:
+    """{config field: what was found} for the sizes the model does not follow (built at two values, same shapes)."""
+    found: dict[str, str] = {}
+    other = config.replace(d_ff=config.d_ff + 16)
+    args, kwargs = ctor.call(other)
+    try:
+        torch.manual_seed(0)
+        built = cls(*args, **kwargs)
+    except Exception:
+        return found
+    shapes = Counter(tuple(p.shape) for p in model.parameters())
+    if shapes != Counter(tuple(p.shape) for p in built.parameters()):
+        return found
+    d = config.d_model
+    widths = Counter(s[0] for s in shapes if len(s) == 2 and s[1] == d and (d, s[0]) in shapes
+                     and s[0] not in (d, 2 * d, 3 * d, config.src_vocab, config.tgt_vocab))
+    if widths:
+        width = widths.most_common(1)[0][0]
+        found["d_ff"] = f"d_ff={config.d_ff} requested, the model's FFN is {width} wide whatever d_ff says"
+    else:
+        found["d_ff"] = f"the parameter shapes are the same at d_ff={config.d_ff} and d_ff={other.d_ff}: the model " \
+                        "ignores d_ff"
+    return found
+
+
+def apply_ignored(proposal: Proposal, ignored: dict[str, str]) -> None:
+    """The FFN lines with no target say which size the model ignores instead of "no weight found"."""
+    if "d_ff" not in ignored:
+        return
+    for lines in proposal.layers.values():
+        for ln in lines:
+            if isinstance(ln.canonical, str) and ".ffn." in ln.canonical and not ln.target:
+                ln.check = ignored["d_ff"] + " (config.parameters)"
