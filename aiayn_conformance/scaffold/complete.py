@@ -29,6 +29,7 @@ from torch import nn
 from aiayn_conformance.spec.config import ModelConfig
 
 from .masks import probe_batch, run_call
+from .naming import POSITION, tokens
 from .probe import Constructor
 from .proposal import Proposal
 
@@ -89,15 +90,16 @@ class Positional:
 
 def learned_tables(model: nn.Module, config: ModelConfig) -> list[str]:
     """Parameters that look like learned positional tables: [rows >= max_len, d_model] (or [1, rows, d_model]),
-    not a vocabulary matrix, outside the layers."""
+    not a vocabulary matrix, held by an nn.Embedding or named for positions."""
     vocab = {config.src_vocab, config.tgt_vocab}
+    embeddings = {f"{name}.weight" for name, m in model.named_modules() if isinstance(m, nn.Embedding)}
     out = []
     for name, p in model.named_parameters():
         shape = tuple(p.shape)
-        rows = shape[-2] if len(shape) >= 2 else 0
-        if (len(shape) == 2 or (len(shape) == 3 and shape[0] == 1)) and shape[-1] == config.d_model \
-                and rows >= config.max_len and rows not in vocab and rows not in (2 * config.d_model,
-                                                                                   3 * config.d_model):
+        if not (len(shape) == 2 or (len(shape) == 3 and shape[0] == 1)) or shape[-1] != config.d_model:
+            continue
+        named = bool(tokens(name) & POSITION)
+        if shape[-2] >= config.max_len and shape[-2] not in vocab and (name in embeddings or named):
             out.append(name)
     return out
 
@@ -209,36 +211,22 @@ def init_works(init: Init, model: nn.Module) -> str:
 
 
 # -- sizes the model ignores ------------------------------------------------------------------------------------
-def ignored_sizes(cls: type, ctor: Constructor, model: nn.Module, config: ModelConfig) -> dict[str, str]:
-    """{config field: what was found} for the sizes the model does not follow (built at two values, same shapes)."""
-    found: dict[str, str] = {}
+def ignored_sizes(cls: type, ctor: Constructor, model: nn.Module, config: ModelConfig) -> tuple[int, str] | None:
+    """(the FFN's width, what was found) when the model ignores d_ff: built at two values, the same shapes."""
     other = config.replace(d_ff=config.d_ff + 16)
     args, kwargs = ctor.call(other)
     try:
         torch.manual_seed(0)
         built = cls(*args, **kwargs)
     except Exception:
-        return found
+        return None
     shapes = Counter(tuple(p.shape) for p in model.parameters())
-    if shapes != Counter(tuple(p.shape) for p in built.parameters()):
-        return found
+    if not isinstance(built, nn.Module) or shapes != Counter(tuple(p.shape) for p in built.parameters()):
+        return None
     d = config.d_model
     widths = Counter(s[0] for s in shapes if len(s) == 2 and s[1] == d and (d, s[0]) in shapes
                      and s[0] not in (d, 2 * d, 3 * d, config.src_vocab, config.tgt_vocab))
-    if widths:
-        width = widths.most_common(1)[0][0]
-        found["d_ff"] = f"d_ff={config.d_ff} requested, the model's FFN is {width} wide whatever d_ff says"
-    else:
-        found["d_ff"] = f"the parameter shapes are the same at d_ff={config.d_ff} and d_ff={other.d_ff}: the model " \
-                        "ignores d_ff"
-    return found
-
-
-def apply_ignored(proposal: Proposal, ignored: dict[str, str]) -> None:
-    """The FFN lines with no target say which size the model ignores instead of "no weight found"."""
-    if "d_ff" not in ignored:
-        return
-    for lines in proposal.layers.values():
-        for ln in lines:
-            if isinstance(ln.canonical, str) and ".ffn." in ln.canonical and not ln.target:
-                ln.check = ignored["d_ff"] + " (config.parameters)"
+    if not widths:
+        return None
+    width = widths.most_common(1)[0][0]
+    return width, f"d_ff={config.d_ff} requested, the model's FFN is {width} wide whatever d_ff says"

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import copy
 
-from .complete import apply_ignored, encode_hook, find_init, ignored_sizes, init_works, positional
+from .complete import encode_hook, find_init, ignored_sizes, init_works, positional
 from .masks import Found
 from .probe import PROBE
 from .proof import prove
+from .proposal import propose
 from .render import Scaffold, render
 
 
@@ -27,7 +28,10 @@ def finish(s: Scaffold, model, found: Found | None) -> Scaffold:
     broken = init_works(s.init, copy.deepcopy(model))
     if broken:
         s.init.check = broken
-    s.ignored = ignored_sizes(s.cls, s.constructor, model, PROBE)
-    apply_ignored(s.proposal, s.ignored)
-    s.proof = prove(render(s), PROBE, s.output, s.table.learned or [])
+    ffn = ignored_sizes(s.cls, s.constructor, model, PROBE)
+    if ffn is not None:
+        s.ignored = {"d_ff": ffn[1]}
+        s.proposal = propose(model, PROBE, ffn)
+    at = PROBE.replace(d_ff=ffn[0]) if ffn else PROBE  # a model ignoring d_ff is probed at its own width
+    s.proof = prove(render(s), at, s.output, s.table.learned or [])
     return s

@@ -75,5 +75,6 @@ PROJ = {"q": {"q", "qs", "query", "queries", "wq", "wqs"}, "k": {"k", "ks", "key
         "o": {"o", "out", "output", "fc", "concat", "wo", "dense", "outproj"}}
 FUSED = ("in_proj", "qkv", "c_attn", "to_qkv", "query_key_value")
 """Words of a [3 d_model, d_model] weight stacked q|k|v: torch.nn's in_proj_weight, qkv / to_qkv, GPT-2's c_attn."""
+POSITION = {"pos", "position", "positions", "positional", "wpe", "pe"}  # a learned positional table
 GAIN = {"weight", "gamma", "a_2", "alpha", "g", "scale", "w", "gain"}
 SHIFT = {"bias", "beta", "b_2", "b", "shift"}

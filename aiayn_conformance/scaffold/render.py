@@ -77,12 +77,13 @@ def _constructor_lines(constructor: Constructor) -> list[str]:
 
 
 UNPROVED = "not proved by the value probe (see the note above)"
+FACTS = ("d_ff=",)  # notes that state what the model does (complete.py: ignored_sizes), kept even where proved
 
 
 def mark(check: str, target: str, part: str, proof: Proof | None) -> str:
     """The CHECK note of a line mapping into ``target`` ("" for none): a line the value probe proved has none, a line
     it did not prove has its own reason or UNPROVED; ``part`` is "encoder" for the lines the encoder probe covers."""
-    if proof is None or not target:
+    if proof is None or not target or check.startswith(FACTS):
         return check
     if proof.covers(part):
         return ""
@@ -314,7 +315,9 @@ def _adapter(s: Scaffold) -> str:
 def _ignored_note(s: Scaffold) -> str:
     if not s.ignored:
         return ""
-    return "  # CHECK: " + "; ".join(f"{k}: {v}" for k, v in s.ignored.items()) + " (config.parameters);"
+    said = "; ".join(s.ignored.values())
+    return (f"        # CHECK: config.parameters will fail: {said}. Make the model follow it, or declare "
+            "config.parameters\n")
 
 
 def _registration(s: Scaffold) -> str:
@@ -332,6 +335,6 @@ def register_implementations(register):
         summary="{s.cls.__name__} from {s.where} (scaffolded)",
         source="{s.where}",
         output={s.output!r},{_output_note(s)}
-        deviations={{}},{_ignored_note(s)}  # after a first audit: {{clause id: why}} for what the model knowingly departs from
+{_ignored_note(s)}        deviations={{}},  # after a first audit: {{clause id: why}} for what the model knowingly departs from
     ))
 '''
