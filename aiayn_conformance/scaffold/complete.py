@@ -1,9 +1,10 @@
 """What makes the generated adapter complete (issue 24): ``encode()``, ``positional_encoding()`` for a sinusoid
 buffer or a learned table, the repository's own initialisation, and the sizes the model ignores.
 
-- ``encode(src)`` is the class's own ``encode(src)`` when it has one; otherwise the output of the module holding
-  the encoder layers (or of the last encoder layer), captured with a forward hook during a forward on a one-token
-  target. The probe checks the captured output is ``[B, S, d_model]`` (or ``[S, B, d_model]``, transposed back).
+- ``encode(src)`` is the class's own ``encode(src)`` when it has one; otherwise what cross-attention reads: the
+  ``[B, S, d_model]`` input (``[S, B, d_model]`` transposed back) of the first decoder layer's cross-attention key
+  projection, captured with a hook during a forward on a one-token target (a norm after the last encoder layer
+  included, as the decoder sees it).
 - ``positional_encoding(length)``: a ``[max_len, d_model]`` buffer, or a learned table (an ``nn.Embedding`` or a
   parameter with ``max_len`` rows or more that is not a vocabulary matrix). With two learned tables (the encoder's
   and the decoder's) it returns the encoder's, marked.
@@ -37,47 +38,55 @@ from .proposal import Proposal
 # -- encode ---------------------------------------------------------------------------------------------------------
 @dataclass
 class Encode:
-    """How the adapter's encode() reads the encoder output: the class's own encode, or a hooked module."""
+    """How the adapter's encode() reads the encoder output: the class's own encode, or what the first decoder
+    layer's cross-attention key projection reads (``module``), captured with a hook."""
 
     own: str = ""  # "self.model.encode(src)" when the class has one
-    module: str = ""  # the module path whose output is captured
-    transpose: bool = False
+    module: str = ""  # the module whose input is the encoder output
     check: str = ""
 
 
-def _captured(model: nn.Module, path: str, run: Any) -> Any:
-    module = model.get_submodule(path)
-    seen: list[Any] = []
-    handle = module.register_forward_hook(lambda m, a, out: seen.append(out))
+def read_memory(model: nn.Module, path: str, src: torch.Tensor, run: Any) -> torch.Tensor | None:
+    """The last [B, S, d] (or [S, B, d], transposed) tensor the module ``path`` receives while ``run()`` runs."""
+    seen: list[torch.Tensor] = []
+    B, S = src.shape
+
+    def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        if not seen:
+            for t in [*args, *kwargs.values()]:
+                if isinstance(t, torch.Tensor) and t.dim() == 3 and tuple(t.shape[:2]) in ((B, S), (S, B)):
+                    seen[:] = [t if t.shape[0] == B else t.transpose(0, 1)]
+
+    handle = model.get_submodule(path).register_forward_pre_hook(hook, with_kwargs=True)
     try:
         run()
     finally:
         handle.remove()
-    out = seen[0] if seen else None
-    return out[0] if isinstance(out, (tuple, list)) and out else out
+    return seen[0] if seen else None
 
 
 def encode_hook(model: nn.Module, proposal: Proposal, config: ModelConfig, lines: list[str], call: str,
                 own: str) -> Encode:
-    """The encode() the adapter will have (the class's own, else a hooked module that gives [B, S, d_model])."""
+    """The encode() the adapter will have: the class's own, else what cross-attention reads (the input of the first
+    decoder layer's key projection, [B, S, d_model])."""
     if own:
         return Encode(own=own, check="the class's own encode(src): does it mask the source padding?")
-    targets = [ln.target for ln in proposal.layers.get("encoder", []) if ln.target]
-    if not targets:
-        return Encode(check="no encoder layers found: write encode(src) by hand (the final encoder output)")
-    stack = targets[0].split(".{i}.")[0] if ".{i}." in targets[0] else ""
-    candidates = [stack.rpartition(".")[0], stack, f"{stack}.{config.n_layers - 1}"] if stack else []
+    keys = [ln.target for ln in proposal.layers.get("decoder", []) if ln.target and (
+        ln.canonical == "decoder.{i}.cross_attn.k.weight" or (isinstance(ln.canonical, tuple)
+                                                              and "decoder.{i}.cross_attn.k.weight" in ln.canonical))]
+    if not keys:
+        return Encode(check="no cross-attention key projection found: write encode(src) by hand (what "
+                            "cross-attention reads, [B, S, d_model])")
+    path = keys[0].replace("{i}", "0").rpartition(".")[0]
     src, _ = probe_batch(config)
     bos = torch.full_like(src[:, :1], (config.pad_id + 1) % config.tgt_vocab)
-    for path in [c for c in candidates if c]:
-        try:
-            model.get_submodule(path)
-            out = _captured(model, path, lambda: run_call(model, config, lines, call, src, bos))
-        except Exception:
-            continue
-        if isinstance(out, torch.Tensor) and list(out.shape) in ([2, 7, config.d_model], [7, 2, config.d_model]):
-            return Encode(module=path, transpose=list(out.shape)[0] == 7)
-    return Encode(check="no module holding the encoder layers returned [B, S, d_model]: write encode(src) by hand")
+    try:
+        out = read_memory(model, path, src, lambda: run_call(model, config, lines, call, src, bos))
+    except Exception:
+        out = None
+    if out is None or list(out.shape) != [2, 7, config.d_model]:
+        return Encode(check=f"{path} did not receive a [B, S, d_model] tensor: write encode(src) by hand")
+    return Encode(module=path)
 
 
 # -- positional tables ------------------------------------------------------------------------------------------
@@ -110,7 +119,7 @@ def positional(buffer: str, model: nn.Module, config: ModelConfig) -> Positional
     learned = learned_tables(model, config)
     if not learned:
         return Positional(check="no positional table found (a buffer or a learned table with max_len rows)")
-    check = (f"a learned table: the paper's is the sinusoid of section 3.5" + (
+    check = ("a learned table: the paper's is the sinusoid of section 3.5" + (
         f"; the decoder adds its own ({', '.join(learned[1:])}): this returns the encoder's (docs/plugins.md)"
         if len(learned) > 1 else ""))
     return Positional(learned[0], learned, check)
@@ -206,7 +215,8 @@ def init_works(init: Init, model: nn.Module) -> str:
     try:
         exec(init.code, ns)  # noqa: S102 - the repository's own code, about to be written into the plugin
     except Exception as exc:
-        return f"the proposed initialisation raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return f"the proposed initialisation raised {type(exc).__name__}: {first}"
     return ""
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import types
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -42,7 +43,7 @@ def _module(text: str) -> types.ModuleType:
     return module
 
 
-def _learned_sinusoids(adapter: torch.nn.Module, ref: torch.nn.Module, learned: list[str]) -> None:
+def _learned_sinusoids(adapter: Any, ref: Any, learned: list[str]) -> None:
     """The probe's learned positional tables hold the paper's sinusoid (the mapping is what is probed)."""
     for name in learned:
         p = adapter.model.get_parameter(name)
@@ -82,7 +83,7 @@ def prove(text: str, config: ModelConfig, output: str, learned: list[str]) -> Pr
     return proof
 
 
-def _encoder_gap(adapter: torch.nn.Module, ref: torch.nn.Module, src: torch.Tensor,
+def _encoder_gap(adapter: Any, ref: Any, src: torch.Tensor,
                  config: ModelConfig) -> float | None:
     if not hasattr(adapter, "encode"):
         return None

@@ -158,16 +158,16 @@ def _encode_method(s: Scaffold) -> str:
     hook = s.encode_hook or Encode(own=s.encode)
     if not hook.own and not hook.module:
         return (f"\n    # CHECK: {hook.check}\n" if hook.check else "")
-    note = "" if _proved(s) and not hook.own else f"  # CHECK: {hook.check}" if hook.check else ""
+    note = "" if s.proof is not None and s.proof.covers("encoder") else f"  # CHECK: {hook.check or UNPROVED}"
     if hook.own:
         body = f"        return {hook.own}{note}\n"
+        what = ""
     else:
-        t = ".transpose(0, 1)" if hook.transpose else ""
         body = (f"        start = torch.full_like(src[:, :1], (self.config.pad_id + 1) % self.config.tgt_vocab)\n"
-                f"        return _captured(self.model, {hook.module!r}, lambda: self(src, start)){t}{note}\n")
+                f"        return _memory(self.model, {hook.module!r}, src, lambda: self(src, start)){note}\n")
+        what = f": what {hook.module} reads in a forward on a one-token target"
     return (f"\n    def encode(self, src: Tensor) -> Tensor:\n        \"\"\"The final encoder output (B, S, d_model)"
-            f"{'' if hook.own else ': what ' + hook.module + ' returns in a forward on a one-token target'}.\"\"\"\n"
-            + body)
+            f"{what}.\"\"\"\n" + body)
 
 
 def _positional_method(s: Scaffold) -> str:
@@ -254,16 +254,23 @@ def _attribute(model: nn.Module, path: str) -> Tensor:
     return getattr(model, attr)
 
 
-def _captured(model: nn.Module, path: str, run: Callable[[], object]) -> Tensor:
-    """What the sub-module ``path`` of ``model`` returns (its first tensor) while ``run()`` runs."""
-    seen: list[object] = []
-    handle = model.get_submodule(path).register_forward_hook(lambda module, args, out: seen.append(out))
+def _memory(model: nn.Module, path: str, src: Tensor, run: Callable[[], object]) -> Tensor:
+    """The [B, S, d_model] tensor (an [S, B, d_model] one transposed) the sub-module ``path`` first receives while
+    ``run()`` runs: the encoder output, as the decoder's cross-attention reads it."""
+    B, S = src.shape
+    seen: list[Tensor] = []
+
+    def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        for t in [*args, *kwargs.values()] if not seen else []:
+            if isinstance(t, Tensor) and t.dim() == 3 and tuple(t.shape[:2]) in ((B, S), (S, B)):
+                seen[:] = [t if t.shape[0] == B else t.transpose(0, 1)]
+
+    handle = model.get_submodule(path).register_forward_pre_hook(hook, with_kwargs=True)
     try:
         run()
     finally:
         handle.remove()
-    out = seen[0]
-    return out[0] if isinstance(out, (tuple, list)) else out  # type: ignore[return-value]
+    return seen[0]
 
 
 {_init_function(s)}
@@ -335,6 +342,6 @@ def register_implementations(register):
         summary="{s.cls.__name__} from {s.where} (scaffolded)",
         source="{s.where}",
         output={s.output!r},{_output_note(s)}
-{_ignored_note(s)}        deviations={{}},  # after a first audit: {{clause id: why}} for what the model knowingly departs from
+{_ignored_note(s)}        deviations={{}},  # after a first audit: {{clause id: why}} for what it knowingly departs from
     ))
 '''
