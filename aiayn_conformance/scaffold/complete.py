@@ -114,8 +114,8 @@ def learned_tables(model: nn.Module, config: ModelConfig) -> list[str]:
 
 
 def positional(buffer: str, model: nn.Module, config: ModelConfig) -> Positional:
-    if buffer:
-        return Positional(buffer, [], "")
+    if buffer:  # checked against the sinusoid by the value probe (proof.py)
+        return Positional(buffer, [], "the table both stacks add?")
     learned = learned_tables(model, config)
     if not learned:
         return Positional(check="no positional table found (a buffer or a learned table with max_len rows)")

@@ -32,6 +32,7 @@ class Proof:
 
     proved: set[str] = field(default_factory=set)  # "model" (everything), "encoder" (encoder lines, src_embed)
     detail: str = ""  # one line: what was compared and how far apart
+    table_gap: float | None = None  # positional_encoding(S) against the sinusoid of §3.5 (None: not compared)
 
     def covers(self, part: str) -> bool:
         return "model" in self.proved or part in self.proved
@@ -63,9 +64,10 @@ def prove(text: str, config: ModelConfig, output: str, learned: list[str]) -> Pr
         return Proof(detail=f"the plugin could not load the canonical weights ({type(exc).__name__}: "
                             f"{str(exc).splitlines()[0] if str(exc) else ''})")
     ref = reference_twin(config, state)
+    table_gap = _table_gap(adapter, ref, config)  # before the probe's sinusoids go into learned tables
     _learned_sinusoids(adapter, ref, learned)
     src, tgt = probe_batch(config)
-    proof = Proof()
+    proof = Proof(table_gap=table_gap)
     with torch.no_grad():
         try:
             mine = as_log_probs(adapter(src, tgt), output)[tgt != config.pad_id]
@@ -81,6 +83,18 @@ def prove(text: str, config: ModelConfig, output: str, learned: list[str]) -> Pr
     proof.detail = (f"with the visible canonical weights loaded through this mapping, the log-probabilities differ "
                     f"from the reference's by max {gap:.2g}{enc} (tolerance {TOLERANCE:g})")
     return proof
+
+
+def _table_gap(adapter: Any, ref: Any, config: ModelConfig) -> float | None:
+    if not hasattr(adapter, "positional_encoding"):
+        return None
+    try:
+        with torch.no_grad():
+            mine = adapter.positional_encoding(config.max_len).double()
+    except Exception:
+        return None
+    theirs = ref.positional_encoding(config.max_len).double()
+    return float((mine - theirs).abs().max()) if mine.shape == theirs.shape else float("inf")
 
 
 def _encoder_gap(adapter: Any, ref: Any, src: torch.Tensor,

@@ -171,10 +171,14 @@ def _encode_method(s: Scaffold) -> str:
 
 
 def _positional_method(s: Scaffold) -> str:
-    table = s.table or Positional(s.positional, [], "the table both stacks add?" if s.positional else "")
+    table = s.table or Positional(s.positional, [], "")
     if not table.path:
         return f"\n    # CHECK: {table.check}\n" if table.check else ""
     note = f"  # CHECK: {table.check}" if table.check else ""
+    gap = s.proof.table_gap if s.proof is not None else None
+    if not table.learned and gap is not None:
+        note = "" if gap <= 1e-5 else (f"  # CHECK: the table both stacks add? it differs from the sinusoid of "
+                                        f"section 3.5 by max {gap:.2g}")
     if table.learned:
         read = f"self.model.get_parameter({table.path!r})"
     else:
