@@ -20,7 +20,7 @@ def finish(s: Scaffold, model, found: Found | None) -> Scaffold:
         src, tgt = found.convention or (None, None)
         said = (f"masks found by probing the forward: source {src.describe()}, target {tgt.describe()}"
                 if src and tgt else found.tried)
-        s.forward_check = f"{said}; {s.forward_check}"
+        s.masks = said
     lines, call = s.forward_call[:-1], s.forward_call[-1].removeprefix("return ")
     s.encode_hook = encode_hook(model, s.proposal, PROBE, lines, call, s.encode)
     s.table = positional(s.positional, model, PROBE)

@@ -35,6 +35,7 @@ class Scaffold:
     init: Init | None = None  # the repository's own initialisation
     ignored: dict[str, str] = field(default_factory=dict)  # config field -> what the model does instead
     proof: Proof | None = None  # the value probe (scaffold/proof.py); None: not run
+    masks: str = ""  # the mask convention found by probing the forward (scaffold/masks.py), "" when it takes none
 
     @property
     def checks(self) -> int:
@@ -136,8 +137,8 @@ def _proved(s: Scaffold) -> bool:
 
 def _forward_note(s: Scaffold) -> str:
     if _proved(s):
-        return "  # proved by the value probe (the note in load_reference_state)"
-    return f"  # CHECK: {s.forward_check}"
+        return f"  # {s.masks + '; ' if s.masks else ''}proved by the value probe (the note in load_reference_state)"
+    return f"  # CHECK: {s.masks + '; ' if s.masks else ''}{s.forward_check}"
 
 
 def _output_note(s: Scaffold) -> str:
