@@ -172,7 +172,8 @@ def test_hugging_face_names_the_old_bug_reproduced_and_now_caught(monkeypatch):
 
 def test_the_mask_convention_is_found_by_probing_the_forward():
     """head_axis adds the head axis itself: 3-D masks pass; the 4-D guess (before issue 24) gives the attention a
-    fifth axis, and the call crashes or returns the wrong shape: rejected. The Annotated layout takes 4-D masks as they are."""
+    fifth axis, and the call crashes or returns the wrong shape: rejected. The Annotated layout takes 4-D masks as
+    they are."""
     assert "source 3-D, boolean, True = may attend, target 3-D" in text_of("head-axis")
     assert "(tgt != pad)[:, None, :]" in text_of("head-axis")
     assert "source 4-D, boolean, True = may attend" in text_of("annotated")
