@@ -9,8 +9,8 @@ buffer or a learned table, the repository's own initialisation, and the sizes th
   parameter with ``max_len`` rows or more that is not a vocabulary matrix). With two learned tables (the encoder's
   and the decoder's) it returns the encoder's, marked.
 - the initialisation: a loop over ``X.parameters()`` / ``X.named_parameters()`` calling ``nn.init`` (or
-  ``X.apply(fn)`` with ``fn`` a function of the same file calling it) in the class's file or a ``.py`` / ``.ipynb``
-  file next to it, outside the class; the class's own constructor calling ``nn.init`` needs none.
+  ``X.apply(fn)`` with ``fn`` a function of the same file calling it), outside any class, in the class's file or a
+  ``.py`` / ``.ipynb`` file next to it that names the class; else none when the class calls ``nn.init`` itself.
 - a size the model ignores: the class built at two ``d_ff`` values with the very same parameter shapes.
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,7 +135,8 @@ class Init:
 
 
 def _sources(cls: type) -> list[tuple[Path, str]]:
-    """(file, code) for the class's file and the .py / .ipynb files next to it (notebooks: their code cells)."""
+    """(file, code) for the class's file and the .py / .ipynb files next to it that name the class (notebooks: their
+    code cells)."""
     try:
         here = Path(inspect.getsourcefile(cls) or "")
     except TypeError:
@@ -152,7 +154,8 @@ def _sources(cls: type) -> list[tuple[Path, str]]:
                 cells = json.loads(text).get("cells", [])
                 text = "\n".join("".join(c.get("source", "")) for c in cells if c.get("cell_type") == "code")
                 text = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith(("%", "!")))
-            out.append((f, text))
+            if f == here or re.search(rf"\b{re.escape(cls.__name__)}\b", text):  # a sibling that uses the class
+                out.append((f, text))
         except (OSError, ValueError):
             continue
     return out
@@ -162,8 +165,13 @@ def _calls_init(node: ast.AST) -> bool:
     return any(isinstance(n, ast.Call) and "init." in ast.unparse(n.func) for n in ast.walk(node))
 
 
-def _init_loop(tree: ast.AST, skip: ast.AST | None) -> ast.For | None:
-    inside = set(map(id, ast.walk(skip))) if skip is not None else set()
+def _in_classes(tree: ast.AST) -> set[int]:
+    """The nodes inside a class body: a module's own methods initialise it when it is built (nothing to add)."""
+    return {id(n) for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for n in ast.walk(c)}
+
+
+def _init_loop(tree: ast.AST) -> ast.For | None:
+    inside = _in_classes(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.For) and id(node) not in inside and isinstance(node.iter, ast.Call) \
                 and isinstance(node.iter.func, ast.Attribute) \
@@ -173,10 +181,10 @@ def _init_loop(tree: ast.AST, skip: ast.AST | None) -> ast.For | None:
     return None
 
 
-def _init_apply(tree: ast.Module, skip: ast.AST | None) -> str:
-    """``def fn ...`` + ``model.apply(fn)`` for an ``X.apply(fn)`` whose ``fn`` is defined in the file and calls
-    nn.init, else ""."""
-    inside = set(map(id, ast.walk(skip))) if skip is not None else set()
+def _init_apply(tree: ast.Module) -> str:
+    """``def fn ...`` + ``model.apply(fn)`` for an ``X.apply(fn)`` outside the classes whose ``fn`` is defined in
+    the file and calls nn.init, else ""."""
+    inside = _in_classes(tree)
     defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and _calls_init(n)}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and id(node) not in inside and isinstance(node.func, ast.Attribute) \
@@ -188,20 +196,23 @@ def _init_apply(tree: ast.Module, skip: ast.AST | None) -> str:
 
 
 def find_init(cls: type) -> Init:
-    """The repository's initialisation of ``cls``'s parameters, from the code next to it."""
+    """The repository's initialisation of ``cls``'s parameters, from the code next to it: a loop (or an apply)
+    outside the classes, which runs after the model is built; else none needed when the class calls nn.init."""
+    trees = []
     for path, text in _sources(cls):
         try:
-            tree = ast.parse(text)
+            trees.append((path, ast.parse(text)))
         except SyntaxError:
             continue
+    for path, tree in trees:
+        loop = _init_loop(tree)
+        code = ast.unparse(loop) if loop is not None else _init_apply(tree)
+        if code:
+            return Init(code, f"{path.name}{':' + str(loop.lineno) if loop is not None else ''}")
+    for path, tree in trees[:1]:
         own = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls.__name__), None)
         if own is not None and _calls_init(own):
             return Init(origin=f"{cls.__name__} initialises its own parameters ({path.name} calls nn.init in it)")
-        loop = _init_loop(tree, own)
-        code = ast.unparse(loop) if loop is not None else _init_apply(tree, own)
-        if code:
-            line = loop.lineno if loop is not None else 0
-            return Init(code, f"{path.name}{':' + str(line) if line else ''}")
     return Init(check="no initialisation found next to the class (a loop over model.parameters() calling nn.init, "
                       "in a training script?): put the one your training uses here; as written the model keeps "
                       "its constructor's initialisation, which train.learns trains from")
