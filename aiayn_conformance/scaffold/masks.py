@@ -58,8 +58,14 @@ def mask_roles(model: nn.Module) -> list[str] | None:
     names = [p.name for p in params if p.default is p.empty]
     if len(names) <= 2 or any("mask" not in n.lower() for n in names[2:]):
         return None
-    return ["src" if any(w in n.lower() for w in ("src", "enc", "memory", "source", "pad")) else "tgt"
-            for n in names[2:]]
+    return [_role(n.lower()) for n in names[2:]]
+
+
+def _role(name: str) -> str:
+    """``tgt`` for a mask named for the target or the causal mask, ``src`` for one named for the source."""
+    if any(w in name for w in ("tgt", "trg", "target", "dec", "causal", "subsequent", "look_ahead", "future")):
+        return "tgt"
+    return "src" if any(w in name for w in ("src", "enc", "memory", "source", "pad", "input")) else "tgt"
 
 
 def mask_lines(roles: list[str], src: Convention, tgt: Convention) -> tuple[list[str], str]:
