@@ -30,9 +30,9 @@ from torch import nn
 
 from aiayn_conformance.spec.config import ModelConfig
 
+from .construct import Constructor
 from .masks import probe_batch, run_call
 from .naming import POSITION, tokens
-from .probe import Constructor
 from .proposal import Proposal
 
 
@@ -235,10 +235,9 @@ def init_works(init: Init, model: nn.Module) -> str:
 def ignored_sizes(cls: type, ctor: Constructor, model: nn.Module, config: ModelConfig) -> tuple[int, str] | None:
     """(the FFN's width, what was found) when the model ignores d_ff: built at two values, the same shapes."""
     other = config.replace(d_ff=config.d_ff + 16)
-    args, kwargs = ctor.call(other)
     try:
         torch.manual_seed(0)
-        built = cls(*args, **kwargs)
+        built = ctor.build(other)
     except Exception:
         return None
     shapes = Counter(tuple(p.shape) for p in model.parameters())

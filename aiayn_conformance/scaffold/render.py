@@ -30,6 +30,7 @@ class Scaffold:
     output_check: str
     encode: str
     positional: str
+    notes: list[str] = field(default_factory=list)  # what the target's loading left out (a notebook's skipped cells)
     encode_hook: Encode | None = None  # scaffold/complete.py: how encode() reads the encoder output
     table: Positional | None = None  # the positional table (a buffer or learned tables)
     init: Init | None = None  # the repository's own initialisation
@@ -70,11 +71,7 @@ def _listing(lines: list[str]) -> str:
 
 
 def _constructor_lines(constructor: Constructor) -> list[str]:
-    lines = []
-    for k, expr, note in constructor.args:
-        arg = expr if k is None else f"{k}={expr}"
-        lines.append(f"            {arg},{'  # CHECK: ' + note if note else ''}")
-    return lines
+    return constructor.lines(12)
 
 
 UNPROVED = "not proved by the value probe (see the note above)"
