@@ -287,6 +287,9 @@ def add_parser(sub) -> None:
     p.add_argument("--format", choices=report.FORMATS, default="text",
                    help="report format (default: text, the colored matrix; junit: JUnit XML, github: GitHub "
                         "annotations on the adapter's lines)")
+    p.add_argument("--brief", action="store_true",
+                   help="text format: one line per unexpected result, without its measured and expected values "
+                        "and hint")
     p.add_argument("--output", "-o", default=None, metavar="PATH", help="write the report here instead of stdout")
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1,
                    help="suite runs in parallel (default: the number of CPUs)")
@@ -329,7 +332,7 @@ def _check_output(path: str | None) -> str:
 def _emit(result: AuditResult, args: argparse.Namespace, *, clause_ids: Sequence[str] = ()) -> int:
     result.command = " ".join(["aiayn", "audit", *(sys.argv[2:] if sys.argv[1:2] == ["audit"] else [])])
     color = report.use_color(sys.stdout, args.no_color) and args.output is None
-    text = report.render(result, args.format, color=color)
+    text = report.render(result, args.format, color=color, brief=args.brief)
     if args.output:
         Path(args.output).write_text(text)
         print(f"aiayn audit: {args.format} report written to {args.output}", file=sys.stderr)
