@@ -42,6 +42,8 @@ from .configs import CONFIG, config_change
 if TYPE_CHECKING:
     from aiayn_conformance.implementations import Implementation
 
+    from .user_weights import UserWeights
+
 __all__ = [
     "ClauseViolation", "ImplementationError", "CheckTimeout", "checking", "current_clause", "violation",
     "could_not_check", "build_model", "refused", "call_forward", "output_problem", "first_nonfinite", "run_forward",
@@ -135,8 +137,13 @@ def seeded(seed: int = 0) -> Iterator[None]:
         yield
 
 
+# --weights: implementation name -> the user's weights (conformance.user_weights), set by the plugin.
+USER_WEIGHTS: dict[str, UserWeights] = {}
+
+
 def build_model(impl: Implementation, config: ModelConfig, *, seed: int = 0, train: bool = False) -> Any:
-    """``impl.build(config)`` with a fixed seed, in eval mode unless ``train``.
+    """``impl.build(config)`` with a fixed seed, in eval mode unless ``train``; holding the user's weights
+    (``--weights``, checked to fit before the session) when ``config`` is the audit configuration up to dropout.
 
     A configuration other than the audit's (``configs.OTHER_CONFIGS``, the base preset) that the implementation
     refuses to build is a finding of config.parameters: under that clause it fails with the implementation's
@@ -152,6 +159,9 @@ def build_model(impl: Implementation, config: ModelConfig, *, seed: int = 0, tra
         could_not_check(f"{impl.name}: build(config) raised", exc)
     if not isinstance(model, torch.nn.Module):
         could_not_check(f"{impl.name}: build(config) returned {type(model).__name__}, not a torch.nn.Module")
+    weights = USER_WEIGHTS.get(impl.name)
+    if weights is not None and not config_change(config):
+        weights.load_into(model)
     return model.train(train)
 
 
