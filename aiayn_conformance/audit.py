@@ -284,6 +284,13 @@ def add_parser(sub) -> None:
                    help="load an extra plugin from a module name or a .py file (repeatable)")
     p.add_argument("--clause", default=None, metavar="ID",
                    help="re-run only this clause (comma-separated ids allowed) and show its full diagnostics")
+    p.add_argument("--config", default=None, metavar="SPEC",
+                   help="audit at these sizes: key=value pairs (d_model=64,h=4,src_vocab=40; keys: ModelConfig's "
+                        "fields, h and N), a .json or .toml file, or a Hugging Face config.json or model directory")
+    p.add_argument("--weights", default=None, metavar="PATH",
+                   help="audit one implementation (--impl) holding these trained weights: a torch state_dict "
+                        "(.pt/.pth), a .safetensors file or a Hugging Face model directory; sizes from --config, "
+                        "else the directory's config.json; checks that need the suite's own weights are skipped")
     p.add_argument("--format", choices=report.FORMATS, default="text",
                    help="report format (default: text, the colored matrix; junit: JUnit XML, github: GitHub "
                         "annotations on the adapter's lines)")
@@ -342,9 +349,30 @@ def _emit(result: AuditResult, args: argparse.Namespace, *, clause_ids: Sequence
     return result.exit_code
 
 
+def _audit_configuration(args: argparse.Namespace, registry, impl_sel: str | None) -> str:
+    """Why --config / --weights cannot be used ("" when they can): checked here, before the suite runs, as the
+    suite's plugin checks them again (conformance.user_config, conformance.user_weights)."""
+    if not args.config and not args.weights:
+        return ""
+    from aiayn_conformance.conformance.configs import CONFIG
+    from aiayn_conformance.conformance.user_config import ConfigError
+    from aiayn_conformance.conformance.user_weights import WeightsError, fit_problem, resolve
+
+    if args.weights and (args.impl is None or args.component is not None):
+        return "--weights audits one implementation: give --impl NAME (and no --component)"
+    try:
+        config, weights, _ = resolve(args.config, args.weights, CONFIG)
+    except (ConfigError, WeightsError) as exc:
+        return str(exc)
+    if weights is None:
+        return ""
+    return fit_problem(registry.select(impl_sel), config or CONFIG, weights)
+
+
 def _merge(args: argparse.Namespace) -> int:
     given = [opt for opt, value in (("--impl", args.impl), ("--component", args.component),
-                                    ("--clause", args.clause), ("--shard", args.shard)) if value]
+                                    ("--clause", args.clause), ("--shard", args.shard), ("--config", args.config),
+                                    ("--weights", args.weights)) if value]
     if given:
         return _usage(f"--merge reads audits and runs none; {', '.join(given)} cannot be given with it")
     if why := _check_output(args.output):
@@ -414,6 +442,9 @@ def run(args: argparse.Namespace) -> int:
         held = sum(len(j.subjects) for j in jobs)
         print(f"aiayn audit: shard {shard} holds {held} of the {selected} subjects selected", file=sys.stderr)
     extra = [f"--clause={','.join(clause_ids)}"] if clause_ids else []
+    if why := _audit_configuration(args, registry, impl_sel):
+        return _usage(why)
+    extra += [f"--{opt}={value}" for opt, value in (("config", args.config), ("weights", args.weights)) if value]
     progress = Progress()
     with_figures = args.format == "html" or args.figures
     if clause_ids and args.format == "text" and args.output is None:
