@@ -191,14 +191,14 @@ def test_the_checks_run_on_the_users_weights(tmp_path, user_state):
     broken = dict(user_state)
     broken["encoder.0.self_attn.q.weight"] = torch.full_like(user_state["encoder.0.self_attn.q.weight"], float("nan"))
     torch.save(broken, tmp_path / "nan.pt")
-    args = ("--impl=reference", f"--config={USER_PAIRS}", "--clause=model.batch-independence,train.learns")
+    args = ("--impl=reference", f"--config={USER_PAIRS}", "--clause=model.eval-determinism,train.learns")
     res, runs = suite(tmp_path, *args, f"--weights={tmp_path / 'w.pt'}")
     assert res.returncode == 0, res.stdout[-2000:]
-    assert {r["outcome"] for r in runs["model.batch-independence"]} == {"passed"}
+    assert {r["outcome"] for r in runs["model.eval-determinism"]} == {"passed"}
     assert {r["outcome"] for r in runs["train.learns"]} == {"skipped"}
     assert all(r["message"].startswith("needs canonical weights: ") for r in runs["train.learns"])
     _, on_nan = suite(tmp_path, *args, f"--weights={tmp_path / 'nan.pt'}")  # the weights reach the checks
-    errors = [r for r in on_nan["model.batch-independence"] if r["outcome"] == "error"]
+    errors = [r for r in on_nan["model.eval-determinism"] if r["outcome"] == "error"]
     assert errors and "non-finite" in errors[0]["detail"], on_nan
 
 
