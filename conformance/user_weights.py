@@ -8,8 +8,9 @@ Accepted: a torch state_dict (``.pt``, ``.pth``, ``.bin``; also one wrapped as `
 
 The weights are in the implementation's own names. They are loaded into the module of the built model whose
 state_dict shares most keys with them (the model itself, or the library model an adapter wraps); every key must
-be the model's, of the model's shape, and every entry of the model's state_dict must be given (an entry tied to
-a given one, as an output projection tied to the embedding, counts as given). Anything else is refused before
+be the model's, of the model's shape, and every trainable parameter of the model must be given (one tied to a
+given one, as an output projection tied to the embedding, counts as given; buffers and frozen parameters, such
+as a sinusoid table a library leaves out of its checkpoints, may be missing and keep the model's own values). Anything else is refused before
 any check runs, in one line naming the first mismatching key (:class:`WeightsError`).
 
 Sizes: from ``--config``; without it, from the model directory's ``config.json`` (the only case where the
@@ -91,9 +92,10 @@ class UserWeights:
                         f"{_shape(own[key])}; give the sizes the weights were trained at with --config")
         given = {own[k].untyped_storage().data_ptr() for k in self.state if k in own}
         for key, tensor in own.items():
-            if key not in self.state and tensor.untyped_storage().data_ptr() not in given:
-                return (f"{self.path}: the model's {key!r} {_shape(tensor)}{where} is not in the weights; every entry "
-                        "of the model's state_dict must be given")
+            trained = isinstance(tensor, torch.nn.Parameter) and tensor.requires_grad
+            if trained and key not in self.state and tensor.untyped_storage().data_ptr() not in given:
+                return (f"{self.path}: the model's {key!r} {_shape(tensor)}{where} is not in the weights; every "
+                        "trainable parameter must be given")
         return ""
 
     def load_into(self, model: torch.nn.Module) -> None:

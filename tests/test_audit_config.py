@@ -18,7 +18,7 @@ import torch
 from aiayn_conformance.cli import main
 from aiayn_conformance.conformance import configs
 from aiayn_conformance.conformance.user_config import ConfigError, read_config
-from aiayn_conformance.conformance.user_weights import WeightsError, read_weights, resolve
+from aiayn_conformance.conformance.user_weights import UserWeights, WeightsError, fit_problem, read_weights, resolve
 from aiayn_conformance.reference.model import Transformer
 from aiayn_conformance.spec.config import TINY, ModelConfig
 
@@ -130,7 +130,7 @@ def test_weights_load_into_the_module_an_adapter_wraps(user_state):
             super().__init__()
             self.inner = Transformer(USER)
 
-    weights = read_weights.__globals__["UserWeights"]("w.pt", {k: v + 1 for k, v in user_state.items()})
+    weights = UserWeights("w.pt", {k: v + 1 for k, v in user_state.items()})
     adapter = Adapter()
     assert weights.mismatch(adapter) == ""
     weights.load_into(adapter)
@@ -142,10 +142,28 @@ def test_weights_of_the_wrong_shape_name_the_first_mismatching_key(tmp_path, use
     weights = read_weights(str(tmp_path / "w.pt"))
     line = weights.mismatch(Transformer(TINY))
     assert "key 'src_embed.weight' has shape [40, 64], the model's has [37, 32]" in line and "--config" in line
-    less = read_weights.__globals__["UserWeights"]("w.pt", {k: v for k, v in user_state.items() if "norm" not in k})
-    assert "is not in the weights" in less.mismatch(Transformer(USER))
-    more = read_weights.__globals__["UserWeights"]("w.pt", {**user_state, "extra.weight": torch.zeros(2)})
+    less = UserWeights("w.pt", {k: v for k, v in user_state.items() if "norm" not in k})
+    assert "is not in the weights; every trainable parameter must be given" in less.mismatch(Transformer(USER))
+    more = UserWeights("w.pt", {**user_state, "extra.weight": torch.zeros(2)})
     assert "key 'extra.weight' [2] is not in the model" in more.mismatch(Transformer(USER))
+
+
+def test_a_hugging_face_model_directory_fits_the_library_plugin_at_its_config(tmp_path):
+    """hf-marian's model saved with save_pretrained: the sizes come from its config.json, and the weights fit the
+    model the plugin builds at them (its sinusoid table, left out of the checkpoint, keeps the model's values)."""
+    from aiayn_conformance.implementations import get_registry
+
+    impl = get_registry().get("hf-marian")
+    if impl.unavailable:
+        pytest.skip(f"hf-marian is unavailable: {impl.unavailable}")
+    adapter = impl.build(USER)
+    library_model = next(m for m in adapter.modules() if type(m).__name__ == "MarianMTModel")
+    library_model.save_pretrained(str(tmp_path))
+    config, weights, sizes = resolve(None, str(tmp_path), TINY)
+    assert sizes == "the weights' config.json" and config is not None and weights is not None
+    assert (config.d_model, config.n_heads, config.d_ff, config.n_layers, config.src_vocab) == (64, 4, 96, 2, 40)
+    assert fit_problem([impl], config, weights) == ""
+    assert "has shape" in fit_problem([impl], TINY, weights)  # at the suite's own sizes they do not fit
 
 
 @pytest.mark.parametrize("content, needle", [
