@@ -349,24 +349,26 @@ def _emit(result: AuditResult, args: argparse.Namespace, *, clause_ids: Sequence
     return result.exit_code
 
 
-def _audit_configuration(args: argparse.Namespace, registry, impl_sel: str | None) -> str:
-    """Why --config / --weights cannot be used ("" when they can): checked here, before the suite runs, as the
-    suite's plugin checks them again (conformance.user_config, conformance.user_weights)."""
+def _audit_configuration(args: argparse.Namespace, registry, impl_sel: str | None) -> tuple[str, str]:
+    """(why --config / --weights cannot be used, "" when they can; what the audit runs at, "" for the suite's
+    own): checked here, before the suite runs, as the suite's plugin checks them again (conformance.user_config,
+    conformance.user_weights)."""
     if not args.config and not args.weights:
-        return ""
+        return "", ""
     from aiayn_conformance.conformance.configs import CONFIG
     from aiayn_conformance.conformance.user_config import ConfigError
     from aiayn_conformance.conformance.user_weights import WeightsError, fit_problem, resolve
 
     if args.weights and (args.impl is None or args.component is not None):
-        return "--weights audits one implementation: give --impl NAME (and no --component)"
+        return "--weights audits one implementation: give --impl NAME (and no --component)", ""
     try:
-        config, weights, _ = resolve(args.config, args.weights, CONFIG)
+        config, weights, sizes = resolve(args.config, args.weights, CONFIG)
     except (ConfigError, WeightsError) as exc:
-        return str(exc)
+        return str(exc), ""
+    at = f"audit configuration (sizes from {sizes}): {config or CONFIG}"
     if weights is None:
-        return ""
-    return fit_problem(registry.select(impl_sel), config or CONFIG, weights)
+        return "", at
+    return fit_problem(registry.select(impl_sel), config or CONFIG, weights), f"{at}; weights: {weights.path}"
 
 
 def _merge(args: argparse.Namespace) -> int:
@@ -442,10 +444,15 @@ def run(args: argparse.Namespace) -> int:
         held = sum(len(j.subjects) for j in jobs)
         print(f"aiayn audit: shard {shard} holds {held} of the {selected} subjects selected", file=sys.stderr)
     extra = [f"--clause={','.join(clause_ids)}"] if clause_ids else []
-    if why := _audit_configuration(args, registry, impl_sel):
+    why, at = _audit_configuration(args, registry, impl_sel)
+    if why:
         return _usage(why)
-    extra += [f"--{opt}={value}" for opt, value in (("config", args.config), ("weights", args.weights)) if value]
+    # Files named relative to here: the suite runs in another directory.
+    extra += [f"--{opt}={Path(value).expanduser().resolve() if Path(value).expanduser().exists() else value}"
+              for opt, value in (("config", args.config), ("weights", args.weights)) if value]
     progress = Progress()
+    if at:
+        progress.log(f"aiayn audit: {at}")
     with_figures = args.format == "html" or args.figures
     if clause_ids and args.format == "text" and args.output is None:
         # Debugging one clause: the suite's own verbose output on the terminal, then the folded statuses.

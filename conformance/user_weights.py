@@ -10,8 +10,9 @@ The weights are in the implementation's own names. They are loaded into the modu
 state_dict shares most keys with them (the model itself, or the library model an adapter wraps); every key must
 be the model's, of the model's shape, and every trainable parameter of the model must be given (one tied to a
 given one, as an output projection tied to the embedding, counts as given; buffers and frozen parameters, such
-as a sinusoid table a library leaves out of its checkpoints, may be missing and keep the model's own values). Anything else is refused before
-any check runs, in one line naming the first mismatching key (:class:`WeightsError`).
+as a sinusoid table a library leaves out of its checkpoints, may be missing and keep the model's own values).
+Anything else is refused before any check runs, in one line naming the first mismatching key
+(:class:`WeightsError`).
 
 Sizes: from ``--config``; without it, from the model directory's ``config.json`` (the only case where the
 sizes are known from the weights without guessing); a bare state_dict without ``--config`` is checked at the

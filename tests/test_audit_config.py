@@ -229,3 +229,18 @@ def test_weights_of_the_wrong_shape_stop_the_suite_with_one_line(tmp_path, user_
     assert main(["audit", "--impl", "reference", "--weights", str(tmp_path / "w.pt")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "key 'src_embed.weight' has shape [40, 64]" in err
+
+
+def test_aiayn_audit_passes_the_options_to_the_suite_with_paths_from_where_it_was_called(tmp_path, user_state):
+    torch.save(user_state, tmp_path / "w.pt")
+    out = tmp_path / "audit.json"
+    res = subprocess.run([sys.executable, "-m", "aiayn_conformance", "audit", "--impl", "reference",
+                          f"--config={USER_PAIRS}", "--weights", "w.pt",
+                          "--clause", "model.eval-determinism,train.learns", "--format", "json", "--output", str(out)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "audit configuration (sizes from --config): ModelConfig(src_vocab=40" in res.stderr
+    clauses = json.loads(out.read_text())["implementations"]["reference"]["clauses"]
+    assert clauses["model.eval-determinism"]["status"] == "pass"
+    assert clauses["train.learns"]["status"] == "skip"
+    assert clauses["train.learns"]["message"].startswith("needs canonical weights")
