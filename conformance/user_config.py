@@ -11,9 +11,9 @@ The keys are :class:`~aiayn_conformance.spec.config.ModelConfig`'s field names, 
 (n_heads) and ``N`` (n_layers). A key not given keeps the suite's tiny value; with shared embeddings (the
 default) the two vocabularies are one size, so giving one of ``src_vocab`` / ``tgt_vocab`` sets both.
 
-The suite's witnesses put limits on the sizes (:data:`SUITE_NEEDS`): a configuration outside them is refused
-with the reason, never audited in part. Every error is one line (:class:`ConfigError`), naming what was wrong
-and what is accepted.
+The suite's witnesses put limits on the sizes (:data:`SUITE_NEEDS`; and a padding id other than the witnesses'
+start symbol, 1): a configuration outside them is refused with the reason, never audited in part. Every error
+is one line (:class:`ConfigError`), naming what was wrong and what is accepted.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.decoding import TRANSLATION
 
 __all__ = ["ALIASES", "ConfigError", "HF_KEYS", "SUITE_NEEDS", "FIELDS", "from_hf", "parse_pairs", "read_config"]
 
@@ -109,6 +110,9 @@ def _apply(base: ModelConfig, values: dict[str, Any]) -> ModelConfig:
     for name, least, why in SUITE_NEEDS:
         if getattr(config, name) < least:
             raise ConfigError(f"{name}={getattr(config, name)}: the suite needs {name} >= {least} ({why})")
+    if config.pad_id == TRANSLATION.bos_id:
+        raise ConfigError(f"pad_id={config.pad_id}: the decoding and training witnesses start every target with "
+                          f"bos_id {TRANSLATION.bos_id}; the suite needs a pad_id other than {TRANSLATION.bos_id}")
     return config
 
 

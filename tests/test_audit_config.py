@@ -66,6 +66,7 @@ def test_a_hugging_face_config_maps_to_the_audit_configuration(tmp_path):
     ("d_model=30", "must be divisible by n_heads"),
     ("h=1", "the suite needs n_heads >= 2"),
     ("max_len=8", "the suite needs max_len >= 12"),
+    ("pad_id=1", "the suite needs a pad_id other than 1"),  # the decode witnesses' bos_id
     ("missing.toml", "missing.toml: no such file or directory"),
     ("d_model", "no such file or directory, and not key=value pairs"),
 ])
