@@ -21,13 +21,15 @@ CONFIG: ModelConfig = dataclasses.replace(TINY)
 def others_for(config: ModelConfig) -> dict[str, ModelConfig]:
     """The other configurations some checks build, derived from the audit configuration ``config``
     (config.parameters checks that each can be built; a check whose configuration the implementation refuses
-    is skipped as blocked by config.parameters). At the tiny preset: vocabularies 41 and 43, one head,
-    d_model 48, max_len 64."""
+    is skipped as blocked by config.parameters). At the tiny preset: vocabularies 41 and 43, the preset itself
+    (shared), one head, d_model 48, max_len 64."""
     unit = 2 * config.n_heads  # d_model stays divisible by h and even (the sinusoid pairs)
     wider = -(-config.d_model * 3 // 2 // unit) * unit
     return {
         "separate-vocabularies": config.replace(src_vocab=config.src_vocab + 4, tgt_vocab=config.tgt_vocab + 6,
                                                 share_embeddings=False),
+        # §3.4's three-way tying: the audit configuration itself unless it has separate vocabularies
+        "shared-vocabulary": config.replace(tgt_vocab=config.src_vocab, share_embeddings=True),
         "one-head": config.replace(n_heads=1),
         "wider": config.replace(d_model=max(wider, config.d_model + unit), max_len=max(64, config.max_len)),
         # decoding (§6.1) runs up to the longest witness source + 50 positions: the tiny preset's 24 is too short
