@@ -66,7 +66,25 @@ def missing_step_methods(model: Any) -> list[str]:
     return [m for m in STEP_DECODING_METHODS if not has_capability(model, m)]
 
 
-class ForwardScores:
+class PrefixScores:
+    """The step-decoder methods (``spec.contract``) over a ``log_probs(src, prefix)`` that scores a whole prefix:
+    the state is the source and the prefix so far, each step appends the chosen tokens and scores again."""
+
+    def log_probs(self, src: Tensor, prefix: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def begin_decoding(self, src: Tensor) -> PrefixState:
+        return PrefixState(src, src.new_zeros(src.size(0), 0))
+
+    def decode_step(self, state: PrefixState, tokens: Tensor) -> tuple[Tensor, PrefixState]:
+        prefix = torch.cat([state.prefix, tokens[:, None]], dim=1)
+        return self.log_probs(state.src, prefix), PrefixState(state.src, prefix)
+
+    def reorder_state(self, state: PrefixState, indices: Tensor) -> PrefixState:
+        return PrefixState(state.src.index_select(0, indices), state.prefix.index_select(0, indices))
+
+
+class ForwardScores(PrefixScores):
     """A step decoder over the implementation's full forward: each step recomputes the prefix.
 
     Next-token log-probabilities (float64) are memoized per (source row, prefix), so the many searches
@@ -93,16 +111,6 @@ class ForwardScores:
             for key, row in zip(missing, as_log_probs(out[:, -1], self.output)):
                 self.memo[key] = row
         return torch.stack([self.memo[k] for k in keys])
-
-    def begin_decoding(self, src: Tensor) -> PrefixState:
-        return PrefixState(src, src.new_zeros(src.size(0), 0))
-
-    def decode_step(self, state: PrefixState, tokens: Tensor) -> tuple[Tensor, PrefixState]:
-        prefix = torch.cat([state.prefix, tokens[:, None]], dim=1)
-        return self.log_probs(state.src, prefix), PrefixState(state.src, prefix)
-
-    def reorder_state(self, state: PrefixState, indices: Tensor) -> PrefixState:
-        return PrefixState(state.src.index_select(0, indices), state.prefix.index_select(0, indices))
 
 
 # -- scripted scores: the witnesses of the search and length-penalty components --------------------------------
@@ -171,7 +179,7 @@ def scripted_witnesses() -> ScriptedScores:
     return ScriptedScores({5: PENALTY_SCRIPT, 6: EARLY_SCRIPT})
 
 
-class ScriptedScores:
+class ScriptedScores(PrefixScores):
     """A step decoder whose next-token probabilities are scripted, so that a search's answer is worked out by
     hand: the witnesses of the ``search`` and ``length_penalty`` components (audited alone, no model).
 
@@ -190,16 +198,9 @@ class ScriptedScores:
                 for s, p in zip(src.tolist(), prefix.tolist())]
         return torch.tensor(rows, dtype=torch.float64).log()
 
-    def begin_decoding(self, src: Tensor) -> PrefixState:
-        return PrefixState(src, src.new_zeros(src.size(0), 0))
-
     def decode_step(self, state: PrefixState, tokens: Tensor) -> tuple[Tensor, PrefixState]:
         self.calls += 1
-        prefix = torch.cat([state.prefix, tokens[:, None]], dim=1)
-        return self.log_probs(state.src, prefix), PrefixState(state.src, prefix)
-
-    def reorder_state(self, state: PrefixState, indices: Tensor) -> PrefixState:
-        return PrefixState(state.src.index_select(0, indices), state.prefix.index_select(0, indices))
+        return super().decode_step(state, tokens)
 
 
 Scores = Union[ForwardScores, ScriptedScores, "RandomTables"]  # noqa: UP007  # RandomTables is defined below
@@ -586,7 +587,7 @@ def _table_log_probs(seed: int, key: tuple[tuple[int, ...], tuple[int, ...]]) ->
     return [math.log(x / total) if x > 0 else -math.inf for x in w]
 
 
-class RandomTables:
+class RandomTables(PrefixScores):
     """A step decoder whose next-token distribution is drawn at random for each (source, prefix): every source is
     its own score table. Probabilities are random weights normalized, two of them equal (a tie) at half the
     prefixes of up to 2 tokens; a prefix's distribution is peaked on one token (a hypothesis that stays likely
@@ -606,16 +607,6 @@ class RandomTables:
         """[N, V] float64 log-probabilities of the token after ``prefix`` [N, t] (start symbol first)."""
         rows = [_table_log_probs(self.seed, (tuple(s), tuple(p))) for s, p in zip(src.tolist(), prefix.tolist())]
         return torch.tensor(rows, dtype=torch.float64)
-
-    def begin_decoding(self, src: Tensor) -> PrefixState:
-        return PrefixState(src, src.new_zeros(src.size(0), 0))
-
-    def decode_step(self, state: PrefixState, tokens: Tensor) -> tuple[Tensor, PrefixState]:
-        prefix = torch.cat([state.prefix, tokens[:, None]], dim=1)
-        return self.log_probs(state.src, prefix), PrefixState(state.src, prefix)
-
-    def reorder_state(self, state: PrefixState, indices: Tensor) -> PrefixState:
-        return PrefixState(state.src.index_select(0, indices), state.prefix.index_select(0, indices))
 
 
 def table_sources(count: int, *, seed: int) -> Tensor:

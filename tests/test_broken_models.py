@@ -165,34 +165,18 @@ def _suite_run(name: str, tmp_path_factory):
     return res, _tabulate(data["tests"])
 
 
-@pytest.fixture(scope="module")
-def main_run(tmp_path_factory):
-    return _suite_run("main", tmp_path_factory)
+def _run_fixture(name: str):
+    """A module-scoped fixture ``<name>_run`` making the plan's run ``name`` once: (process result, table)."""
+    @pytest.fixture(name=f"{name}_run", scope="module")
+    def run(tmp_path_factory):
+        if name == "onnx" and not HAVE_ORT:
+            return None, {}
+        return _suite_run(name, tmp_path_factory)
+    return run
 
 
-@pytest.fixture(scope="module")
-def learns_run(tmp_path_factory):
-    return _suite_run("learns", tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def onnx_run(tmp_path_factory):
-    return _suite_run("onnx", tmp_path_factory) if HAVE_ORT else (None, {})
-
-
-@pytest.fixture(scope="module")
-def recipes_run(tmp_path_factory):
-    return _suite_run("recipes", tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def decoders_run(tmp_path_factory):
-    return _suite_run("decoders", tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def training_run(tmp_path_factory):
-    return _suite_run("training", tmp_path_factory)
+main_run, learns_run, onnx_run, recipes_run, decoders_run, training_run = (
+    _run_fixture(n) for n in ("main", "learns", "onnx", "recipes", "decoders", "training"))
 
 
 def _problems(per_clause: dict[str, list[dict]], declared: set[str]) -> list[str]:

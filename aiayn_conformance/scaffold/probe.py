@@ -15,91 +15,22 @@ from torch import nn
 
 from aiayn_conformance.spec.config import TINY, ModelConfig
 
-from .naming import ALIASES, CONFIG_PARAMETERS, GUESSES, UNCERTAIN
-from .target import ScaffoldError, short
+from .construct import Constructor, build, constructors
+from .target import short
 
 PROBE: ModelConfig = TINY.replace(d_ff=48)
 """The configuration the model is built with to read its parameters: h > 1, N = 2, tied embeddings, and sizes
 that tell the parameters apart (d_ff = 48 is neither d_model = 32 nor a stacked 2 or 3 x d_model)."""
 
 
-# -- the constructor ----------------------------------------------------------------------------------------------
-def _value(expr: str, config: ModelConfig) -> Any:
-    if expr == "config":
-        return config
-    if expr.startswith("config."):
-        return getattr(config, expr.split(".", 1)[1])
-    return {'"cpu"': "cpu"}.get(expr, expr if not expr.isdigit() else int(expr))
+# -- the constructor (construct.py) ----------------------------------------------------------------------------
+def build_with_config(target: Any, config: ModelConfig = PROBE) -> tuple[nn.Module, Constructor]:
+    """``target`` (a class or a factory function) built with ``config``; ScaffoldError naming each call tried."""
+    return build(target, config)
 
 
-@dataclass
-class Constructor:
-    """How the scaffold built the class: the call for the generated plugin and its CHECK notes."""
-
-    args: list[tuple[str | None, str, str]]  # (keyword or None for positional, expression, CHECK note or "")
-
-    def call(self, config: ModelConfig) -> tuple[list[Any], dict[str, Any]]:
-        positional = [_value(e, config) for k, e, _ in self.args if k is None]
-        keywords = {k: _value(e, config) for k, e, _ in self.args if k is not None}
-        return positional, keywords
-
-
-def _keyword(p: inspect.Parameter) -> tuple[str | None, str, str] | None:
-    """The argument for the constructor parameter ``p`` (keyword, expression, CHECK note); None to leave it out.
-    A required parameter no name matches gets an empty expression: that constructor cannot be tried."""
-    expr = next((e for e, names in ALIASES.items() if p.name in names), None)
-    if p.name in CONFIG_PARAMETERS and p.default is p.empty:
-        return p.name, "config", ""
-    if expr is not None:
-        return p.name, expr, f"{p.name} read as {expr}" if p.name in UNCERTAIN else ""
-    if p.name in GUESSES:
-        return (p.name, *GUESSES[p.name])
-    if p.default is p.empty:
-        return p.name, "", f"no ModelConfig field matches the required parameter {p.name!r}"
-    return None
-
-
-def constructors(cls: type) -> list[Constructor]:
-    """The calls worth trying: ``cls(config)`` first when the signature allows one argument, then keywords."""
-    try:
-        params = list(inspect.signature(cls).parameters.values())
-    except (TypeError, ValueError):
-        return [Constructor([(None, "config", "")])]
-    named = [p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    required = [p for p in named if p.default is p.empty]
-    out = []
-    if len(required) <= 1 and named:
-        out.append(Constructor([(None, "config", "")]))
-    keywords = [arg for arg in map(_keyword, named) if arg is not None]
-    if keywords and not all(e == "config" or k == "device" for k, e, _ in keywords):
-        out.append(Constructor(keywords))
-    elif keywords and not out:
-        out.append(Constructor(keywords))
-    return out
-
-
-def build_with_config(cls: type, config: ModelConfig = PROBE) -> tuple[nn.Module, Constructor]:
-    """The class built with ``config``; ScaffoldError naming each call tried when none works."""
-    tried = []
-    for ctor in constructors(cls):
-        missing = [note for _, e, note in ctor.args if not e]
-        shown = ", ".join(("" if k is None else f"{k}=") + (e or "?") for k, e, _ in ctor.args)
-        if missing:
-            tried.append(f"{cls.__name__}({shown}): {missing[0]}")
-            continue
-        args, kwargs = ctor.call(config)
-        try:
-            torch.manual_seed(0)
-            model = cls(*args, **kwargs)
-        except Exception as exc:
-            tried.append(f"{cls.__name__}({shown}): {short(exc)}")
-            continue
-        if not isinstance(model, nn.Module):
-            tried.append(f"{cls.__name__}({shown}) returned {type(model).__name__}")
-            continue
-        return model, ctor
-    raise ScaffoldError(f"cannot build {cls.__name__} with a ModelConfig: tried " + "; ".join(tried or
-                        [f"{cls.__name__}(config): no signature to read"]))
+__all__ = ["PROBE", "Constructor", "build_with_config", "constructors", "probe_forward", "positional_table",
+           "encode_call"]
 
 
 # -- the built model ----------------------------------------------------------------------------------------------

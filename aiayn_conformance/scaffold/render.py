@@ -6,7 +6,7 @@ Every line the user must review carries ``# CHECK:`` and the reason; the file's 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .probe import PROBE, Constructor
 from .proposal import Line, Proposal
@@ -28,6 +28,7 @@ class Scaffold:
     output_check: str
     encode: str
     positional: str
+    notes: list[str] = field(default_factory=list)  # what the target's loading left out (a notebook's skipped cells)
 
     @property
     def checks(self) -> int:
@@ -62,11 +63,7 @@ def _listing(lines: list[str]) -> str:
 
 
 def _constructor_lines(constructor: Constructor) -> list[str]:
-    lines = []
-    for k, expr, note in constructor.args:
-        arg = expr if k is None else f"{k}={expr}"
-        lines.append(f"            {arg},{'  # CHECK: ' + note if note else ''}")
-    return lines
+    return constructor.lines(12)
 
 
 def _mapping_lines(mapping: list[Line]) -> list[str]:

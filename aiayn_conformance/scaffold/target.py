@@ -1,4 +1,5 @@
-"""The scaffold's target: ``MODULE:CLASS`` imported (a dotted module, or a ``.py`` file), with the import line
+"""The scaffold's target: ``MODULE:NAME`` imported (a dotted module, a ``.py`` file, or a ``.ipynb`` notebook's
+code cells: notebook.py), NAME an ``nn.Module`` class or a factory function returning one, with the import lines
 the plugin will carry. Every failure is a :class:`ScaffoldError` of one line."""
 
 from __future__ import annotations
@@ -7,74 +8,129 @@ import importlib
 import importlib.util
 import inspect
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from torch import nn
 
+from .errors import ScaffoldError, short
+from .notebook import notebook_module
 
-class ScaffoldError(ValueError):
-    """A one-line reason the scaffold cannot go on (the command prints it and exits 2)."""
+ACCEPTED = ("MODULE:NAME, where MODULE is a dotted module, a .py file or a .ipynb notebook and NAME an nn.Module "
+            "class or a function returning one")
 
 
-def short(exc: BaseException) -> str:
-    """An exception in one line: its type and the first line of its message."""
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+@dataclass
+class Loaded:
+    """The scaffold's target: the class or factory function, where it came from, and how the plugin imports it."""
+
+    obj: Any  # an nn.Module class or a factory function
+    module: ModuleType
+    where: str  # MODULE:NAME as given
+    kind: str  # "module", "file" or "notebook"
+    location: str  # the dotted module name, or the file's resolved path
+    notes: list[str] = field(default_factory=list)  # what loading left out (a notebook's skipped cells), one a line
+
+    @property
+    def header(self) -> list[str]:
+        """Comment lines for the plugin: what was left out of the target's source."""
+        if not self.notes:
+            return []
+        return ["# Left out of the notebook (neither the scaffold nor this plugin runs them):",
+                *(f"#   {n}" for n in self.notes)]
+
+    def import_line(self, callables: list[Any]) -> str:
+        """The plugin's import lines for ``callables`` (the target and the classes its construction names)."""
+        named: list[tuple[str, str]] = [(str(c.__name__), str(c.__module__)) for c in callables]
+        here = [n for (n, _), c in zip(named, callables) if vars(self.module).get(n) is c]
+        elsewhere = [f"from {m} import {n}" for (n, m), c in zip(named, callables) if vars(self.module).get(n) is not c]
+        names = ", ".join(here)
+        if self.kind == "module":
+            lines = [f"from {self.location} import {names}"]
+        elif self.kind == "file":
+            path = Path(self.location)
+            lines = [f"sys.path.insert(0, {str(path.parent)!r})  # CHECK: where {path.name} lives",
+                     f"from {path.stem} import {names}  # noqa: E402"]
+        else:
+            path = Path(self.location)
+            lines = ["from aiayn_conformance.scaffold.notebook import load_notebook  # noqa: E402",
+                     f"_notebook = load_notebook({str(path)!r})  # CHECK: where {path.name} lives",
+                     f"{names} = {', '.join(f'_notebook.{n}' for n in here)}"]
+        late = "" if self.kind == "module" else "  # noqa: E402"
+        return "\n".join([*self.header, *lines, *(line + late for line in elsewhere)])
 
 
 def load_class(target: str) -> tuple[type, str, str]:
-    """``MODULE:CLASS`` -> (the class, the import line for the plugin, a description of where it is)."""
+    """``MODULE:CLASS`` -> (the class or factory, the import line for the plugin, a description of where it is)."""
+    loaded = load_target(target)
+    return loaded.obj, loaded.import_line([loaded.obj]), loaded.where
+
+
+def load_target(target: str) -> Loaded:
+    """``MODULE:NAME`` (a dotted module, a ``.py`` file or a ``.ipynb`` notebook) imported, NAME checked."""
     module_name, sep, class_name = target.rpartition(":")
     if not sep or not module_name or not class_name:
-        raise ScaffoldError(f"{target!r} is not MODULE:CLASS (e.g. my_package.model:Transformer or "
-                            "path/to/model.py:Transformer)")
-    if module_name.endswith(".py") or "/" in module_name or "\\" in module_name:
-        module, import_line = _import_file(module_name, class_name)
+        raise ScaffoldError(f"{target!r} is not MODULE:CLASS (e.g. my_package.model:Transformer, "
+                            "path/to/model.py:Transformer, notebook.ipynb:make_model)")
+    notes: list[str] = []
+    if module_name.endswith(".ipynb"):
+        module, notes = notebook_module(module_name)
+        kind, location = "notebook", str(Path(module_name).expanduser().resolve())
+    elif module_name.endswith(".py") or "/" in module_name or "\\" in module_name:
+        module = _import_file(module_name)
+        kind, location = "file", str(Path(module_name).expanduser().resolve())
     else:
-        module, import_line = _import_module(module_name, class_name)
-    return _module_class(module, module_name, class_name), import_line, f"{module_name}:{class_name}"
+        module = _import_module(module_name)
+        kind, location = "module", module_name
+    obj = _module_object(module, module_name, class_name)
+    return Loaded(obj, module, f"{module_name}:{class_name}", kind, location, notes)
 
 
-def _import_file(module_name: str, class_name: str) -> tuple[ModuleType, str]:
-    """The module at the file path ``module_name``, and a plugin import line that puts its folder on sys.path."""
+def _import_file(module_name: str) -> ModuleType:
+    """The module at the file path ``module_name`` (its folder on sys.path while it imports)."""
     path = Path(module_name).expanduser().resolve()
     if not path.is_file():
         raise ScaffoldError(f"cannot import {module_name}: no such file")
-    spec = importlib.util.spec_from_file_location(f"aiayn_scaffold_{path.stem}", path)
+    name = f"aiayn_scaffold_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ScaffoldError(f"cannot import {module_name}: not a Python module")
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, str(path.parent))  # its own sibling imports
+    sys.modules[name] = module  # its classes' __module__ resolves (sub-modules are found through it)
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
+        sys.modules.pop(name, None)
         raise ScaffoldError(f"cannot import {module_name}: {short(exc)}") from None
     finally:
         sys.path.remove(str(path.parent))
-    import_line = (f"sys.path.insert(0, {str(path.parent)!r})  # CHECK: where {path.name} lives\n"
-                   f"from {path.stem} import {class_name}  # noqa: E402")
-    return module, import_line
+    return module
 
 
-def _import_module(module_name: str, class_name: str) -> tuple[ModuleType, str]:
+def _import_module(module_name: str) -> ModuleType:
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name)
     except Exception as exc:
         raise ScaffoldError(f"cannot import module {module_name!r}: {short(exc)}") from None
-    return module, f"from {module_name} import {class_name}"
 
 
-def _module_class(module: ModuleType, module_name: str, class_name: str) -> type:
-    """``module.class_name``, checked to be an ``nn.Module`` class."""
+def _module_object(module: ModuleType, module_name: str, class_name: str) -> Any:
+    """``module.class_name``, checked to be an ``nn.Module`` class or a function (a factory)."""
     cls = getattr(module, class_name, None)
     if cls is None:
         found = sorted(n for n, v in vars(module).items()
                        if inspect.isclass(v) and issubclass(v, nn.Module) and v.__module__ == module.__name__)
         raise ScaffoldError(f"module {module_name!r} has no {class_name!r}; its nn.Module classes: "
-                            f"{', '.join(found) or '(none)'}")
+                            f"{', '.join(found) or '(none)'} (accepted: {ACCEPTED})")
+    if inspect.isfunction(cls) or inspect.ismethod(cls):
+        return cls
     if not inspect.isclass(cls):
-        raise ScaffoldError(f"{module_name}:{class_name} is a {type(cls).__name__}, not a torch.nn.Module class")
+        raise ScaffoldError(f"{module_name}:{class_name} is a {type(cls).__name__}, not a torch.nn.Module class "
+                            f"(accepted: {ACCEPTED})")
     if not issubclass(cls, nn.Module):
-        raise ScaffoldError(f"{module_name}:{class_name} is a class but not a torch.nn.Module subclass")
+        raise ScaffoldError(f"{module_name}:{class_name} is a class but not a torch.nn.Module subclass "
+                            f"(accepted: {ACCEPTED})")
     return cls

@@ -1,0 +1,336 @@
+"""Building the target with a ``ModelConfig``: the constructor calls worth trying, read from its signature.
+
+The target is a class or a factory function (``make_model(src_vocab, tgt_vocab, N=6, ...)``). Each parameter
+gets, in this order:
+
+- the whole configuration, when it is named like one (``config``): a library's own config class when the target
+  names one (``config_class``, as Hugging Face models do, or the parameter's annotation), built from the
+  ``ModelConfig`` fields by the same rules; else the ``ModelConfig`` itself;
+- the ``ModelConfig`` field its name means (synonyms.py; an ambiguous name is passed with a CHECK note);
+- a built sub-module, for a parameter that takes one (``Seq2Seq(encoder, decoder, ...)``): the ``nn.Module``
+  class its annotation names, else the class of the target's module its name names (``encoder`` -> ``Encoder``),
+  itself built by these rules;
+- nothing, when it has a default.
+
+A required parameter none of these fills makes that call impossible; :func:`build` names every call tried.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import sys
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from torch import nn
+
+from aiayn_conformance.spec.config import ModelConfig
+
+from .errors import ScaffoldError, short
+from .synonyms import ASSUMED, CONFIG_PARAMETERS, meaning
+
+MAX_DEPTH = 3  # sub-modules of sub-modules of ... (Seq2Seq -> TransformerEncoder -> TransformerEncoderLayer)
+
+
+def _value(expr: str, config: ModelConfig) -> Any:
+    if expr == "config":
+        return config
+    if expr.startswith("config."):
+        return getattr(config, expr.split(".", 1)[1])
+    return {'"cpu"': "cpu"}.get(expr, expr if not expr.isdigit() else int(expr))
+
+
+@dataclass
+class Constructor:
+    """How the scaffold built the target: the call for the generated plugin and its CHECK notes. An argument's
+    expression is generated code (``config.d_model``) or a nested :class:`Constructor` (a built sub-module or a
+    library config)."""
+
+    args: list[tuple[str | None, Any, str]]  # (keyword or None for positional, expression, CHECK note or "")
+    target: Any = None  # the class or function called
+    name: str = field(default="")  # its name in the plugin
+
+    def call(self, config: ModelConfig) -> tuple[list[Any], dict[str, Any]]:
+        def value(e: Any) -> Any:
+            return e.build(config) if isinstance(e, Constructor) else _value(e, config)
+        positional = [value(e) for k, e, _ in self.args if k is None]
+        keywords = {k: value(e) for k, e, _ in self.args if k is not None}
+        return positional, keywords
+
+    def build(self, config: ModelConfig) -> Any:
+        args, kwargs = self.call(config)
+        return self.target(*args, **kwargs)
+
+    def callables(self) -> list[Any]:
+        """Every class or function the call names, this one first (for the plugin's import lines)."""
+        out = [self.target] if self.target is not None else []
+        for _, e, _ in self.args:
+            if isinstance(e, Constructor):
+                out += [c for c in e.callables() if c not in out]
+        return out
+
+    def shown(self) -> str:
+        """The call in one line, ``?`` for what could not be filled."""
+        def one(e: Any) -> str:
+            return e.shown() if isinstance(e, Constructor) else (e or "?")
+        inner = ", ".join(("" if k is None else f"{k}=") + one(e) for k, e, _ in self.args)
+        return f"{self.name}({inner})"
+
+    def missing(self) -> str:
+        """The first reason this call cannot be made, or ""."""
+        for _, e, note in self.args:
+            if isinstance(e, Constructor):
+                if e.missing():
+                    return e.missing()
+            elif not e:
+                return note
+        return ""
+
+    def lines(self, indent: int = 12) -> list[str]:
+        """The arguments as the plugin writes them, one a line, nested calls indented."""
+        pad, out = " " * indent, []
+        for k, e, note in self.args:
+            key = "" if k is None else f"{k}="
+            mark = f"  # CHECK: {note}" if note else ""
+            if isinstance(e, Constructor):
+                out += [f"{pad}{key}{e.name}({mark}", *e.lines(indent + 4), f"{pad}),"]
+            else:
+                out.append(f"{pad}{key}{e},{mark}")
+        return out
+
+
+# -- what each parameter gets -----------------------------------------------------------------------------------
+def _namespace(target: Any) -> dict[str, Any]:
+    """The names visible where ``target`` is defined (its module's, or a function's globals)."""
+    if hasattr(target, "__globals__"):
+        return target.__globals__
+    module = sys.modules.get(getattr(target, "__module__", "") or "")
+    return vars(module) if module is not None else {}
+
+
+def _norm(name: str) -> str:
+    return name.lower().replace("_", "")
+
+
+def _module_classes(namespace: dict[str, Any]) -> dict[str, type]:
+    return {n: v for n, v in namespace.items()
+            if inspect.isclass(v) and issubclass(v, nn.Module) and not n.startswith("_")}
+
+
+def _submodule_class(p: inspect.Parameter, namespace: dict[str, Any], owner: str) -> tuple[type, str] | None:
+    """The ``nn.Module`` class a parameter takes an instance of, and a CHECK note when it was not certain. Among
+    classes whose name ends with the parameter's (``layer`` -> ``EncoderLayer``, ``DecoderLayer``), the one sharing
+    most words with the owner's name (``Decoder``) comes first."""
+    ann = namespace.get(p.annotation) if isinstance(p.annotation, str) else p.annotation
+    if inspect.isclass(ann) and issubclass(ann, nn.Module) and ann is not nn.Module:
+        return ann, ""
+    classes = _module_classes(namespace)
+    want = _norm(p.name)
+    want = {"enc": "encoder", "dec": "decoder", "gen": "generator"}.get(want, want)
+    exact = [c for n, c in classes.items() if _norm(n) == want]
+    if exact:
+        return exact[0], ""
+    words = [w for w in re.split(r"(?<=[a-z])(?=[A-Z])|_", owner) if len(w) >= 3]
+    near = sorted((n for n in classes if _norm(n).endswith(want) and ("layer" in want or "layer" not in _norm(n))),
+                  key=lambda n: (-sum(w.lower() in n.lower() for w in words), len(n)))
+    if not near or len(want) < 3:
+        return None
+    others = f" (others: {', '.join(near[1:])})" if len(near) > 1 else ""
+    return classes[near[0]], f"{p.name} built as a {near[0]}, the class its name suggests{others}"
+
+
+def _submodule(p: inspect.Parameter, owner: Any, depth: int, config: ModelConfig) -> tuple[str, Any, str] | None:
+    found = _submodule_class(p, _namespace(owner), getattr(owner, "__name__", "")) if depth < MAX_DEPTH else None
+    if found is None:
+        return None
+    cls, note = found
+    for ctor in constructors(cls, config, depth + 1):
+        if ctor.missing():
+            continue
+        try:
+            torch.manual_seed(0)
+            if isinstance(ctor.build(config), nn.Module):
+                return p.name, ctor, note
+        except Exception:  # noqa: BLE001 - a call that does not build is one not to write
+            continue
+    return None
+
+
+def _library_config(target: Any, p: inspect.Parameter) -> type | None:
+    """The library config class ``p`` takes: the target's ``config_class`` or ``p``'s annotation (any class that is
+    neither ``ModelConfig`` nor a module, such as a Hugging Face ``PretrainedConfig`` subclass or a dataclass)."""
+    candidates = [getattr(target, "config_class", None), p.annotation]
+    for c in candidates:
+        if c is inspect.Parameter.empty:
+            continue
+        if isinstance(c, str):
+            c = _namespace(target).get(c)
+        if inspect.isclass(c) and c is not ModelConfig and not issubclass(c, nn.Module) and \
+                c not in (int, float, str, bool, dict):
+            return c
+    return None
+
+
+def _argument(target: Any, p: inspect.Parameter, depth: int, config: ModelConfig) -> tuple[str | None, Any, str] | None:
+    """The argument for the parameter ``p`` (keyword, expression, CHECK note); None to leave it out. A required
+    parameter nothing fills gets an empty expression: that call cannot be made."""
+    if p.name in CONFIG_PARAMETERS and p.default is p.empty:
+        lib = _library_config(target, p)
+        if lib is None:
+            return p.name, "config", ""
+        return p.name, _keywords(lib, depth + 1, config), (
+            f"a {lib.__name__} filled from ModelConfig's fields; its other fields keep the library's defaults "
+            "(activation, embedding scale, ...): the audit reports what they change")
+    found = meaning(p.name)
+    if found is not None:
+        return (p.name, *found)
+    if p.default is p.empty:
+        sub = _submodule(p, target, depth, config)
+        if sub is not None:
+            return sub
+        return p.name, "", f"no ModelConfig field matches the required parameter {p.name!r}"
+    return None
+
+
+def _parameters(target: Any) -> list[inspect.Parameter] | None:
+    try:
+        params = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    return [p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def _keywords(target: Any, depth: int, config: ModelConfig) -> Constructor:
+    named = _parameters(target) or []
+    args = [a for a in (_argument(target, p, depth, config) for p in named) if a is not None]
+    return Constructor(_one_vocabulary_in_context(args), target, getattr(target, "__name__", "model"))
+
+
+def _one_vocabulary_in_context(args: list[tuple[str | None, Any, str]]) -> list[tuple[str | None, Any, str]]:
+    """A vocabulary size named for no side (``vocab_size``) beside one named for the target
+    (``decoder_vocab_size``, as Marian's config has): the unnamed one is the source's."""
+    target = [k for k, e, note in args if e == "config.tgt_vocab" and not note]
+    source = [k for k, e, note in args if e == "config.src_vocab" and not note]
+    if not target or source:
+        return args
+    unsided = {n for n, (e, _) in ASSUMED.items() if e == "config.tgt_vocab"}
+    return [(k, "config.src_vocab", f"{k} read as the source vocabulary ({target[0]} is the target's)")
+            if e == "config.tgt_vocab" and note and str(k).lower() in unsided else (k, e, note)
+            for k, e, note in args]
+
+
+def constructors(target: Any, config: ModelConfig, depth: int = 0) -> list[Constructor]:
+    """The calls worth trying: ``target(config)`` first when the signature allows one argument (a library
+    config when the target names one), then keywords."""
+    name = getattr(target, "__name__", "model")
+    named = _parameters(target)
+    if named is None:
+        return [Constructor([(None, "config", "")], target, name)]
+    required = [p for p in named if p.default is p.empty]
+    out = []
+    lib = _library_config(target, required[0]) if len(required) == 1 and required[0].name in CONFIG_PARAMETERS \
+        else None
+    if lib is not None:
+        out.append(_keywords(target, depth, config))
+    elif len(required) <= 1 and named and (not required or required[0].name in CONFIG_PARAMETERS
+                                           or meaning(required[0].name) is None):
+        out.append(Constructor([(None, "config", "")], target, name))
+    keywords = _keywords(target, depth, config)
+    if keywords.args and not all(e == "config" or k == "device" for k, e, _ in keywords.args) and lib is None:
+        out.append(keywords)
+    elif keywords.args and not out:
+        out.append(keywords)
+    return out
+
+
+class ConfigNamespace(SimpleNamespace):
+    """The config object a generated plugin passes to a constructor that reads attributes of its own names
+    (``Model(args)`` reading ``args.encoder_embed_dim``): attributes, ``[name]`` and ``.get(name, default)``."""
+
+    def __getitem__(self, name: str) -> Any:
+        return getattr(self, name)
+
+    def __contains__(self, name: str) -> bool:
+        return hasattr(self, name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return getattr(self, name, default)
+
+
+class _Reader:
+    """A stand-in config object: it answers every attribute the synonym table knows (``args.encoder_embed_dim``,
+    ``opt.d_word_vec``) from the ``ModelConfig``, and records what the constructor read."""
+
+    def __init__(self, config: ModelConfig):
+        self._config = config
+        self._read: dict[str, tuple[str, str]] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        found = meaning(name)
+        if found is None:
+            raise AttributeError(f"the config has no {name!r} (no ModelConfig field matches it)")
+        self._read[name] = found
+        return _value(found[0], self._config)
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return getattr(self, name)
+        except AttributeError as exc:
+            raise KeyError(str(exc)) from None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return getattr(self, name, default)
+
+
+def _read_config(target: Any, config: ModelConfig) -> Constructor | None:
+    """For a target taking one config-like argument (``Model(args)``) that ``ModelConfig`` does not suit: the call
+    that passes a ``SimpleNamespace`` of exactly the attributes it read, each from the field its name means."""
+    named = _parameters(target) or []
+    required = [p for p in named if p.default is p.empty]
+    if len(required) != 1 or required[0].name not in CONFIG_PARAMETERS:
+        return None
+    reader = _Reader(config)
+    try:
+        torch.manual_seed(0)
+        target(reader)
+    except Exception:  # noqa: BLE001 - not buildable this way either: the caller reports the other calls
+        return None
+    if not reader._read:
+        return None
+    fields = Constructor([(k, e, note) for k, (e, note) in reader._read.items()], ConfigNamespace, "ConfigNamespace")
+    return Constructor([(None, fields, "the attributes the constructor read, each from the ModelConfig field its "
+                                      "name means (what it reads with a default under another name keeps that "
+                                      "default)")], target, getattr(target, "__name__", "model"))
+
+
+def build(target: Any, config: ModelConfig) -> tuple[nn.Module, Constructor]:
+    """``target`` built with ``config``; ScaffoldError naming each call tried when none works."""
+    tried = []
+    for ctor in [*constructors(target, config), _read_config(target, config)]:
+        if ctor is None:
+            continue
+        missing = ctor.missing()
+        if missing:
+            tried.append(f"{ctor.shown()}: {missing}")
+            continue
+        try:
+            torch.manual_seed(0)
+            model = ctor.build(config)
+        except Exception as exc:  # noqa: BLE001 - the user's constructor: any failure is reported
+            tried.append(f"{ctor.shown()}: {short(exc)}")
+            continue
+        if not isinstance(model, nn.Module):
+            tried.append(f"{ctor.shown()} returned {type(model).__name__}")
+            continue
+        return model, ctor
+    name = getattr(target, "__name__", "the target")
+    factories = sorted(n for n, v in _namespace(target).items() if inspect.isfunction(v) and
+                       re.match(r"(make|build|create|get|new)_?(\w*model|\w*transformer|\w*seq2seq)", n, re.I))
+    hint = f" (a factory function is accepted as NAME too: {', '.join(factories)})" if factories else ""
+    raise ScaffoldError(f"cannot build {name} with a ModelConfig: tried " + "; ".join(tried or
+                        [f"{name}(config): no signature to read"]) + hint)
