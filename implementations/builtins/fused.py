@@ -42,13 +42,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import NamedTuple, cast
+from dataclasses import dataclass, replace
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn_conformance.reference.decoding import LayerCache, generate
+from aiayn_conformance.reference.decoding import generate
 from aiayn_conformance.reference.model import sinusoid_table
 from aiayn_conformance.reference.training import PaperRecipe
 from aiayn_conformance.spec.config import ModelConfig
@@ -94,13 +95,6 @@ class SelfAttention(nn.Module):
         if gate is not None:
             concat = concat * gate  # queries with no admissible key attend to nothing
         return F.linear(concat, self.o.weight)
-
-    def step(self, x: Tensor, past_k: Tensor, past_v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """One new position x (N, 1, d_model) against the cached prefix (N, h, t, d_k): (out, keys, values)."""
-        q, k, v = _split_heads(F.linear(x, self.qkv.weight), 3, self.h)  # 3 x (N, h, 1, d_k)
-        k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)  # (N, h, t + 1, d_k)
-        heads = F.scaled_dot_product_attention(q, k, v)  # positions 0..t: all visible to the new query
-        return F.linear(_merge_heads(heads), self.o.weight), k, v
 
 
 class CrossAttention(nn.Module):
@@ -180,28 +174,81 @@ class DecoderLayer(nn.Module):
         return F.layer_norm(y + F.dropout(self.ffn(y), p, train), n3.normalized_shape,
                             n3.weight, n3.bias, n3.eps)  # (B, T, d_model)
 
-    def step(self, y: Tensor, cache: LayerCache, src_mask: Tensor, src_gate: Tensor) -> tuple[Tensor, LayerCache]:
-        """The layer on one new position y (N, 1, d_model), reading and growing its cache."""
-        n1, n2, n3, p, train = self.norm1, self.norm2, self.norm3, self.p, self.training
-        a, k, v = self.self_attn.step(y, cache.self_k, cache.self_v)
-        y = F.layer_norm(y + F.dropout(a, p, train), n1.normalized_shape, n1.weight, n1.bias, n1.eps)
-        a = self.cross_attn.attend(y, cache.cross_k, cache.cross_v, src_mask, src_gate)
-        y = F.layer_norm(y + F.dropout(a, p, train), n2.normalized_shape, n2.weight, n2.bias, n2.eps)
-        y = F.layer_norm(y + F.dropout(self.ffn(y), p, train), n3.normalized_shape, n3.weight, n3.bias, n3.eps)
-        return y, LayerCache(k, v, cache.cross_k, cache.cross_v)
 
+@dataclass
+class FusedCache:
+    """The decoder state of incremental decoding, in preallocated buffers (§6.1 decoding without copies).
 
-class FusedCache(NamedTuple):
-    """The decoder state: per decoder layer its self/cross keys and values, the source mask and gate."""
+    Per decoder layer the self-attention keys and values of the prefix live in a time-major buffer
+    ``self_k[i]`` / ``self_v[i]`` (capacity, N, h, d_k): positions 0..t-1 are filled and a step writes
+    position t in place (no concatenation; the buffer doubles when full). ``spare_k`` / ``spare_v``
+    are as large: a reorder gathers the filled positions of the chosen rows into them
+    (``index_select`` with ``out=``) and the two swap roles. The cross-attention keys and values
+    (B', h, S, d_k), one fused K|V matmul per source, are never copied for beams: row n of the state
+    reads source row n // ``group``, so beam k of source b (row b * K + k) reads row b; only a reorder
+    that mixes rows of different sources unevenly materializes one cross-attention row per state row.
 
-    layers: tuple[LayerCache, ...]
-    src_mask: Tensor  # (N, 1, 1, S) True = may attend (a fully padded source opened, see _source_masks)
-    src_gate: Tensor  # (N, 1, 1) 0 for a fully padded source
+    Each call consumes the state it is given (the returned state reuses its buffers), which is how
+    ``reference.decoding``'s searches and every ``decode.*`` check drive a step decoder; a caller that
+    wants to branch from one state twice must decode again from ``begin_decoding``.
+    """
+
+    self_k: list[Tensor]
+    self_v: list[Tensor]
+    spare_k: list[Tensor]
+    spare_v: list[Tensor]
+    cross_k: list[Tensor]  # (B', h, S, d_k)
+    cross_v: list[Tensor]
+    src_bias: Tensor | None  # (B', 1, 1, S) additive mask (0 or -inf); None when no source has padding
+    src_gate: Tensor | None  # (B', 1) 0 for a fully padded source; None when every source has a real token
+    pe: Tensor  # (capacity, d_model) the §3.5 table for every position the buffers hold
+    group: int  # state row n reads cross-attention row n // group
+    length: int  # t: tokens fed so far, the position of the next one
 
     @property
-    def length(self) -> int:
-        return self.layers[0].self_k.size(2)
+    def rows(self) -> int:
+        return self.self_k[0].size(1)
 
+    @property
+    def capacity(self) -> int:
+        return self.self_k[0].size(0)
+
+
+def _cross_heads(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, group: int) -> Tensor:
+    """Queries (N, h, d_k), one per row, against source keys/values (N / group, h, S, d_k): (N, h * d_k).
+
+    The ``group`` rows of one source attend as ``group`` query positions of that source, so its keys and
+    values are read once and never expanded to the beams."""
+    N, h, d_k = q.shape
+    q = q.view(N // group, group, h, d_k).transpose(1, 2)  # (B', h, group, d_k)
+    heads = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B', h, group, d_k)
+    return heads.transpose(1, 2).reshape(N, h * d_k)
+
+
+def _norm(x: Tensor, norm: nn.LayerNorm) -> Tensor:
+    return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+
+
+def _cached_layer(layer: DecoderLayer, y: Tensor, state: FusedCache, i: int) -> Tensor:
+    """Decoder layer i on the new positions y (N, d_model), writing its keys/values at position t."""
+    sa, xa, t, train = layer.self_attn, layer.cross_attn, state.length, layer.training
+    N, h = y.size(0), sa.h
+    q, k, v = F.linear(y, sa.qkv.weight).view(N, 3, h, -1).unbind(1)  # 3 x (N, h, d_k)
+    state.self_k[i][t].copy_(k)
+    state.self_v[i][t].copy_(v)
+    keys = state.self_k[i][: t + 1].permute(1, 2, 0, 3)  # (N, h, t + 1, d_k), a view: positions 0..t
+    values = state.self_v[i][: t + 1].permute(1, 2, 0, 3)
+    heads = F.scaled_dot_product_attention(q[:, :, None], keys, values)  # (N, h, 1, d_k): all visible
+    a = F.linear(heads.reshape(N, -1), sa.o.weight)
+    y = _norm(y + (F.dropout(a, layer.p, True) if train else a), layer.norm1)
+    (q,) = F.linear(y, xa.q.weight).view(N, 1, h, -1).unbind(1)  # (N, h, d_k)
+    concat = _cross_heads(q, state.cross_k[i], state.cross_v[i], state.src_bias, state.group)
+    if state.src_gate is not None:  # a fully padded source attends to nothing
+        concat = concat * state.src_gate.repeat_interleave(state.group, dim=0)
+    a = F.linear(concat, xa.o.weight)
+    y = _norm(y + (F.dropout(a, layer.p, True) if train else a), layer.norm2)
+    f = layer.ffn(y)
+    return _norm(y + (F.dropout(f, layer.p, True) if train else f), layer.norm3)
 
 class FusedTransformer(PaperRecipe, nn.Module):
     """§3, Figure 1, with fused projections and SDPA; returns logits (B, T, tgt_vocab).
@@ -291,26 +338,77 @@ class FusedTransformer(PaperRecipe, nn.Module):
         return cast("list[DecoderLayer]", list(self.decoder))
 
     def begin_decoding(self, src: Tensor) -> FusedCache:
-        """Encode src (B, S) once; every layer's cross-attention K|V from the final encoder output."""
+        """Encode src (B, S) once; every layer's cross-attention K|V from the final encoder output; self-attention
+        buffers for the default limit (S + 50 positions, grown when a decode goes further)."""
         mask, gate = self._source_masks(src)
         memory = self._encode(src, mask, gate)  # (B, S, d_model)
-        empty = memory.new_zeros(src.size(0), self.config.n_heads, 0, self.config.d_k)  # (B, h, 0, d_k)
-        layers = tuple(LayerCache(empty, empty, *layer.cross_attn.keys_values(memory)) for layer in self._layers())
-        return FusedCache(layers, mask, gate)
+        B, cfg = src.size(0), self.config
+        capacity = src.size(1) + 51
+        buffers = [memory.new_zeros(capacity, B, cfg.n_heads, cfg.d_k) for _ in range(4 * cfg.n_layers)]
+        kv = [layer.cross_attn.keys_values(memory) for layer in self._layers()]
+        bias = None if bool(mask.all()) else torch.zeros(mask.shape, dtype=memory.dtype,
+                                                           device=memory.device).masked_fill(~mask, float("-inf"))
+        src_gate = None if bool(gate.all()) else gate[:, :, 0].to(memory.dtype)  # (B, 1)
+        L = cfg.n_layers
+        return FusedCache(buffers[:L], buffers[L:2 * L], buffers[2 * L:3 * L], buffers[3 * L:],
+                          [k for k, _ in kv], [v for _, v in kv], bias, src_gate,
+                          self.positional_encoding(capacity).to(memory.dtype), 1, 0)
 
     def decode_step(self, state: FusedCache, tokens: Tensor) -> tuple[Tensor, FusedCache]:
-        """Feed tokens (N,) at position t (the prefix length): next-token logits (N, V) and the grown cache."""
-        y = self._embed(tokens[:, None], self.tgt_embed.weight, start=state.length)  # (N, 1, d_model)
-        layers = []
-        for layer, cache in zip(self._layers(), state.layers):
-            y, cache = layer.step(y, cache, state.src_mask, state.src_gate)
-            layers.append(cache)
-        return F.linear(y[:, 0], self.generator.weight), FusedCache(tuple(layers), state.src_mask, state.src_gate)
+        """Feed tokens (N,) at position t (the prefix length): next-token logits (N, V) and the state at t + 1.
+
+        Only the new position is computed and only it is projected to the vocabulary."""
+        if state.length == state.capacity:
+            state = self._grown(state)
+        t = state.length
+        y = F.embedding(tokens, self.tgt_embed.weight) * self.scale + state.pe[t]  # (N, d_model), position t
+        if self.training:
+            y = F.dropout(y, self.config.dropout, True)
+        for i, layer in enumerate(self._layers()):
+            y = _cached_layer(layer, y, state, i)
+        return F.linear(y, self.generator.weight), replace(state, length=t + 1)  # (N, V)
+
+    def _grown(self, state: FusedCache) -> FusedCache:
+        """The state with buffers of twice the capacity (positions 0..t-1 copied)."""
+        t, capacity = state.length, 2 * state.capacity
+
+        def grow(buffers: list[Tensor]) -> list[Tensor]:
+            out = []
+            for b in buffers:
+                new = b.new_zeros(capacity, *b.shape[1:])
+                new[:t].copy_(b[:t])
+                out.append(new)
+            return out
+
+        return replace(state, self_k=grow(state.self_k), self_v=grow(state.self_v), spare_k=grow(state.spare_k),
+                       spare_v=grow(state.spare_v), pe=self.positional_encoding(capacity).to(state.pe.dtype))
 
     def reorder_state(self, state: FusedCache, indices: Tensor) -> FusedCache:
-        """Row i of the new state is row indices[i] of ``state`` (beams)."""
-        layers = tuple(LayerCache(*(x.index_select(0, indices) for x in layer)) for layer in state.layers)
-        return FusedCache(layers, state.src_mask.index_select(0, indices), state.src_gate.index_select(0, indices))
+        """Row i of the new state continues row indices[i] (beams): the filled positions of the chosen rows are
+        gathered into the spare buffers (no allocation while the row count stays); cross-attention rows are
+        shared by every row of one source and copied only when a reorder mixes sources unevenly."""
+        t, n = state.length, indices.numel()
+        if n == state.rows:
+            k, v = state.spare_k, state.spare_v
+        else:  # B rows become B * K beams: buffers of the new row count (done once per search)
+            k = [b.new_zeros(b.size(0), n, *b.shape[2:]) for b in state.spare_k]
+            v = [b.new_zeros(b.size(0), n, *b.shape[2:]) for b in state.spare_v]
+        for src, dst in zip([*state.self_k, *state.self_v], [*k, *v]):
+            torch.index_select(src[:t], 1, indices, out=dst[:t])
+        spare_k, spare_v = (state.self_k, state.self_v) if n == state.rows else (
+            [torch.empty_like(b) for b in k], [torch.empty_like(b) for b in v])
+        sources = torch.div(indices, state.group, rounding_mode="floor")  # the cross row each new row reads
+        B = state.cross_k[0].size(0)
+        group = n // B if n % B == 0 else 0
+        if group and torch.equal(sources, torch.arange(n, device=indices.device) // group):
+            cross_k, cross_v, bias, gate = state.cross_k, state.cross_v, state.src_bias, state.src_gate
+        else:  # one cross-attention row per state row
+            group = 1
+            cross_k = [x.index_select(0, sources) for x in state.cross_k]
+            cross_v = [x.index_select(0, sources) for x in state.cross_v]
+            bias = None if state.src_bias is None else state.src_bias.index_select(0, sources)
+            gate = None if state.src_gate is None else state.src_gate.index_select(0, sources)
+        return FusedCache(k, v, spare_k, spare_v, cross_k, cross_v, bias, gate, state.pe, group, t)
 
     def generate(self, src: Tensor, *, bos_id: int, eos_id: int, beam_size: int = 4, alpha: float = 0.6,
                  max_len: int | None = None) -> Tensor:
