@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from aiayn_conformance.implementations import get_registry
+from aiayn_conformance.implementations.builtins import fused as module
 from aiayn_conformance.reference.decoding import beam_search, greedy_search
 from aiayn_conformance.spec import TINY
 from aiayn_conformance.spec.tolerance import compare
@@ -65,6 +66,7 @@ def test_steps_equal_the_reference_cache_through_reorders_and_growth(pair, expan
     expected = steps(reference, src, tokens, {"expand": expand, **reorders})
     cmp = compare(got, expected, dtype=torch.float32, scope="model")
     assert cmp.ok, cmp.describe()
+    assert (module._PACKED.get(fused) is not None) == module._onednn()  # the oneDNN path was the one compared
 
 
 @pytest.mark.parametrize("beam", [1, 4])
@@ -86,8 +88,6 @@ def test_searches_choose_the_reference_tokens_and_scores(pair, beam):
 
 
 def test_a_cache_written_at_the_wrong_position_is_caught(pair, monkeypatch):
-    from aiayn_conformance.implementations.builtins import fused as module
-
     reference, fused = pair
     src = sources()
     tokens = torch.randint(3, CFG.tgt_vocab, (8, 4), generator=torch.Generator().manual_seed(5))

@@ -41,9 +41,10 @@ from __future__ import annotations
 
 import math
 import re
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import cast
+from typing import Any, NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -175,6 +176,77 @@ class DecoderLayer(nn.Module):
                             n3.weight, n3.bias, n3.eps)  # (B, T, d_model)
 
 
+# -- the step's matrix products ---------------------------------------------------------------------------------
+# One decoder step multiplies a few rows (N = batch x beams) by every decoder weight and by the vocabulary matrix:
+# matrix-vector work bound by reading the weights. On the CPU, float32, without autograd, the step runs it through
+# oneDNN with each weight reordered once into oneDNN's blocked layout (``torch.ops.mkldnn._linear_pointwise``, the
+# kernel torch.compile's CPU backend emits for linear layers), which read the weights 1.3-2x faster than
+# ``F.linear`` at these shapes on the machines measured (benchmarks/decode_interleaved.py); the FFN's ReLU is fused
+# into its first product. The same float32 products in another order: the results agree within the tolerance
+# policy (tests/test_decode_fused_cache.py, every decode.* clause). Elsewhere (another device, dtype, autograd or a
+# torch without oneDNN) the step uses ``F.linear``.
+PACK_ROWS = 32  # the row count oneDNN's weight layout is chosen for
+
+
+def _onednn() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+class Linear(NamedTuple):
+    """One weight of the step: packed for oneDNN (None: use ``F.linear``), its bias, and whether ReLU follows."""
+
+    weight: Tensor
+    packed: Tensor | None
+    bias: Tensor | None = None
+    relu: bool = False
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if self.packed is not None:
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "relu" if self.relu else "none",
+                                                      [], "")
+        y = F.linear(x, self.weight, self.bias)
+        return F.relu(y) if self.relu else y
+
+
+class StepWeights(NamedTuple):
+    """Every matrix a decoder step multiplies by: per layer (qkv, self o, cross q, cross o, w1 + ReLU, w2), and
+    the pre-softmax projection."""
+
+    layers: tuple[tuple[Linear, ...], ...]
+    generator: Linear
+
+
+_PACKED: weakref.WeakKeyDictionary[nn.Module, tuple[tuple[Any, ...], StepWeights]] = weakref.WeakKeyDictionary()
+
+
+def _step_weights(model: FusedTransformer, x: Tensor) -> StepWeights:
+    """The step's weights for inputs like ``x``: oneDNN-packed (cached per model until a weight changes) where the
+    fast path applies, plain otherwise."""
+    layers = cast("list[DecoderLayer]", list(model.decoder))
+    specs = [[(l.self_attn.qkv.weight, None, False), (l.self_attn.o.weight, None, False),
+              (l.cross_attn.q.weight, None, False), (l.cross_attn.o.weight, None, False),
+              (l.ffn.w1.weight, l.ffn.w1.bias, True), (l.ffn.w2.weight, l.ffn.w2.bias, False)] for l in layers]
+    gen = model.generator.weight
+    fast = (x.device.type == "cpu" and x.dtype == torch.float32 and gen.dtype == torch.float32
+            and not torch.is_grad_enabled() and _onednn())
+    if not fast:
+        return StepWeights(tuple(tuple(Linear(w, None, b, r) for w, b, r in spec) for spec in specs),
+                           Linear(gen, None))
+    key = tuple((t.data_ptr(), t._version) for spec in specs for w, b, _ in spec for t in (w, b) if t is not None)
+    key += (gen.data_ptr(), gen._version)
+    cached = _PACKED.get(model)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+
+    def pack(w: Tensor) -> Tensor:
+        return torch.ops.mkldnn._reorder_linear_weight(w.detach(), PACK_ROWS)
+
+    weights = StepWeights(tuple(tuple(Linear(w, pack(w), None if b is None else b.detach(), r) for w, b, r in spec)
+                                for spec in specs), Linear(gen, pack(gen)))
+    _PACKED[model] = (key, weights)
+    return weights
+
+
 @dataclass
 class FusedCache:
     """The decoder state of incremental decoding, in preallocated buffers (§6.1 decoding without copies).
@@ -202,6 +274,7 @@ class FusedCache:
     src_bias: Tensor | None  # (B', 1, 1, S) additive mask (0 or -inf); None when no source has padding
     src_gate: Tensor | None  # (B', 1) 0 for a fully padded source; None when every source has a real token
     pe: Tensor  # (capacity, d_model) the §3.5 table for every position the buffers hold
+    weights: StepWeights  # the matrices of a step (oneDNN-packed on the CPU fast path)
     group: int  # state row n reads cross-attention row n // group
     length: int  # t: tokens fed so far, the position of the next one
 
@@ -231,24 +304,26 @@ def _norm(x: Tensor, norm: nn.LayerNorm) -> Tensor:
 
 def _cached_layer(layer: DecoderLayer, y: Tensor, state: FusedCache, i: int) -> Tensor:
     """Decoder layer i on the new positions y (N, d_model), writing its keys/values at position t."""
-    sa, xa, t, train = layer.self_attn, layer.cross_attn, state.length, layer.training
-    N, h = y.size(0), sa.h
-    q, k, v = F.linear(y, sa.qkv.weight).view(N, 3, h, -1).unbind(1)  # 3 x (N, h, d_k)
+    qkv, o, cross_q, cross_o, w1, w2 = state.weights.layers[i]
+    t, train, p = state.length, layer.training, layer.p
+    N, h = y.size(0), layer.self_attn.h
+    q, k, v = qkv(y).view(N, 3, h, -1).unbind(1)  # 3 x (N, h, d_k)
     state.self_k[i][t].copy_(k)
     state.self_v[i][t].copy_(v)
     keys = state.self_k[i][: t + 1].permute(1, 2, 0, 3)  # (N, h, t + 1, d_k), a view: positions 0..t
     values = state.self_v[i][: t + 1].permute(1, 2, 0, 3)
     heads = F.scaled_dot_product_attention(q[:, :, None], keys, values)  # (N, h, 1, d_k): all visible
-    a = F.linear(heads.reshape(N, -1), sa.o.weight)
-    y = _norm(y + (F.dropout(a, layer.p, True) if train else a), layer.norm1)
-    (q,) = F.linear(y, xa.q.weight).view(N, 1, h, -1).unbind(1)  # (N, h, d_k)
-    concat = _cross_heads(q, state.cross_k[i], state.cross_v[i], state.src_bias, state.group)
+    a = o(heads.reshape(N, -1))
+    y = _norm(y + (F.dropout(a, p, True) if train else a), layer.norm1)
+    concat = _cross_heads(cross_q(y).view(N, h, -1), state.cross_k[i], state.cross_v[i], state.src_bias,
+                          state.group)
     if state.src_gate is not None:  # a fully padded source attends to nothing
         concat = concat * state.src_gate.repeat_interleave(state.group, dim=0)
-    a = F.linear(concat, xa.o.weight)
-    y = _norm(y + (F.dropout(a, layer.p, True) if train else a), layer.norm2)
-    f = layer.ffn(y)
-    return _norm(y + (F.dropout(f, layer.p, True) if train else f), layer.norm3)
+    a = cross_o(concat)
+    y = _norm(y + (F.dropout(a, p, True) if train else a), layer.norm2)
+    f = w2(w1(y))  # Eq. (2): the ReLU is w1's
+    return _norm(y + (F.dropout(f, p, True) if train else f), layer.norm3)
+
 
 class FusedTransformer(PaperRecipe, nn.Module):
     """§3, Figure 1, with fused projections and SDPA; returns logits (B, T, tgt_vocab).
@@ -352,7 +427,7 @@ class FusedTransformer(PaperRecipe, nn.Module):
         L = cfg.n_layers
         return FusedCache(buffers[:L], buffers[L:2 * L], buffers[2 * L:3 * L], buffers[3 * L:],
                           [k for k, _ in kv], [v for _, v in kv], bias, src_gate,
-                          self.positional_encoding(capacity).to(memory.dtype), 1, 0)
+                          self.positional_encoding(capacity).to(memory.dtype), _step_weights(self, memory), 1, 0)
 
     def decode_step(self, state: FusedCache, tokens: Tensor) -> tuple[Tensor, FusedCache]:
         """Feed tokens (N,) at position t (the prefix length): next-token logits (N, V) and the state at t + 1.
@@ -366,7 +441,7 @@ class FusedTransformer(PaperRecipe, nn.Module):
             y = F.dropout(y, self.config.dropout, True)
         for i, layer in enumerate(self._layers()):
             y = _cached_layer(layer, y, state, i)
-        return F.linear(y, self.generator.weight), replace(state, length=t + 1)  # (N, V)
+        return state.weights.generator(y), replace(state, length=t + 1)  # (N, V)
 
     def _grown(self, state: FusedCache) -> FusedCache:
         """The state with buffers of twice the capacity (positions 0..t-1 copied)."""
@@ -408,7 +483,7 @@ class FusedTransformer(PaperRecipe, nn.Module):
             cross_v = [x.index_select(0, sources) for x in state.cross_v]
             bias = None if state.src_bias is None else state.src_bias.index_select(0, sources)
             gate = None if state.src_gate is None else state.src_gate.index_select(0, sources)
-        return FusedCache(k, v, spare_k, spare_v, cross_k, cross_v, bias, gate, state.pe, group, t)
+        return FusedCache(k, v, spare_k, spare_v, cross_k, cross_v, bias, gate, state.pe, state.weights, group, t)
 
     def generate(self, src: Tensor, *, bos_id: int, eos_id: int, beam_size: int = 4, alpha: float = 0.6,
                  max_len: int | None = None) -> Tensor:
