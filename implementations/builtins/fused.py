@@ -24,12 +24,17 @@ their output is multiplied by 0 afterwards. No data-dependent Python branch
 is taken, so the model traces and exports as it runs.
 
 Incremental decoding (``begin_decoding``, ``decode_step``, ``reorder_state``,
-``generate``): a key/value cache of plain tensors (``FusedCache``): per decoder
-layer the self-attention keys/values of the prefix (N, h, t, d_k), grown by
-one fused Q|K|V matmul per step, and the cross-attention keys/values of the
-encoder output (N, h, S, d_k), one fused K|V matmul per source; the new token
-sits at position t. ``generate`` runs ``reference.decoding``'s searches (§6.1
-beam search, greedy search) over this cache.
+``generate``), written for CPU speed (issue 26; ``benchmarks/decode_interleaved.py``
+measures it against CTranslate2): a preallocated key/value cache (``FusedCache``):
+per decoder layer the self-attention keys/values of the prefix in time-major
+buffers (capacity, N, h, d_k), written in place at position t (no concatenation
+per step), reordered for beams by ``index_select`` into spare buffers of the same
+size; the cross-attention keys/values (B, h, S, d_k), one fused K|V matmul per
+source and shared by that source's beams (never expanded or copied per beam). A
+step computes only the new position and projects only it to the vocabulary; on the
+CPU in float32 inference its matrix products run through oneDNN with the weights
+packed once (``_step_weights``). ``generate`` runs ``reference.decoding``'s searches
+(§6.1 beam search, greedy search) over this cache.
 
 Decoder self-attention uses SDPA's ``is_causal`` path without a target
 padding mask: inputs are right-padded (``spec.contract``), so every key a
@@ -516,8 +521,10 @@ NOTES = (
     "must pass every clause. A fully padded source row is opened to every key and its attention output "
     "multiplied by 0, so it attends to nothing on every backend; decoder self-attention uses SDPA's causal path "
     "without a target padding mask, which changes nothing at real positions of right-padded inputs. It decodes "
-    "with its own key/value cache (one fused Q|K|V matmul per step, cross-attention K|V once per source) and "
-    "`generate` runs `reference/decoding.py`'s greedy and beam searches over it: every `decode.*` clause applies."
+    "with its own preallocated key/value cache (one fused Q|K|V matmul per step written in place, beams reordered "
+    "by index into spare buffers, cross-attention K|V once per source and shared by its beams; on the CPU the "
+    "step's products run through oneDNN with packed weights) and `generate` runs `reference/decoding.py`'s greedy "
+    "and beam searches over it: every `decode.*` clause applies."
 )
 
 
