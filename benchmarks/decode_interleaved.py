@@ -10,7 +10,8 @@ Decoders, all on the same weights and at the cell's thread count:
 
 * ``ctranslate2``: the weights converted by ``aiayn export --format ctranslate2``, float32, its own
   greedy and beam search (``translate_batch``), the baseline of every ratio;
-* ``eager cached``: the reference's key/value cache (``reference.decoding``);
+* ``eager cached``: the reference's key/value cache (``reference.decoding``), the slowest, measured on request
+  (``--decoders eager cached,fused cached,onnxruntime cached``) so that the default grid stays within ~6 minutes;
 * ``fused cached``: the ``fused`` implementation's own step decoding;
 * ``onnxruntime cached``: the ``aiayn export --generation`` graphs (``export.kv_cache.OrtCachedDecoder``).
 
@@ -29,6 +30,10 @@ Usage: ``python3 -m benchmarks.decode_interleaved [--quick] [--preset base] [--v
 [--threads 1,2] [--batches 1,8] [--searches greedy,beam] [--rounds 5] [--new-tokens 50]
 [--decoders NAME,...]``. ``--quick`` is a smoke test: the tiny preset, small vocabularies, 8 new
 tokens, 2 rounds, one thread.
+
+Where the time goes inside one decode: ``python3 -m benchmarks.decode_interleaved --profile`` prints
+torch.profiler's operator table for the eager and fused decoders and cProfile's for onnxruntime's loop
+(vocabulary, batch, search and threads from the first value of each option).
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ BOS, NEVER = 1, -1
 TARGET_RATIO = 0.67  # time ratio vs CTranslate2: 1 / 1.5, rounded as the issue states it
 BASELINE = "ctranslate2"
 DECODERS = ("eager cached", "fused cached", "onnxruntime cached")
+DEFAULT_DECODERS = ("fused cached", "onnxruntime cached")  # eager cached, the slowest, on request (--decoders)
 PYTORCH = ("eager cached", "fused cached")
 
 Decode = Callable[[Any, int], Any]  # (src, beam) -> tokens [B, L]
@@ -247,6 +253,41 @@ class Models:
         return out
 
 
+def profile(cfg: Any, cell: Cell, new_tokens: int, rows: int = 14) -> list[str]:
+    """Operator tables of one decode per decoder: torch.profiler for eager and fused, cProfile for onnxruntime."""
+    import cProfile
+    import io
+    import pstats
+
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    torch.set_num_threads(cell.threads)
+    out = [f"One decode each: {cell}, {new_tokens} new tokens", ""]
+    with tempfile.TemporaryDirectory() as tmp:
+        decoders = Models(cfg, Path(tmp), [BASELINE, *DECODERS], new_tokens).decoders(cell.threads)
+        src = torch.randint(3, cfg.src_vocab, (cell.batch, SRC_LEN), generator=torch.Generator().manual_seed(1))
+        for name, decode in decoders.items():
+            decode(src, cell.beam)  # warm-up
+            t0 = time.perf_counter()
+            if name in PYTORCH:
+                with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+                    decode(src, cell.beam)
+                table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
+            elif name == BASELINE:
+                decode(src, cell.beam)
+                table = "(CTranslate2: timed only)"
+            else:
+                pr = cProfile.Profile()
+                pr.runcall(decode, src, cell.beam)
+                buf = io.StringIO()
+                pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(rows)
+                table = buf.getvalue()
+            out += [f"== {name}: {time.perf_counter() - t0:.3f} s (with the profiler's overhead)", table]
+    return out
+
+
 def machine() -> str:
     cpu = platform.processor() or "?"
     try:
@@ -318,8 +359,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--searches", default="greedy,beam", help="greedy, beam or both (default greedy,beam)")
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds per cell (default 5)")
     p.add_argument("--new-tokens", type=int, default=None, help="tokens per source (default 50)")
-    p.add_argument("--decoders", default=",".join(DECODERS),
-                   help=f"comma-separated, from {', '.join(DECODERS)} (CTranslate2 always runs when installed)")
+    p.add_argument("--profile", action="store_true",
+                   help="print where one decode's time goes for each decoder instead of the grid")
+    p.add_argument("--decoders", default=",".join(DEFAULT_DECODERS),
+                   help=f"comma-separated, from {', '.join(DECODERS)} (default {','.join(DEFAULT_DECODERS)}; "
+                        "CTranslate2 always runs when installed)")
     args = p.parse_args(argv)
     names = [BASELINE, *(n.strip() for n in args.decoders.split(",") if n.strip())]
     unknown = [n for n in names[1:] if n not in DECODERS]
@@ -343,6 +387,10 @@ def main(argv: list[str] | None = None) -> int:
     def cfg_for_vocab(v: int) -> Any:
         return base.replace(src_vocab=v, tgt_vocab=v)
 
+    if args.profile:
+        for line in profile(cfg_for_vocab(vocabs[0]), Cell(vocabs[0], threads[0], batches[0], beams[0]), new_tokens):
+            print(line, flush=True)
+        return 0
     t0 = time.perf_counter()
     results, notes = bench(cfg_for_vocab, vocabs, threads, batches, beams, rounds, new_tokens, names)
     header = (f"{preset} preset, source length {SRC_LEN}, {machine()}; {datetime.date.today().isoformat()}; "
