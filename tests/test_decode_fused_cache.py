@@ -39,9 +39,9 @@ def sources() -> torch.Tensor:
 
 def steps(decoder, src, tokens, reorders):
     """Log-probabilities of each step, feeding ``tokens`` [T, N] with ``reorders`` {step: indices} before a step."""
-    state = decoder.reorder_state(decoder.begin_decoding(src), reorders.pop("expand"))
     out = []
     with torch.inference_mode():
+        state = decoder.reorder_state(decoder.begin_decoding(src), reorders.pop("expand"))
         for t in range(tokens.size(0)):
             if t in reorders:
                 state = decoder.reorder_state(state, reorders[t])
@@ -108,3 +108,23 @@ def test_a_cache_written_at_the_wrong_position_is_caught(pair, monkeypatch):
     expected = steps(reference, src, tokens, {"expand": torch.arange(4)})
     assert not compare(got, expected, dtype=torch.float32, scope="model").ok
     assert compare(got[:1], expected[:1], dtype=torch.float32, scope="model").ok  # step 0 is still right
+
+
+def test_packed_weights_follow_new_weights():
+    """The oneDNN-packed copies are rebuilt when the model's weights change: another state loaded in place (a weight's
+    version moves), into parameters given new storage (its address moves; a packed copy may alias the storage)."""
+    fused = get_registry().get("fused").build(CFG).eval()
+    src = sources()
+    tokens = torch.randint(3, CFG.tgt_vocab, (6, 4), generator=torch.Generator().manual_seed(5))
+    for seed in (1, 2, 3):  # 2: new storage, 3: loaded in place again
+        torch.manual_seed(seed)
+        reference = get_registry().get("reference").build(CFG).eval()
+        with torch.no_grad():
+            if seed == 2:
+                for p in fused.parameters():
+                    p.data = p.data.clone()
+            fused.load_reference_state(reference.state_dict())
+        got = steps(fused, src, tokens, {"expand": torch.arange(4)})
+        expected = steps(reference, src, tokens, {"expand": torch.arange(4)})
+        cmp = compare(got, expected, dtype=torch.float32, scope="model")
+        assert cmp.ok, f"seed {seed}: {cmp.describe()}"

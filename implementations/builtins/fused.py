@@ -206,7 +206,7 @@ class Linear(NamedTuple):
     relu: bool = False
 
     def __call__(self, x: Tensor) -> Tensor:
-        if self.packed is not None:
+        if self.packed is not None and not torch.is_grad_enabled():  # oneDNN's kernel has no autograd
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "relu" if self.relu else "none",
                                                       [], "")
         y = F.linear(x, self.weight, self.bias)
@@ -225,20 +225,19 @@ _PACKED: weakref.WeakKeyDictionary[nn.Module, tuple[tuple[Any, ...], StepWeights
 
 
 def _step_weights(model: FusedTransformer, x: Tensor) -> StepWeights:
-    """The step's weights for inputs like ``x``: oneDNN-packed (cached per model until a weight changes) where the
-    fast path applies, plain otherwise."""
+    """The step's weights for inputs like ``x``: also oneDNN-packed (cached per model until a weight changes) on a
+    CPU in float32, used by the steps run without autograd."""
     layers = cast("list[DecoderLayer]", list(model.decoder))
     specs = [[(l.self_attn.qkv.weight, None, False), (l.self_attn.o.weight, None, False),
               (l.cross_attn.q.weight, None, False), (l.cross_attn.o.weight, None, False),
               (l.ffn.w1.weight, l.ffn.w1.bias, True), (l.ffn.w2.weight, l.ffn.w2.bias, False)] for l in layers]
     gen = model.generator.weight
-    fast = (x.device.type == "cpu" and x.dtype == torch.float32 and gen.dtype == torch.float32
-            and not torch.is_grad_enabled() and _onednn())
+    fast = x.device.type == "cpu" and x.dtype == torch.float32 and gen.dtype == torch.float32 and _onednn()
     if not fast:
         return StepWeights(tuple(tuple(Linear(w, None, b, r) for w, b, r in spec) for spec in specs),
                            Linear(gen, None))
     key = tuple((t.data_ptr(), t._version) for spec in specs for w, b, _ in spec for t in (w, b) if t is not None)
-    key += (gen.data_ptr(), gen._version)
+    key += ((gen.data_ptr(), gen._version),)
     cached = _PACKED.get(model)
     if cached is not None and cached[0] == key:
         return cached[1]
