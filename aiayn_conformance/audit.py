@@ -284,9 +284,19 @@ def add_parser(sub) -> None:
                    help="load an extra plugin from a module name or a .py file (repeatable)")
     p.add_argument("--clause", default=None, metavar="ID",
                    help="re-run only this clause (comma-separated ids allowed) and show its full diagnostics")
+    p.add_argument("--config", default=None, metavar="SPEC",
+                   help="audit at these sizes: key=value pairs (d_model=64,h=4,src_vocab=40; keys: ModelConfig's "
+                        "fields, h and N), a .json or .toml file, or a Hugging Face config.json or model directory")
+    p.add_argument("--weights", default=None, metavar="PATH",
+                   help="audit one implementation (--impl) holding these trained weights: a torch state_dict "
+                        "(.pt/.pth), a .safetensors file or a Hugging Face model directory; sizes from --config, "
+                        "else the directory's config.json; checks that need the suite's own weights are skipped")
     p.add_argument("--format", choices=report.FORMATS, default="text",
                    help="report format (default: text, the colored matrix; junit: JUnit XML, github: GitHub "
                         "annotations on the adapter's lines)")
+    p.add_argument("--brief", action="store_true",
+                   help="text format: one line per unexpected result, without its measured and expected values "
+                        "and hint")
     p.add_argument("--output", "-o", default=None, metavar="PATH", help="write the report here instead of stdout")
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1,
                    help="suite runs in parallel (default: the number of CPUs)")
@@ -329,7 +339,7 @@ def _check_output(path: str | None) -> str:
 def _emit(result: AuditResult, args: argparse.Namespace, *, clause_ids: Sequence[str] = ()) -> int:
     result.command = " ".join(["aiayn", "audit", *(sys.argv[2:] if sys.argv[1:2] == ["audit"] else [])])
     color = report.use_color(sys.stdout, args.no_color) and args.output is None
-    text = report.render(result, args.format, color=color)
+    text = report.render(result, args.format, color=color, brief=args.brief)
     if args.output:
         Path(args.output).write_text(text)
         print(f"aiayn audit: {args.format} report written to {args.output}", file=sys.stderr)
@@ -339,9 +349,32 @@ def _emit(result: AuditResult, args: argparse.Namespace, *, clause_ids: Sequence
     return result.exit_code
 
 
+def _audit_configuration(args: argparse.Namespace, registry, impl_sel: str | None) -> tuple[str, str]:
+    """(why --config / --weights cannot be used, "" when they can; what the audit runs at, "" for the suite's
+    own): checked here, before the suite runs, as the suite's plugin checks them again (conformance.user_config,
+    conformance.user_weights)."""
+    if not args.config and not args.weights:
+        return "", ""
+    from aiayn_conformance.conformance.configs import CONFIG
+    from aiayn_conformance.conformance.user_config import ConfigError
+    from aiayn_conformance.conformance.user_weights import WeightsError, fit_problem, resolve
+
+    if args.weights and (args.impl is None or args.component is not None):
+        return "--weights audits one implementation: give --impl NAME (and no --component)", ""
+    try:
+        config, weights, sizes = resolve(args.config, args.weights, CONFIG)
+    except (ConfigError, WeightsError) as exc:
+        return str(exc), ""
+    at = f"audit configuration (sizes from {sizes}): {config or CONFIG}"
+    if weights is None:
+        return "", at
+    return fit_problem(registry.select(impl_sel), config or CONFIG, weights), f"{at}; weights: {weights.path}"
+
+
 def _merge(args: argparse.Namespace) -> int:
     given = [opt for opt, value in (("--impl", args.impl), ("--component", args.component),
-                                    ("--clause", args.clause), ("--shard", args.shard)) if value]
+                                    ("--clause", args.clause), ("--shard", args.shard), ("--config", args.config),
+                                    ("--weights", args.weights)) if value]
     if given:
         return _usage(f"--merge reads audits and runs none; {', '.join(given)} cannot be given with it")
     if why := _check_output(args.output):
@@ -411,7 +444,15 @@ def run(args: argparse.Namespace) -> int:
         held = sum(len(j.subjects) for j in jobs)
         print(f"aiayn audit: shard {shard} holds {held} of the {selected} subjects selected", file=sys.stderr)
     extra = [f"--clause={','.join(clause_ids)}"] if clause_ids else []
+    why, at = _audit_configuration(args, registry, impl_sel)
+    if why:
+        return _usage(why)
+    # Files named relative to here: the suite runs in another directory.
+    extra += [f"--{opt}={Path(value).expanduser().resolve() if Path(value).expanduser().exists() else value}"
+              for opt, value in (("config", args.config), ("weights", args.weights)) if value]
     progress = Progress()
+    if at:
+        progress.log(f"aiayn audit: {at}")
     with_figures = args.format == "html" or args.figures
     if clause_ids and args.format == "text" and args.output is None:
         # Debugging one clause: the suite's own verbose output on the terminal, then the folded statuses.

@@ -55,7 +55,38 @@ def summary_line(result: AuditResult) -> str:
 
 
 # -- terminal --------------------------------------------------------------------------------------------------
-def text(result: AuditResult, color: bool = False) -> str:
+FINDING_FIELDS = ("measured", "expected", "call", "hint")  # the lines of a violation (conformance.harness)
+
+
+def finding_fields(detail: str) -> list[tuple[str, str]]:
+    """(field, value) for the measured / expected / call / hint lines of a diagnostic, in its order; a value
+    continued on the following indented lines is joined to one."""
+    out: list[tuple[str, str]] = []
+    for raw in detail.splitlines():
+        line = raw.strip()
+        key, sep, value = line.partition(":")
+        if sep and key in FINDING_FIELDS:
+            out.append((key, value.strip()))
+        elif out and raw.startswith("    ") and line:
+            out[-1] = (out[-1][0], f"{out[-1][1]} {line}")
+        elif out:
+            break
+    return out
+
+
+def findings(result: AuditResult, color: bool = False) -> list[str]:
+    """The terminal's Findings: each unexpected result, then what was measured and expected and the hint."""
+    lines: list[str] = []
+    for s, c, status, msg in failures(result):
+        lines.append(f"  {_paint(status.upper(), COLOR[status], color)} {s.name} {c} ({CLAUSES[c].citation}): {msg}")
+        r = s.clauses[c]
+        lines += [f"      {key + ':':<9} {value}" for key, value in finding_fields(r.detail)]
+    return lines
+
+
+def text(result: AuditResult, color: bool = False, *, brief: bool = False) -> str:
+    """The matrix, then (unless ``brief``) each unexpected result with its measured and expected values and hint;
+    ``brief``: one line per unexpected result."""
     if not result.subjects:
         return "nothing audited\n"
     name_w = max(len(s.name) for s in result.subjects)
@@ -68,7 +99,10 @@ def text(result: AuditResult, color: bool = False) -> str:
     lines += ["", LEGEND]
     lines.append("columns: clauses of each area in catalogue order (`python -m aiayn_conformance.spec` lists them)")
     fails = failures(result)
-    if fails:
+    if fails and not brief:
+        lines += ["", "Findings:", *findings(result, color)]
+        lines.append("Re-run one with full detail: aiayn audit --impl NAME --clause ID")
+    elif fails:
         lines += ["", "Unexpected results:"]
         for s, c, status, msg in fails:
             lines.append(f"  {_paint(status.upper(), COLOR[status], color)} {s.name} {c} "
@@ -206,9 +240,10 @@ def as_html(result: AuditResult) -> str:
 FORMATS = ("text", "md", "json", "html", "junit", "github")
 
 
-def render(result: AuditResult, fmt: str, *, color: bool = False) -> str:
+def render(result: AuditResult, fmt: str, *, color: bool = False, brief: bool = False) -> str:
+    """The report in format ``fmt``; ``brief`` shortens the text format's findings to one line each."""
     if fmt == "text":
-        return text(result, color)
+        return text(result, color, brief=brief)
     if fmt == "md":
         return markdown(result)
     if fmt == "json":

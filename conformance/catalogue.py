@@ -33,6 +33,7 @@ class Check:
     module: str  # "conformance/test_mask.py"
     name: str  # "test_causal_witness"
     component_kind: str | None  # the kind of component it audits, None for a model-level check
+    canonical_weights: str = ""  # why it needs the suite's own weights (skipped under --weights), "" if it does not
 
 
 class _Collector:
@@ -58,10 +59,11 @@ def collected_checks() -> dict[str, list[Check]]:
         if mark is None or not mark.args:
             continue
         kind = item.get_closest_marker("component_kind")
+        canonical = item.get_closest_marker("canonical_weights")
         check = Check(clause=mark.args[0], module=Path(str(item.path)).relative_to(CONFORMANCE_DIR.parent).as_posix(),
                       name=getattr(item, "originalname", item.name),
                       component_kind=kind.args[0] if "component" in getattr(item, "fixturenames", ()) and kind
-                      else None)
+                      else None, canonical_weights=str(canonical.args[0]) if canonical and canonical.args else "")
         if check not in found.setdefault(check.clause, []):
             found[check.clause].append(check)
     return found
@@ -78,12 +80,21 @@ def checks_markdown(checks: dict[str, list[Check]] | None = None) -> str:
         "(`--impl`). Listed from the suite's own collection (`pytest conformance/ --collect-only "
         + " ".join(COLLECT_ARGS) + "`).",
         "",
+        "On the user's trained weights (`--weights PATH`, one implementation; README, Auditing): every model-level "
+        "check runs, except those marked *needs canonical weights*, which are skipped with their reason. A model a "
+        "check builds at the audit configuration (`--config`, up to dropout) holds the user's weights; a check that "
+        "loads its own probe weights into the model (`load_reference_state`: the transplant checks, which compare "
+        "the model with the reference holding the same weights) or builds another configuration (another "
+        "vocabulary, width or max_len) runs on those instead, so its finding is about the code, whatever the "
+        "weights.",
+        "",
         "| clause | module | checks |",
         "|---|---|---|",
     ]
     for clause_id, found in checks.items():
         modules = ", ".join(f"`{m}`" for m in dict.fromkeys(c.module for c in found)) or "none"
         names = ", ".join(f"`{c.name}`" + (f" *(component: {c.component_kind})*" if c.component_kind else "")
+                          + (f" *(needs canonical weights: {c.canonical_weights})*" if c.canonical_weights else "")
                           for c in found) or "none"
         lines.append(f"| `{clause_id}` | {modules} | {names} |")
     return "\n".join(lines) + "\n"

@@ -42,10 +42,12 @@ from .configs import CONFIG, config_change
 if TYPE_CHECKING:
     from aiayn_conformance.implementations import Implementation
 
+    from .user_weights import UserWeights
+
 __all__ = [
     "ClauseViolation", "ImplementationError", "CheckTimeout", "checking", "current_clause", "violation",
     "could_not_check", "build_model", "refused", "call_forward", "output_problem", "first_nonfinite", "run_forward",
-    "as_log_probs", "describe_call", "seeded", "shape_gate",
+    "as_log_probs", "describe_call", "seeded", "shape_gate", "held_weights", "USER_WEIGHTS",
 ]
 
 _CLAUSE: contextvars.ContextVar[str | None] = contextvars.ContextVar("aiayn_clause_under_test", default=None)
@@ -135,8 +137,19 @@ def seeded(seed: int = 0) -> Iterator[None]:
         yield
 
 
+# --weights: implementation name -> the user's weights (conformance.user_weights), set by the plugin.
+USER_WEIGHTS: dict[str, UserWeights] = {}
+
+
+def held_weights(impl: Implementation, config: ModelConfig) -> str:
+    """The path of the user's weights a model of ``impl`` built at ``config`` holds (``--weights``), else ""."""
+    weights = USER_WEIGHTS.get(impl.name)
+    return weights.path if weights is not None and not config_change(config) else ""
+
+
 def build_model(impl: Implementation, config: ModelConfig, *, seed: int = 0, train: bool = False) -> Any:
-    """``impl.build(config)`` with a fixed seed, in eval mode unless ``train``.
+    """``impl.build(config)`` with a fixed seed, in eval mode unless ``train``; holding the user's weights
+    (``--weights``, checked to fit before the session) when ``config`` is the audit configuration up to dropout.
 
     A configuration other than the audit's (``configs.OTHER_CONFIGS``, the base preset) that the implementation
     refuses to build is a finding of config.parameters: under that clause it fails with the implementation's
@@ -152,6 +165,8 @@ def build_model(impl: Implementation, config: ModelConfig, *, seed: int = 0, tra
         could_not_check(f"{impl.name}: build(config) raised", exc)
     if not isinstance(model, torch.nn.Module):
         could_not_check(f"{impl.name}: build(config) returned {type(model).__name__}, not a torch.nn.Module")
+    if held_weights(impl, config):
+        USER_WEIGHTS[impl.name].load_into(model)
     return model.train(train)
 
 

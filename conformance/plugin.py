@@ -11,9 +11,16 @@ Options
                           checks error at once
     --clause ID|a,b       run only the tests of these clauses (ids from docs/clauses.md)
     --results-json PATH   write one record per test (subject, clause, outcome, diagnostic) as JSON
+    --config SPEC         audit at these sizes: key=value pairs (d_model=64,h=4), a .json/.toml file, or a
+                          Hugging Face config.json or model directory (conformance.user_config)
+    --weights PATH        run on these trained weights (one implementation): a state_dict, a .safetensors
+                          file or a Hugging Face model directory (conformance.user_weights); checks marked
+                          canonical_weights are skipped
 Markers
     clause(id)            the spec clause a test checks (exactly one per test, the literal id)
     component_kind(kind)  on a check taking the ``component`` fixture: the kind of component it audits
+    canonical_weights(why) on a check that needs the suite's own weights (an initial state it trains from):
+                          skipped under --weights, with ``why``
 
 Which checks run is decided by their fixtures, never by file names: a check taking ``impl`` runs once per
 implementation of --impl (default: reference); a check taking ``component`` runs once per selected
@@ -49,6 +56,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 
 from aiayn_conformance.spec.clauses import CLAUSES, get_clause, parse_clause_ids
+from aiayn_conformance.spec.config import ModelConfig
 
 from . import (
     inputs,
@@ -56,7 +64,7 @@ from . import (
     strategies,  # noqa: F401  (registers and loads the hypothesis profiles)
     threads,
 )
-from .harness import CheckTimeout, ClauseViolation, ImplementationError, checking
+from .harness import USER_WEIGHTS, CheckTimeout, ClauseViolation, ImplementationError, checking
 
 if TYPE_CHECKING:
     from aiayn_conformance.implementations import Component, Implementation, Registry
@@ -87,6 +95,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          f"(default {DEFAULT_TIMEOUT:g}, or $AIAYN_CHECK_TIMEOUT; 0 disables)")
     group.addoption("--clause", action="store", default=None, metavar="ID",
                     help="run only the tests of this clause (or a comma-separated list of clauses)")
+    group.addoption("--config", action="store", default=None, metavar="SPEC",
+                    help="audit at these sizes: key=value pairs (d_model=64,h=4,src_vocab=40), a .json or .toml "
+                         "file, or a Hugging Face config.json or model directory (keys: ModelConfig's fields)")
+    group.addoption("--weights", action="store", default=None, metavar="PATH",
+                    help="run the checks on these trained weights (one --impl): a torch state_dict (.pt/.pth), a "
+                         ".safetensors file or a Hugging Face model directory; checks that need the suite's own "
+                         "weights are skipped")
     group.addoption("--results-json", action="store", default=None, metavar="PATH",
                     help="write the outcome of every test (subject, clause, diagnostic) to PATH as JSON "
                          "(what `aiayn audit` reads)")
@@ -153,17 +168,62 @@ def pytest_configure(config: pytest.Config) -> None:
                                      else threads.apply(None))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+    config.addinivalue_line("markers", "canonical_weights(why): the check needs the suite's own weights; skipped "
+                                       "under --weights")
     if not config.pluginmanager.has_plugin("aiayn-safe-reports"):
         config.pluginmanager.register(_SafeReports(), "aiayn-safe-reports")
     if config.getoption("--impl") is not None or config.getoption("--plugin"):
         selected_implementations(config)  # fail at once on an unknown name
     selected_components(config)
     _selected_clauses(config)  # fail at once on an unknown clause
+    _audit_configuration(config)
     path = config.getoption("--results-json")
     if path and not hasattr(config, "workerinput"):  # under xdist the controller records
         from .results import ResultsRecorder
 
         config.pluginmanager.register(ResultsRecorder(path), "aiayn-results")
+
+
+PREVIOUS_CONFIG = pytest.StashKey[ModelConfig]()  # the audit configuration before --config, restored after
+AUDIT_AT = pytest.StashKey[str]()  # the report header's line on --config / --weights
+
+
+def _audit_configuration(config: pytest.Config) -> None:
+    """Apply --config (the audit configuration, in place: ``configs.audit_at``) and --weights (checked to fit
+    the implementation built at it, then loaded by ``harness.build_model``), before any check is collected."""
+    from . import configs, harness
+    from .user_config import ConfigError
+    from .user_weights import WeightsError, fit_problem, resolve
+
+    spec, path = config.getoption("--config"), config.getoption("--weights")
+    if not spec and not path:
+        return
+    try:
+        new, weights, sizes = resolve(spec, path, configs.CONFIG)
+    except (ConfigError, WeightsError) as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if new is not None:
+        config.stash[PREVIOUS_CONFIG] = configs.audit_at(new)
+    config.stash[AUDIT_AT] = f"audit configuration (sizes from {sizes}): {configs.CONFIG}"
+    if weights is None:
+        return
+    impls = [] if components_only(config) else selected_implementations(config)
+    problem = fit_problem(impls, configs.CONFIG, weights)
+    if problem:
+        raise pytest.UsageError(problem)
+    harness.USER_WEIGHTS[impls[0].name] = weights
+    config.stash[AUDIT_AT] += f"; weights: {weights.path}"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Restore the suite's own audit configuration and forget the weights (several sessions in one process)."""
+    from . import configs, harness
+
+    if PREVIOUS_CONFIG in config.stash:
+        configs.audit_at(config.stash[PREVIOUS_CONFIG])
+        del config.stash[PREVIOUS_CONFIG]
+    if config.getoption("--weights", None):
+        harness.USER_WEIGHTS.clear()
 
 
 def _selected_clauses(config: pytest.Config) -> list[str] | None:
@@ -198,6 +258,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     errors = _registry(config).errors
     for err in errors:
         lines.append(f"  plugin error: {err}")
+    if AUDIT_AT in config.stash:
+        lines.append(f"  {config.stash[AUDIT_AT]}")
     lines.append(f"  {config.stash[THREADS]}")
     env = {k: v for k, v in os.environ.items() if k.startswith("AIAYN_")}
     if env:
@@ -296,6 +358,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             continue
         params = _params(item)
         impl, comp = params.get("impl"), params.get("component")
+        canonical = item.get_closest_marker("canonical_weights")
+        if impl is not None and canonical is not None and impl.name in USER_WEIGHTS:
+            item.add_marker(pytest.mark.skip(reason=f"needs canonical weights: {canonical.args[0]} (--weights)"))
         if impl is not None:
             item.user_properties.append(("aiayn_subject", f"impl:{impl.name}"))
         elif comp is not None:

@@ -72,7 +72,7 @@ from .decoding import (
     scripted_witnesses,
     table_cases,
 )
-from .harness import CheckTimeout, ImplementationError, build_model, could_not_check, violation
+from .harness import CheckTimeout, ImplementationError, build_model, could_not_check, held_weights, violation
 from .outputs import log_probs, require_deterministic
 from .transplant import STATE_SEED, load_into, reference_twin, visible_state
 
@@ -136,7 +136,9 @@ def subject(impl: Implementation, model: Any) -> Subject:
             _SUBJECTS[key] = Subject(model, reference_twin(CFG, state),
                                      f"visible weights (seed {STATE_SEED}) with the embeddings x{SHARPEN:g}")
         else:
-            _SUBJECTS[key] = Subject(model, None, "its own initialization (seed 0)")
+            held = held_weights(impl, CFG)
+            _SUBJECTS[key] = Subject(model, None, f"the weights given with --weights ({held})" if held
+                                     else "its own initialization (seed 0)")
     subj = _SUBJECTS[key]
     src = decode_sources([4, 2], seed=1)
     require_deterministic(model, src, torch.full((2, 3), BOS), CFG)

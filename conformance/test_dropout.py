@@ -119,15 +119,26 @@ def stack_output(impl: Implementation, stack: str, state: dict[str, torch.Tensor
     return torch.cat([_read(model, impl, stack, state, config, seed, first) for seed in seeds])
 
 
+UNREADABLE = ("the hidden state cannot be read back (the output projection is not the tied embedding, or the output "
+              "saturates)")
+
+
 def _read(model: Any, impl: Implementation, stack: str, state: dict[str, torch.Tensor], config: ModelConfig,
           seed: int, first: bool) -> torch.Tensor:
+    h = _read_or_none(model, impl, stack, state, config, seed, first)
+    if h is None:
+        pytest.skip(UNREADABLE)
+    return h
+
+
+def _read_or_none(model: Any, impl: Implementation, stack: str, state: dict[str, torch.Tensor], config: ModelConfig,
+                  seed: int, first: bool) -> torch.Tensor | None:
     torch.manual_seed(seed)
     src, tgt = ro.witness()
     if stack == "decoder":
         h, residual = ro.readout(log_probs(model, impl, src, tgt, config), state["generator.weight"])
         if residual > 1e-3:
-            pytest.skip("the hidden state cannot be read back (the output projection is not the tied embedding, or "
-                        "the output saturates)")
+            return None
         return h[:, 0] if first else h[tgt != config.pad_id]
     with torch.no_grad():
         out = model.encode(src)
@@ -141,39 +152,181 @@ def kept_features(h: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     return t > 0.5 * t.max(-1, keepdim=True).values
 
 
+# --------------------------------------------------------------------------------------------------
+# Every sub-layer's output as a known constant, one sub-layer at a time
+# --------------------------------------------------------------------------------------------------
+# The device above at each sub-layer of each layer, in turn: every other sub-layer of both stacks off, the probed
+# one outputting G * f * s at every position (f > 0, one value per row or per head). The FFN gets W2 = 0 and
+# b2 = BIG s (G = BIG, f = 1). An attention sub-layer has no bias, so its output is made constant through its
+# values: every witness token's embedding (padding included) carries LIFT * u / sqrt(d_model),
+# u = (+1, +1, -1, -1, ...) orthogonal to s, so that each sub-layer's input (the embedding sum, or a norm of it, or
+# the encoder's output for the cross-attention) is about LIFT * u (or a multiple of u) plus terms of order one at
+# every position; W_V writes u . y / (d_model LIFT) into every value feature (a positive number, about the same at
+# every key: about 1 on the embedding sum, 1 / LIFT on a norm of it) and W_O = diag(G s), G = 10 BIG, writes it
+# back along s. A softmax-weighted mean of equal positive values is that value, whatever the weights (and whatever
+# the masks). Dropout on the attention weights (dropout.extra-sites) scales each head's block of d_k features by a
+# factor of its own, or zeroes it: kept features are told from dropped ones block by block, and a block that carries
+# nothing (every weight of its head dropped) is left out. A dropped feature keeps the residual alone (of the order
+# of LIFT at most), a kept one adds the constant (G / LIFT = 125 times f or more, before the 1 / (1 - P_drop)):
+# "kept" means above KEPT times its block's largest, so that an output added to its own dropped copy
+# (F + Dropout(F): F or 3 F, never 0) is not mistaken for a dropped one.
+LIFT = 8.0
+KEPT = 0.25
+SUBLAYERS = {"encoder": ("self_attn", "ffn"), "decoder": ("self_attn", "cross_attn", "ffn")}
+SUBLAYER_NAMES = {"self_attn": "self-attention", "cross_attn": "cross-attention", "ffn": "feed-forward"}
+
+
+def lifted_state(config: ModelConfig, src: torch.Tensor, tgt: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Unit norms, every sub-layer of both stacks off, each token of ``src`` and ``tgt`` (padding included) embedded
+    with an extra LIFT * u / sqrt(d_model) (ties kept: one tensor lifted once)."""
+    state = ro.sublayers_off(ro.sublayers_off(visible_state(config, seed=73, unit_norms=True), "encoder"), "decoder")
+    rows: dict[int, set[int]] = {}
+    for name, tokens in (("src_embed.weight", src), ("tgt_embed.weight", tgt)):
+        rows.setdefault(id(state[name]), set()).update(tokens.flatten().tolist())  # padding too: a model that
+        # attends to padded keys (mask.source-padding) still averages equal values
+    lifted: dict[int, torch.Tensor] = {}
+    for name in ("src_embed.weight", "tgt_embed.weight"):
+        table = state[name]
+        if id(table) not in lifted:
+            new = table.clone()
+            new[sorted(rows[id(table)])] += LIFT / config.d_model ** 0.5 * lift_direction(config.d_model)
+            lifted[id(table)] = new
+    return {k: lifted.get(id(v), v) for k, v in state.items()}
+
+
+def lift_direction(d: int) -> torch.Tensor:
+    """u = (+1, +1, -1, -1, ...): mean 0 (a norm keeps it) and orthogonal to :func:`signs`."""
+    u = torch.ones(d)
+    u[2::4] = -1.0
+    u[3::4] = -1.0
+    return u
+
+
+def constant_sublayer_state(base: dict[str, torch.Tensor], config: ModelConfig,
+                            prefix: str) -> dict[str, torch.Tensor]:
+    """``base`` (a :func:`lifted_state`) with the sub-layer ``prefix`` ("decoder.0.cross_attn") outputting
+    G * f * s."""
+    d, s = config.d_model, signs(config.d_model)
+    state = dict(base)
+    if prefix.endswith(".ffn"):
+        state[f"{prefix}.w2.weight"] = torch.zeros(d, config.d_ff)
+        state[f"{prefix}.w2.bias"] = BIG * s
+    else:
+        state[f"{prefix}.v.weight"] = torch.outer(torch.ones(d), lift_direction(d)) / (d * LIFT)
+        state[f"{prefix}.o.weight"] = torch.diag(10 * BIG * s)
+    return state
+
+
+def kept_in_blocks(h: torch.Tensor, s: torch.Tensor, d_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(kept, counted), bool [n, d]. Centred on the row's median (which lies between the features along +s and
+    those along -s, whatever the norm's shift), a kept feature stands out along s above KEPT times its block's largest;
+    a block counts when it carries the constant at all (above a quarter of the row's largest block)."""
+    centred = (h - h.quantile(0.5, dim=-1, keepdim=True)) * s.double()
+    blocks = centred.reshape(h.size(0), -1, d_k)
+    top = blocks.max(-1, keepdim=True).values
+    kept = blocks > KEPT * top
+    counted = (top > 0) & (top > 0.25 * top.max(1, keepdim=True).values)
+    return kept.reshape(h.shape), counted.expand_as(blocks).reshape(h.shape)
+
+
+def observed(model: Any, impl: Implementation, stack: str, state: dict[str, torch.Tensor], config: ModelConfig,
+             train: bool) -> torch.Tensor | None:
+    load_into(model, state, impl.name)
+    model.train(train)
+    return _read_or_none(model, impl, stack, state, config, 81, False)
+
+
+def probe_model(impl: Implementation, stack: str, config: ModelConfig) -> Any:
+    model = build_model(impl, config, train=True)
+    if not has_capability(model, "load_reference_state"):
+        pytest.skip(f"{impl.name} has no load_reference_state")
+    if stack == "encoder" and not has_capability(model, "encode"):
+        pytest.skip(f"{impl.name} has no encode(src): the encoder's output cannot be read")
+    return model
+
+
+class SublayerFindings:
+    """Per probed sub-layer ("layer 0 cross-attention"): the train-mode drop rate, whether the dropped features
+    coincide; the sub-layers that could not be made to output the constant."""
+
+    def __init__(self) -> None:
+        self.rates: dict[str, float] = {}
+        self.merged: list[str] = []
+        self.unseen: list[str] = []
+
+    def off(self) -> dict[str, float]:
+        return {name: rate for name, rate in self.rates.items() if abs(rate - P) > 0.15}
+
+    def listing(self, names: list[str] | dict[str, float]) -> str:
+        return ", ".join(f"{name} {self.rates[name]:.0%}" for name in names)
+
+
+def probe_sublayers(impl: Implementation, stack: str, config: ModelConfig) -> SublayerFindings:
+    model = probe_model(impl, stack, config)
+    s, d_k = signs(config.d_model), config.d_model // config.n_heads
+    base = lifted_state(config, *ro.witness())
+    found = SublayerFindings()
+    for layer in range(config.n_layers):
+        for sublayer in SUBLAYERS[stack]:
+            name = f"layer {layer} {SUBLAYER_NAMES[sublayer]}"
+            state = constant_sublayer_state(base, config, f"{stack}.{layer}.{sublayer}")
+            evaluated = observed(model, impl, stack, state, config, False)
+            if evaluated is None or not bool(kept_in_blocks(evaluated, s, d_k)[0].all()):
+                found.unseen.append(name)
+                continue
+            trained = observed(model, impl, stack, state, config, True)
+            if trained is None:
+                found.unseen.append(name)
+                continue
+            kept, counted = kept_in_blocks(trained, s, d_k)
+            found.rates[name] = 1 - kept[counted].double().mean().item()
+            dropped = trained[counted & ~kept]
+            spread = (dropped.std() / (trained.max() - trained.min())).item() if dropped.numel() > 1 else 1.0
+            if spread < 1e-5:
+                found.merged.append(name)
+    return found
+
+
 @pytest.mark.clause("dropout.residual")
 @pytest.mark.parametrize("stack", ["decoder", "encoder"])
 def test_sublayer_output_dropped_before_the_residual_addition(impl: Implementation, stack: str) -> None:
-    """The last FFN sub-layer's output is dropped at P_drop, before the residual addition: about P_drop of its
-    features are lost in train mode (none in eval mode), and a lost feature leaves the residual x_j behind
+    """Every sub-layer's output (self-attention and FFN in the encoder; self-attention, cross-attention and FFN in
+    the decoder; in every layer) is dropped at P_drop before the residual addition: about P_drop of its features
+    are lost in train mode (none in eval mode), and a lost feature leaves the residual x_j behind
     (LayerNorm(x + Dropout(F(x))), or x + Dropout(F(LN(x))) in a pre-norm model): dropped features that all
-    coincide mean the dropout came after the addition, taking the residual with it."""
+    coincide mean the dropout came after the addition, taking the residual with it. A sub-layer whose constant
+    does not reach the output (another structure, or a saturated readout) is left out; the check passes only when
+    each kind of sub-layer of the stack was observed in at least one layer."""
     config = CONFIG.replace(dropout=P)
-    state = constant_ffn_state(config, stack, seed=73)
-    s = signs(config.d_model)
-    evaluated = stack_output(impl, stack, state, config, train=False)
-    if not bool(kept_features(evaluated, s).all()):
-        pytest.skip(f"with the {stack}'s last FFN outputting a large constant, the eval-mode output does not carry it "
-                    "at every feature: another structure (model.reference-equivalence reports it)")
-    trained = stack_output(impl, stack, state, config, train=True)
-    kept = kept_features(trained, s)
-    rate = 1 - kept.double().mean().item()
-    call = (f"{stack} in train mode and in eval mode, dropout={P}, unit norms, the last {stack} FFN outputting "
-            f"{BIG:g} * (+1, -1, ...) (W2 = 0), the {stack}'s output read back")
-    if abs(rate - P) > 0.15:
-        violation(measured=f"in train mode {rate:.0%} of the last {stack} FFN sub-layer's output features are dropped",
-                  expected=f"P_drop = {P:.0%} of them: dropout on every sub-layer output (§5.4), whatever the norm "
-                           "placement", call=call,
-                  hint="apply dropout to each sub-layer's output before the residual addition "
-                       "(x + dropout(sublayer(...))), at config.dropout")
-    dropped = trained[~kept]
-    spread = (dropped.std() / (trained.max() - trained.min())).item() if dropped.numel() > 1 else 1.0
-    if spread < 1e-5:
-        violation(measured=f"the {dropped.numel()} dropped features all take one value ({dropped.mean().item():.4g}): "
+    found = probe_sublayers(impl, stack, config)
+    if not found.rates:
+        pytest.skip(f"no {stack} sub-layer could be made to output a large constant (the eval-mode output does not "
+                    "carry it at every feature): another structure (model.reference-equivalence reports it)")
+    call = (f"{stack} in train mode and in eval mode, dropout={P}, unit norms, one sub-layer at a time outputting "
+            f"G * f * (+1, -1, ...) (FFN: W2 = 0, G = {BIG:g}; attention: W_V, W_O = diag(G s) with "
+            f"G = {10 * BIG:g}, the embeddings lifted along (+1, +1, -1, -1, ...)), every other sub-layer off, the "
+            f"{stack}'s output read back")
+    off = found.off()
+    if off:
+        fine = [name for name in found.rates if name not in off]
+        violation(measured=f"in train mode the share of each {stack} sub-layer's output features dropped is "
+                           f"{found.listing(off)}" + (f" (as expected: {found.listing(fine)})" if fine else ""),
+                  expected=f"P_drop = {P:.0%} at every sub-layer output (§5.4), whatever the norm placement",
+                  call=call,
+                  hint=f"apply dropout to the output of each sub-layer named ({', '.join(off)}) before the residual "
+                       "addition (x + dropout(sublayer(...))), at config.dropout")
+    if found.merged:
+        violation(measured=f"at the output of {', '.join(found.merged)} the dropped features all take one value: "
                            "the residual x was dropped with the sub-layer output",
                   expected="a dropped feature keeps the residual x_j: x + Dropout(F) (and its norm)", call=call,
                   hint="dropout applied after the residual addition (dropout(x + sublayer(x))) or after the add & "
                        "norm: drop the sub-layer output alone, before adding x")
+    kinds = {SUBLAYER_NAMES[sublayer] for sublayer in SUBLAYERS[stack]}
+    missing = sorted(kinds - {name.split(" ", 2)[2] for name in found.rates})
+    if missing:
+        pytest.skip(f"{', '.join(found.rates)} drop P_drop of their outputs; no {' or '.join(missing)} sub-layer "
+                    f"could be observed ({', '.join(found.unseen)}: the eval-mode output does not carry the constant "
+                    "at every feature, or cannot be read back)")
 
 
 @pytest.mark.clause("dropout.residual")

@@ -17,7 +17,6 @@ from aiayn_conformance.implementations import Implementation
 from .configs import OTHER_CONFIGS
 from .diagnosis import fail_on_variant_departure
 from .harness import build_model, violation
-from .inputs import CONFIG
 from .readout_probes import check_input_path
 
 
@@ -45,18 +44,19 @@ def vocab_parameters(model: Any, vocab: int, d_model: int) -> dict[int, list[str
 
 @pytest.mark.clause("embedding.shared-weights")
 def test_shared_when_configured(impl: Implementation) -> None:
-    model = build_model(impl, CONFIG)
-    mats = vocab_parameters(model, CONFIG.tgt_vocab, CONFIG.d_model)
+    cfg = OTHER_CONFIGS["shared-vocabulary"]  # the audit configuration, unless --config gave separate vocabularies
+    model = build_model(impl, cfg)
+    mats = vocab_parameters(model, cfg.tgt_vocab, cfg.d_model)
     if len(mats) != 1:
         names = ["/".join(v) for v in mats.values()]
-        violation(measured=f"{len(mats)} distinct [{CONFIG.tgt_vocab}, {CONFIG.d_model}] matrices: "
+        violation(measured=f"{len(mats)} distinct [{cfg.tgt_vocab}, {cfg.d_model}] matrices: "
                   f"{', '.join(names) or 'none'}", expected="one matrix shared by the source embedding, the target "
                   "embedding and the pre-softmax projection (share_embeddings=True)",
                   call=f"{impl.name}.build(config with share_embeddings=True)",
                   hint="tie generator.weight and both embeddings to one nn.Parameter")
-    biases = [n for n, p in model.named_parameters() if tuple(p.shape) == (CONFIG.tgt_vocab,)]
+    biases = [n for n, p in model.named_parameters() if tuple(p.shape) == (cfg.tgt_vocab,)]
     if biases:
-        violation(measured=f"a [{CONFIG.tgt_vocab}] bias: {', '.join(biases)}",
+        violation(measured=f"a [{cfg.tgt_vocab}] bias: {', '.join(biases)}",
                   expected="no bias on the pre-softmax projection (logits = h E^T)",
                   call=f"{impl.name}.build(config)", hint="nn.Linear(d_model, vocab, bias=False)")
 

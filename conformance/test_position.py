@@ -27,7 +27,7 @@ from .harness import CheckTimeout, build_model, could_not_check, violation
 from .inputs import CONFIG
 from .readout_probes import check_input_path
 
-CONFIGS = {"d32": CONFIG, "d48": OTHER_CONFIGS["wider"]}
+CONFIGS = {f"d{c.d_model}": c for c in (CONFIG, OTHER_CONFIGS["wider"])}  # d32, d48 at the tiny preset
 MAX_OFFSET = 4  # offsets tried when the table is no named form (1 is the named positions-from-1)
 PE_EXPECTED = ("PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same), pos from 0 "
                "(PE[1, 1] = cos(1) = 0.540302)")

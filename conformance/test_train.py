@@ -196,6 +196,7 @@ def require_the_reference_forward(impl: Implementation) -> None:
 
 
 @pytest.mark.clause("train.equivalence")
+@pytest.mark.canonical_weights("it trains from the reference's initial state, in lockstep with the reference")
 def test_trains_in_lockstep_with_the_reference(impl: Implementation) -> None:
     model = build_model(impl, LOCKSTEP_CONFIG, train=True)
     if not has_capability(model, "load_reference_state"):
@@ -574,6 +575,8 @@ def labels_hint(labels: torch.Tensor, target: torch.Tensor, decoder_input: torch
 
 # -- train.learns --------------------------------------------------------------------------------------------------
 @pytest.mark.clause("train.learns")
+@pytest.mark.canonical_weights("it trains its own task model from an initial state (the reference's, or the "
+                               "model's own initialisation)")
 @pytest.mark.parametrize("task_name", list(TASKS))
 def test_learns_a_tiny_task(impl: Implementation, task_name: str, request: pytest.FixtureRequest) -> None:
     task = TASKS[task_name]

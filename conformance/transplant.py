@@ -24,7 +24,7 @@ from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import has_capability
 from aiayn_conformance.spec.schema import parameter_schema, tied_groups
 
-from .harness import ImplementationError, build_model, could_not_check, current_clause, seeded
+from .harness import ImplementationError, build_model, could_not_check, current_clause, held_weights, seeded
 from .inputs import CONFIG
 
 if TYPE_CHECKING:
@@ -134,4 +134,7 @@ def sharp_or_own(impl: Implementation, model: Any) -> tuple[Any, str]:
     """
     if has_capability(model, "load_reference_state"):
         return transplanted(impl), SHARP
+    if held_weights(impl, CONFIG):
+        return model, (f"on the weights given with --weights ({held_weights(impl, CONFIG)}): the adapter has no "
+                       "load_reference_state to load sharper ones")
     return model, OWN_SCALE

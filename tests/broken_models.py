@@ -135,6 +135,36 @@ class NoResidualDropoutDecoderLayer(DecoderLayer):
         return self.norm3(y + self.ffn(y))
 
 
+class AttentionUndroppedEncoderLayer(EncoderLayer):
+    def forward(self, x, src_mask):
+        x = self.norm1(x + self.self_attn(x, x, x, src_mask))  # BUG: the attention output is not dropped
+        return self.norm2(x + self.dropout(self.ffn(x)))
+
+
+class AttentionUndroppedDecoderLayer(DecoderLayer):
+    def forward(self, y, memory, src_mask, tgt_mask):
+        y = self.norm1(y + self.self_attn(y, y, y, tgt_mask))  # BUG: neither attention output is dropped
+        y = self.norm2(y + self.cross_attn(y, memory, memory, src_mask))
+        return self.norm3(y + self.dropout(self.ffn(y)))
+
+
+class CrossUndroppedDecoderLayer(DecoderLayer):
+    def forward(self, y, memory, src_mask, tgt_mask):
+        y = self.norm1(y + self.dropout(self.self_attn(y, y, y, tgt_mask)))
+        y = self.norm2(y + self.cross_attn(y, memory, memory, src_mask))  # BUG: the cross-attention output kept
+        return self.norm3(y + self.dropout(self.ffn(y)))
+
+
+def first_layer_dropout_only(cfg: ModelConfig) -> Transformer:
+    """Dropout on the sub-layer outputs of each stack's first layer only (a dropout module built for layer 0
+    alone, the later layers built without it)."""
+    model = Transformer(cfg)
+    for stack, cls in ((model.encoder, NoResidualDropoutEncoderLayer), (model.decoder, NoResidualDropoutDecoderLayer)):
+        for layer in list(stack)[1:]:
+            layer.__class__ = cls  # BUG: layers 1..N-1 add their sub-layer outputs undropped
+    return model
+
+
 class ResidualTwiceEncoderLayer(EncoderLayer):
     def forward(self, x, src_mask):
         x = self.norm1(x + x + self.dropout(self.self_attn(x, x, x, src_mask)))  # BUG: the residual added twice
@@ -682,6 +712,15 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
     "no-residual-dropout": (with_layers(NoResidualDropoutEncoderLayer, NoResidualDropoutDecoderLayer), "logits",
                             "no dropout on sub-layer outputs", {
         "dropout.residual": "train mode only drops the embeddings"}),
+    "attention-output-undropped": (with_layers(AttentionUndroppedEncoderLayer, AttentionUndroppedDecoderLayer),
+                                   "logits", "no dropout on the attention sub-layers' outputs (the FFN's dropped)", {
+        "dropout.residual": "train mode keeps every feature of each self- and cross-attention output"}),
+    "cross-output-undropped": (with_layers(dec=CrossUndroppedDecoderLayer), "logits",
+                               "no dropout on the decoder cross-attention's output (every other sub-layer's dropped)", {
+        "dropout.residual": "train mode keeps every feature of each cross-attention output"}),
+    "first-layer-dropout-only": (first_layer_dropout_only, "logits",
+                                 "sub-layer outputs dropped in each stack's first layer only", {
+        "dropout.residual": "train mode keeps every feature of the sub-layer outputs of layers 1..N-1"}),
     "residual-twice": (with_layers(ResidualTwiceEncoderLayer, ResidualTwiceDecoderLayer), "logits",
                        "the residual added twice: LayerNorm(x + x + Sublayer(x))", {
         "norm.post-norm": "LayerNorm(2x + Sublayer(x))", EQ: "different function"}),

@@ -24,12 +24,17 @@ their output is multiplied by 0 afterwards. No data-dependent Python branch
 is taken, so the model traces and exports as it runs.
 
 Incremental decoding (``begin_decoding``, ``decode_step``, ``reorder_state``,
-``generate``): a key/value cache of plain tensors (``FusedCache``): per decoder
-layer the self-attention keys/values of the prefix (N, h, t, d_k), grown by
-one fused Q|K|V matmul per step, and the cross-attention keys/values of the
-encoder output (N, h, S, d_k), one fused K|V matmul per source; the new token
-sits at position t. ``generate`` runs ``reference.decoding``'s searches (§6.1
-beam search, greedy search) over this cache.
+``generate``), written for CPU speed (issue 26; ``benchmarks/decode_interleaved.py``
+measures it against CTranslate2): a preallocated key/value cache (``FusedCache``):
+per decoder layer the self-attention keys/values of the prefix in time-major
+buffers (capacity, N, h, d_k), written in place at position t (no concatenation
+per step), reordered for beams by ``index_select`` into spare buffers of the same
+size; the cross-attention keys/values (B, h, S, d_k), one fused K|V matmul per
+source and shared by that source's beams (never expanded or copied per beam). A
+step computes only the new position and projects only it to the vocabulary; on the
+CPU in float32 inference its matrix products run through oneDNN with the weights
+packed once (``_step_weights``). ``generate`` runs ``reference.decoding``'s searches
+(§6.1 beam search, greedy search) over this cache.
 
 Decoder self-attention uses SDPA's ``is_causal`` path without a target
 padding mask: inputs are right-padded (``spec.contract``), so every key a
@@ -41,14 +46,16 @@ from __future__ import annotations
 
 import math
 import re
+import weakref
 from collections.abc import Mapping
-from typing import NamedTuple, cast
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn_conformance.reference.decoding import LayerCache, generate
+from aiayn_conformance.reference.decoding import generate
 from aiayn_conformance.reference.model import sinusoid_table
 from aiayn_conformance.reference.training import PaperRecipe
 from aiayn_conformance.spec.config import ModelConfig
@@ -94,13 +101,6 @@ class SelfAttention(nn.Module):
         if gate is not None:
             concat = concat * gate  # queries with no admissible key attend to nothing
         return F.linear(concat, self.o.weight)
-
-    def step(self, x: Tensor, past_k: Tensor, past_v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """One new position x (N, 1, d_model) against the cached prefix (N, h, t, d_k): (out, keys, values)."""
-        q, k, v = _split_heads(F.linear(x, self.qkv.weight), 3, self.h)  # 3 x (N, h, 1, d_k)
-        k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)  # (N, h, t + 1, d_k)
-        heads = F.scaled_dot_product_attention(q, k, v)  # positions 0..t: all visible to the new query
-        return F.linear(_merge_heads(heads), self.o.weight), k, v
 
 
 class CrossAttention(nn.Module):
@@ -180,27 +180,153 @@ class DecoderLayer(nn.Module):
         return F.layer_norm(y + F.dropout(self.ffn(y), p, train), n3.normalized_shape,
                             n3.weight, n3.bias, n3.eps)  # (B, T, d_model)
 
-    def step(self, y: Tensor, cache: LayerCache, src_mask: Tensor, src_gate: Tensor) -> tuple[Tensor, LayerCache]:
-        """The layer on one new position y (N, 1, d_model), reading and growing its cache."""
-        n1, n2, n3, p, train = self.norm1, self.norm2, self.norm3, self.p, self.training
-        a, k, v = self.self_attn.step(y, cache.self_k, cache.self_v)
-        y = F.layer_norm(y + F.dropout(a, p, train), n1.normalized_shape, n1.weight, n1.bias, n1.eps)
-        a = self.cross_attn.attend(y, cache.cross_k, cache.cross_v, src_mask, src_gate)
-        y = F.layer_norm(y + F.dropout(a, p, train), n2.normalized_shape, n2.weight, n2.bias, n2.eps)
-        y = F.layer_norm(y + F.dropout(self.ffn(y), p, train), n3.normalized_shape, n3.weight, n3.bias, n3.eps)
-        return y, LayerCache(k, v, cache.cross_k, cache.cross_v)
+
+# -- the step's matrix products ---------------------------------------------------------------------------------
+# One decoder step multiplies a few rows (N = batch x beams) by every decoder weight and by the vocabulary matrix:
+# matrix-vector work bound by reading the weights. On the CPU, float32, without autograd, the step runs it through
+# oneDNN with each weight reordered once into oneDNN's blocked layout (``torch.ops.mkldnn._linear_pointwise``, the
+# kernel torch.compile's CPU backend emits for linear layers), which read the weights 1.3-2x faster than
+# ``F.linear`` at these shapes on the machines measured (benchmarks/decode_interleaved.py); the FFN's ReLU is fused
+# into its first product. The same float32 products in another order: the results agree within the tolerance
+# policy (tests/test_decode_fused_cache.py, every decode.* clause). Elsewhere (another device, dtype, autograd or a
+# torch without oneDNN) the step uses ``F.linear``.
+PACK_ROWS = 32  # the row count oneDNN's weight layout is chosen for
 
 
-class FusedCache(NamedTuple):
-    """The decoder state: per decoder layer its self/cross keys and values, the source mask and gate."""
+def _onednn() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
-    layers: tuple[LayerCache, ...]
-    src_mask: Tensor  # (N, 1, 1, S) True = may attend (a fully padded source opened, see _source_masks)
-    src_gate: Tensor  # (N, 1, 1) 0 for a fully padded source
+
+class Linear(NamedTuple):
+    """One weight of the step: packed for oneDNN (None: use ``F.linear``), its bias, and whether ReLU follows."""
+
+    weight: Tensor
+    packed: Tensor | None
+    bias: Tensor | None = None
+    relu: bool = False
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if self.packed is not None and not torch.is_grad_enabled():  # oneDNN's kernel has no autograd
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "relu" if self.relu else "none",
+                                                      [], "")
+        y = F.linear(x, self.weight, self.bias)
+        return F.relu(y) if self.relu else y
+
+
+class StepWeights(NamedTuple):
+    """Every matrix a decoder step multiplies by: per layer (qkv, self o, cross q, cross o, w1 + ReLU, w2), and
+    the pre-softmax projection."""
+
+    layers: tuple[tuple[Linear, ...], ...]
+    generator: Linear
+
+
+_PACKED: weakref.WeakKeyDictionary[nn.Module, tuple[tuple[Any, ...], StepWeights]] = weakref.WeakKeyDictionary()
+
+
+def _step_weights(model: FusedTransformer, x: Tensor) -> StepWeights:
+    """The step's weights for inputs like ``x``: also oneDNN-packed (cached per model until a weight changes) on a
+    CPU in float32, used by the steps run without autograd."""
+    layers = cast("list[DecoderLayer]", list(model.decoder))
+    specs = [[(l.self_attn.qkv.weight, None, False), (l.self_attn.o.weight, None, False),
+              (l.cross_attn.q.weight, None, False), (l.cross_attn.o.weight, None, False),
+              (l.ffn.w1.weight, l.ffn.w1.bias, True), (l.ffn.w2.weight, l.ffn.w2.bias, False)] for l in layers]
+    gen = model.generator.weight
+    fast = x.device.type == "cpu" and x.dtype == torch.float32 and gen.dtype == torch.float32 and _onednn()
+    if not fast:
+        return StepWeights(tuple(tuple(Linear(w, None, b, r) for w, b, r in spec) for spec in specs),
+                           Linear(gen, None))
+    key = tuple((t.data_ptr(), t._version) for spec in specs for w, b, _ in spec for t in (w, b) if t is not None)
+    key += ((gen.data_ptr(), gen._version),)
+    cached = _PACKED.get(model)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+
+    def pack(w: Tensor) -> Tensor:
+        return torch.ops.mkldnn._reorder_linear_weight(w.detach(), PACK_ROWS)
+
+    weights = StepWeights(tuple(tuple(Linear(w, pack(w), None if b is None else b.detach(), r) for w, b, r in spec)
+                                for spec in specs), Linear(gen, pack(gen)))
+    _PACKED[model] = (key, weights)
+    return weights
+
+
+@dataclass
+class FusedCache:
+    """The decoder state of incremental decoding, in preallocated buffers (§6.1 decoding without copies).
+
+    Per decoder layer the self-attention keys and values of the prefix live in a time-major buffer
+    ``self_k[i]`` / ``self_v[i]`` (capacity, N, h, d_k): positions 0..t-1 are filled and a step writes
+    position t in place (no concatenation; the buffer doubles when full). ``spare_k`` / ``spare_v``
+    are as large: a reorder gathers the filled positions of the chosen rows into them
+    (``index_select`` with ``out=``) and the two swap roles. The cross-attention keys and values
+    (B', h, S, d_k), one fused K|V matmul per source, are never copied for beams: row n of the state
+    reads source row n // ``group``, so beam k of source b (row b * K + k) reads row b; only a reorder
+    that mixes rows of different sources unevenly materializes one cross-attention row per state row.
+
+    Each call consumes the state it is given (the returned state reuses its buffers), which is how
+    ``reference.decoding``'s searches and every ``decode.*`` check drive a step decoder; a caller that
+    wants to branch from one state twice must decode again from ``begin_decoding``.
+    """
+
+    self_k: list[Tensor]
+    self_v: list[Tensor]
+    spare_k: list[Tensor]
+    spare_v: list[Tensor]
+    cross_k: list[Tensor]  # (B', h, S, d_k)
+    cross_v: list[Tensor]
+    src_bias: Tensor | None  # (B', 1, 1, S) additive mask (0 or -inf); None when no source has padding
+    src_gate: Tensor | None  # (B', 1) 0 for a fully padded source; None when every source has a real token
+    pe: Tensor  # (capacity, d_model) the §3.5 table for every position the buffers hold
+    weights: StepWeights  # the matrices of a step (oneDNN-packed on the CPU fast path)
+    group: int  # state row n reads cross-attention row n // group
+    length: int  # t: tokens fed so far, the position of the next one
 
     @property
-    def length(self) -> int:
-        return self.layers[0].self_k.size(2)
+    def rows(self) -> int:
+        return self.self_k[0].size(1)
+
+    @property
+    def capacity(self) -> int:
+        return self.self_k[0].size(0)
+
+
+def _cross_heads(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, group: int) -> Tensor:
+    """Queries (N, h, d_k), one per row, against source keys/values (N / group, h, S, d_k): (N, h * d_k).
+
+    The ``group`` rows of one source attend as ``group`` query positions of that source, so its keys and
+    values are read once and never expanded to the beams."""
+    N, h, d_k = q.shape
+    q = q.view(N // group, group, h, d_k).transpose(1, 2)  # (B', h, group, d_k)
+    heads = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B', h, group, d_k)
+    return heads.transpose(1, 2).reshape(N, h * d_k)
+
+
+def _norm(x: Tensor, norm: nn.LayerNorm) -> Tensor:
+    return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+
+
+def _cached_layer(layer: DecoderLayer, y: Tensor, state: FusedCache, i: int) -> Tensor:
+    """Decoder layer i on the new positions y (N, d_model), writing its keys/values at position t."""
+    qkv, o, cross_q, cross_o, w1, w2 = state.weights.layers[i]
+    t, train, p = state.length, layer.training, layer.p
+    N, h = y.size(0), layer.self_attn.h
+    q, k, v = qkv(y).view(N, 3, h, -1).unbind(1)  # 3 x (N, h, d_k)
+    state.self_k[i][t].copy_(k)
+    state.self_v[i][t].copy_(v)
+    keys = state.self_k[i][: t + 1].permute(1, 2, 0, 3)  # (N, h, t + 1, d_k), a view: positions 0..t
+    values = state.self_v[i][: t + 1].permute(1, 2, 0, 3)
+    heads = F.scaled_dot_product_attention(q[:, :, None], keys, values)  # (N, h, 1, d_k): all visible
+    a = o(heads.reshape(N, -1))
+    y = _norm(y + (F.dropout(a, p, True) if train else a), layer.norm1)
+    concat = _cross_heads(cross_q(y).view(N, h, -1), state.cross_k[i], state.cross_v[i], state.src_bias,
+                          state.group)
+    if state.src_gate is not None:  # a fully padded source attends to nothing
+        concat = concat * state.src_gate.repeat_interleave(state.group, dim=0)
+    a = cross_o(concat)
+    y = _norm(y + (F.dropout(a, p, True) if train else a), layer.norm2)
+    f = w2(w1(y))  # Eq. (2): the ReLU is w1's
+    return _norm(y + (F.dropout(f, p, True) if train else f), layer.norm3)
 
 
 class FusedTransformer(PaperRecipe, nn.Module):
@@ -291,26 +417,77 @@ class FusedTransformer(PaperRecipe, nn.Module):
         return cast("list[DecoderLayer]", list(self.decoder))
 
     def begin_decoding(self, src: Tensor) -> FusedCache:
-        """Encode src (B, S) once; every layer's cross-attention K|V from the final encoder output."""
+        """Encode src (B, S) once; every layer's cross-attention K|V from the final encoder output; self-attention
+        buffers for the default limit (S + 50 positions, grown when a decode goes further)."""
         mask, gate = self._source_masks(src)
         memory = self._encode(src, mask, gate)  # (B, S, d_model)
-        empty = memory.new_zeros(src.size(0), self.config.n_heads, 0, self.config.d_k)  # (B, h, 0, d_k)
-        layers = tuple(LayerCache(empty, empty, *layer.cross_attn.keys_values(memory)) for layer in self._layers())
-        return FusedCache(layers, mask, gate)
+        B, cfg = src.size(0), self.config
+        capacity = src.size(1) + 51
+        buffers = [memory.new_zeros(capacity, B, cfg.n_heads, cfg.d_k) for _ in range(4 * cfg.n_layers)]
+        kv = [layer.cross_attn.keys_values(memory) for layer in self._layers()]
+        bias = None if bool(mask.all()) else torch.zeros(mask.shape, dtype=memory.dtype,
+                                                           device=memory.device).masked_fill(~mask, float("-inf"))
+        src_gate = None if bool(gate.all()) else gate[:, :, 0].to(memory.dtype)  # (B, 1)
+        L = cfg.n_layers
+        return FusedCache(buffers[:L], buffers[L:2 * L], buffers[2 * L:3 * L], buffers[3 * L:],
+                          [k for k, _ in kv], [v for _, v in kv], bias, src_gate,
+                          self.positional_encoding(capacity).to(memory.dtype), _step_weights(self, memory), 1, 0)
 
     def decode_step(self, state: FusedCache, tokens: Tensor) -> tuple[Tensor, FusedCache]:
-        """Feed tokens (N,) at position t (the prefix length): next-token logits (N, V) and the grown cache."""
-        y = self._embed(tokens[:, None], self.tgt_embed.weight, start=state.length)  # (N, 1, d_model)
-        layers = []
-        for layer, cache in zip(self._layers(), state.layers):
-            y, cache = layer.step(y, cache, state.src_mask, state.src_gate)
-            layers.append(cache)
-        return F.linear(y[:, 0], self.generator.weight), FusedCache(tuple(layers), state.src_mask, state.src_gate)
+        """Feed tokens (N,) at position t (the prefix length): next-token logits (N, V) and the state at t + 1.
+
+        Only the new position is computed and only it is projected to the vocabulary."""
+        if state.length == state.capacity:
+            state = self._grown(state)
+        t = state.length
+        y = F.embedding(tokens, self.tgt_embed.weight) * self.scale + state.pe[t]  # (N, d_model), position t
+        if self.training:
+            y = F.dropout(y, self.config.dropout, True)
+        for i, layer in enumerate(self._layers()):
+            y = _cached_layer(layer, y, state, i)
+        return state.weights.generator(y), replace(state, length=t + 1)  # (N, V)
+
+    def _grown(self, state: FusedCache) -> FusedCache:
+        """The state with buffers of twice the capacity (positions 0..t-1 copied)."""
+        t, capacity = state.length, 2 * state.capacity
+
+        def grow(buffers: list[Tensor]) -> list[Tensor]:
+            out = []
+            for b in buffers:
+                new = b.new_zeros(capacity, *b.shape[1:])
+                new[:t].copy_(b[:t])
+                out.append(new)
+            return out
+
+        return replace(state, self_k=grow(state.self_k), self_v=grow(state.self_v), spare_k=grow(state.spare_k),
+                       spare_v=grow(state.spare_v), pe=self.positional_encoding(capacity).to(state.pe.dtype))
 
     def reorder_state(self, state: FusedCache, indices: Tensor) -> FusedCache:
-        """Row i of the new state is row indices[i] of ``state`` (beams)."""
-        layers = tuple(LayerCache(*(x.index_select(0, indices) for x in layer)) for layer in state.layers)
-        return FusedCache(layers, state.src_mask.index_select(0, indices), state.src_gate.index_select(0, indices))
+        """Row i of the new state continues row indices[i] (beams): the filled positions of the chosen rows are
+        gathered into the spare buffers (no allocation while the row count stays); cross-attention rows are
+        shared by every row of one source and copied only when a reorder mixes sources unevenly."""
+        t, n = state.length, indices.numel()
+        if n == state.rows:
+            k, v = state.spare_k, state.spare_v
+        else:  # B rows become B * K beams: buffers of the new row count (done once per search)
+            k = [b.new_zeros(b.size(0), n, *b.shape[2:]) for b in state.spare_k]
+            v = [b.new_zeros(b.size(0), n, *b.shape[2:]) for b in state.spare_v]
+        for src, dst in zip([*state.self_k, *state.self_v], [*k, *v]):
+            torch.index_select(src[:t], 1, indices, out=dst[:t])
+        spare_k, spare_v = (state.self_k, state.self_v) if n == state.rows else (
+            [torch.empty_like(b) for b in k], [torch.empty_like(b) for b in v])
+        sources = torch.div(indices, state.group, rounding_mode="floor")  # the cross row each new row reads
+        B = state.cross_k[0].size(0)
+        group = n // B if n % B == 0 else 0
+        if group and torch.equal(sources, torch.arange(n, device=indices.device) // group):
+            cross_k, cross_v, bias, gate = state.cross_k, state.cross_v, state.src_bias, state.src_gate
+        else:  # one cross-attention row per state row
+            group = 1
+            cross_k = [x.index_select(0, sources) for x in state.cross_k]
+            cross_v = [x.index_select(0, sources) for x in state.cross_v]
+            bias = None if state.src_bias is None else state.src_bias.index_select(0, sources)
+            gate = None if state.src_gate is None else state.src_gate.index_select(0, sources)
+        return FusedCache(k, v, spare_k, spare_v, cross_k, cross_v, bias, gate, state.pe, state.weights, group, t)
 
     def generate(self, src: Tensor, *, bos_id: int, eos_id: int, beam_size: int = 4, alpha: float = 0.6,
                  max_len: int | None = None) -> Tensor:
@@ -343,8 +520,10 @@ NOTES = (
     "must pass every clause. A fully padded source row is opened to every key and its attention output "
     "multiplied by 0, so it attends to nothing on every backend; decoder self-attention uses SDPA's causal path "
     "without a target padding mask, which changes nothing at real positions of right-padded inputs. It decodes "
-    "with its own key/value cache (one fused Q|K|V matmul per step, cross-attention K|V once per source) and "
-    "`generate` runs `reference/decoding.py`'s greedy and beam searches over it: every `decode.*` clause applies."
+    "with its own preallocated key/value cache (one fused Q|K|V matmul per step written in place, beams reordered "
+    "by index into spare buffers, cross-attention K|V once per source and shared by its beams; on the CPU the "
+    "step's products run through oneDNN with packed weights) and `generate` runs `reference/decoding.py`'s greedy "
+    "and beam searches over it: every `decode.*` clause applies."
 )
 
 

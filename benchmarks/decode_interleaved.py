@@ -1,0 +1,406 @@
+"""Cached CPU decoders against CTranslate2, measured interleaved (issue 26): is each at least 1.5x as fast?
+
+One model per vocabulary (the reference at the base preset, Table 3, random weights, seed 0; the
+vocabulary 8000 and 37000, shared), one set of sources per batch size (source length 32, no padding).
+Every decode produces exactly ``--new-tokens`` (50) tokens per source: no end symbol can stop it (the
+end symbol is an id no token has; CTranslate2's is the suppressed padding token). Random weights are
+fine: the work per step does not depend on the values.
+
+Decoders, all on the same weights and at the cell's thread count:
+
+* ``ctranslate2``: the weights converted by ``aiayn export --format ctranslate2``, float32, its own
+  greedy and beam search (``translate_batch``), the baseline of every ratio;
+* ``eager cached``: the reference's key/value cache (``reference.decoding``), the slowest, measured on request
+  (``--decoders eager cached,fused cached,onnxruntime cached``) so that the default grid stays within ~6 minutes;
+* ``fused cached``: the ``fused`` implementation's own step decoding;
+* ``onnxruntime cached``: the ``aiayn export --generation`` graphs (``export.kv_cache.OrtCachedDecoder``).
+
+The PyTorch and onnxruntime decoders run ``reference.decoding``'s greedy and beam search (K = 4,
+α = 0.6) under ``torch.inference_mode``; CTranslate2 runs its own.
+
+A *cell* is (vocabulary, threads, batch, search). Within a cell every decoder runs once untimed (the
+warm-up, whose tokens are compared with CTranslate2's), then ``--rounds`` (5) rounds in which each
+decoder runs once, the order rotating by one decoder per round, so that load which comes and goes
+falls on every decoder alike. A decoder's time is the median of its rounds; its ratio is that median
+over CTranslate2's median *in the same cell* (below 1 = faster than CTranslate2). Medians are never
+compared across cells. The target (issue 26): at least 1.5x CTranslate2's tokens per second, i.e. a
+time ratio of at most 0.67, in every cell.
+
+Usage: ``python3 -m benchmarks.decode_interleaved [--quick] [--preset base] [--vocabs 8000,37000]
+[--threads 1,2] [--batches 1,8] [--searches greedy,beam] [--rounds 5] [--new-tokens 50]
+[--decoders NAME,...]``. ``--quick`` is a smoke test: the tiny preset, small vocabularies, 8 new
+tokens, 2 rounds, one thread.
+
+Where the time goes inside one decode: ``python3 -m benchmarks.decode_interleaved --profile`` prints
+torch.profiler's operator table for the eager and fused decoders and cProfile's for onnxruntime's loop
+(vocabulary, batch, search and threads from the first value of each option).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SRC_LEN = 32
+NEW_TOKENS = 50
+BEAM = 4
+ALPHA = 0.6
+BOS, NEVER = 1, -1
+TARGET_RATIO = 0.67  # time ratio vs CTranslate2: 1 / 1.5, rounded as the issue states it
+BASELINE = "ctranslate2"
+DECODERS = ("eager cached", "fused cached", "onnxruntime cached")
+DEFAULT_DECODERS = ("fused cached", "onnxruntime cached")  # eager cached, the slowest, on request (--decoders)
+PYTORCH = ("eager cached", "fused cached")
+
+Decode = Callable[[Any, int], Any]  # (src, beam) -> tokens [B, L]
+
+
+@dataclass(frozen=True)
+class Cell:
+    vocab: int
+    threads: int
+    batch: int
+    beam: int
+
+    @property
+    def search(self) -> str:
+        return "greedy" if self.beam == 1 else f"beam {self.beam}"
+
+
+@dataclass
+class Result:
+    cell: Cell
+    times: dict[str, list[float]] = field(default_factory=dict)
+    same: dict[str, bool] = field(default_factory=dict)  # tokens equal CTranslate2's (baseline absent: not set)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def median(self, name: str) -> float:
+        t = self.times.get(name)
+        return statistics.median(t) if t else float("nan")
+
+    def ratio(self, name: str) -> float | None:
+        """This decoder's median time over CTranslate2's, in this cell; None when either is missing."""
+        if not self.times.get(name) or not self.times.get(BASELINE):
+            return None
+        return self.median(name) / self.median(BASELINE)
+
+    def best(self, names: Sequence[str]) -> tuple[str, float] | None:
+        """The fastest of ``names`` relative to CTranslate2, among those whose tokens equal CTranslate2's."""
+        ratios = [(n, r) for n in names if (r := self.ratio(n)) is not None and self.same.get(n, False)]
+        return min(ratios, key=lambda x: x[1]) if ratios else None
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def rotation(names: Sequence[str], round_: int) -> list[str]:
+    """The order of ``round_``: the list rotated left by ``round_`` places."""
+    k = round_ % len(names) if names else 0
+    return [*names[k:], *names[:k]]
+
+
+def run_cell(cell: Cell, decoders: dict[str, Decode], src: Any, rounds: int,
+             clock: Callable[[], float] = time.perf_counter) -> Result:
+    """Warm each decoder up once (its tokens compared with the baseline's), then ``rounds`` rotating rounds."""
+    result = Result(cell)
+    tokens: dict[str, list[list[int]]] = {}
+    for name, decode in decoders.items():
+        try:
+            tokens[name] = decode(src, cell.beam).tolist()
+        except Exception as exc:  # one failing decoder must not lose the others' figures
+            result.errors[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+    alive = [n for n in decoders if n not in result.errors]
+    if BASELINE in tokens:
+        result.same = {n: tokens[n] == tokens[BASELINE] for n in alive if n != BASELINE}
+    result.times = {n: [] for n in alive}
+    for r in range(rounds):
+        for name in rotation(alive, r):
+            gc.collect()
+            t0 = clock()
+            decoders[name](src, cell.beam)
+            result.times[name].append(clock() - t0)
+    return result
+
+
+def _verdict(ratio: float) -> str:
+    return "met" if ratio <= TARGET_RATIO else "MISSED"
+
+
+def report(results: Sequence[Result], names: Sequence[str], *, header: str, new_tokens: int,
+           rounds: int) -> list[str]:
+    """A markdown table (one row per cell: CTranslate2's median, each decoder's ratio, the verdicts) and a summary."""
+    ours = [n for n in names if n != BASELINE]
+    out = [header, "",
+           f"Time relative to CTranslate2 in the same cell (median of {rounds} interleaved rounds each; below 1 = "
+           f"faster; target <= {TARGET_RATIO:g}, i.e. >= 1.5x CTranslate2's tokens/s). '≠' marks a decoder whose "
+           f"tokens differ from CTranslate2's. {new_tokens} new tokens per source.", "",
+           "| vocab | threads | batch | search | ctranslate2 s | " + " | ".join(ours) +
+           " | best PyTorch | best | target |",
+           "|---" * (7 + len(ours)) + "|"]
+    misses, unequal = [], []
+    for res in results:
+        c = res.cell
+        cells = []
+        for n in ours:
+            r = res.ratio(n)
+            if n in res.errors:
+                cells.append(f"failed: {res.errors[n]}")
+            elif r is None:
+                cells.append(f"{res.median(n):.3f} s" if res.times.get(n) else "-")
+            else:
+                mark = "" if res.same.get(n, True) else " ≠"
+                cells.append(f"{r:.2f}{mark}")
+            if res.same.get(n) is False:
+                unequal.append(f"{n} at vocab {c.vocab}, {c.threads} thread(s), batch {c.batch}, {c.search}")
+        base = f"{res.median(BASELINE):.3f}" if res.times.get(BASELINE) else (res.errors.get(BASELINE) or "-")
+        best_pt, best = res.best([n for n in ours if n in PYTORCH]), res.best(ours)
+        bp = f"{best_pt[1]:.2f} ({best_pt[0]})" if best_pt else "-"
+        b = f"{best[1]:.2f} ({best[0]})" if best else "-"
+        verdict = _verdict(best[1]) if best else "-"
+        if best and verdict != "met":
+            misses.append(f"vocab {c.vocab}, {c.threads} thread(s), batch {c.batch}, {c.search}: best {best[1]:.2f} "
+                          f"({best[0]})")
+        out.append(f"| {c.vocab} | {c.threads} | {c.batch} | {c.search} | {base} | " + " | ".join(cells) +
+                   f" | {bp} | {b} | {verdict} |")
+    out.append("")
+    judged = [r for r in results if r.best(ours)]
+    out.append(f"Cells meeting the target: {len(judged) - len(misses)} of {len(judged)}" +
+               (f"; missed: {'; '.join(misses)}" if misses else ""))
+    out.append("Tokens equal to CTranslate2's in every cell and decoder" if not unequal and judged else
+               f"Tokens DIFFER from CTranslate2's: {'; '.join(unequal)}" if unequal else
+               "Tokens not compared (CTranslate2 not measured)")
+    return out
+
+
+# -- the decoders ---------------------------------------------------------------------------------------------
+def _search(decoder: Any, src: Any, beam: int, pad_id: int, new_tokens: int) -> Any:
+    import torch
+
+    from aiayn_conformance.reference.decoding import beam_search, greedy_search
+
+    with torch.inference_mode():
+        if beam == 1:
+            return greedy_search(decoder, src, bos_id=BOS, eos_id=NEVER, pad_id=pad_id, max_len=new_tokens).tokens
+        return beam_search(decoder, src, bos_id=BOS, eos_id=NEVER, pad_id=pad_id, beam_size=beam, alpha=ALPHA,
+                           max_len=new_tokens).tokens
+
+
+class Models:
+    """One vocabulary's model in every runtime; runtime objects bound to a thread count are made on demand."""
+
+    def __init__(self, cfg: Any, tmp: Path, names: Sequence[str], new_tokens: int):
+        import torch
+
+        from aiayn_conformance.implementations import get_registry
+
+        self.cfg, self.tmp, self.names, self.n = cfg, tmp, names, new_tokens
+        torch.manual_seed(0)
+        self.model = get_registry().get("reference").build(cfg).eval()
+        self.fused = get_registry().get("fused").build(cfg).eval()
+        self.fused.load_reference_state(self.model.state_dict())
+        self._per_threads: dict[int, dict[str, Decode]] = {}
+        self.notes: list[str] = []
+        if "onnxruntime cached" in names:
+            from aiayn_conformance.export.kv_cache import export_cached_generation
+
+            t0 = time.perf_counter()
+            export_cached_generation(self.model, tmp / "cached", cfg, progress=_say)
+            self.notes.append(f"vocab {cfg.tgt_vocab}: ONNX export {time.perf_counter() - t0:.0f} s")
+        self.ct2 = False
+        if BASELINE in names:
+            from aiayn_conformance.export import ctranslate2 as ct2
+
+            if ct2.available():
+                ct2.export_ctranslate2(self.model, tmp / "ct2", cfg)
+                self.ct2 = True
+            else:
+                self.notes.append("ctranslate2: not measured (the package is not installed); no ratios")
+
+    def decoders(self, threads: int) -> dict[str, Decode]:
+        if threads not in self._per_threads:
+            self._per_threads[threads] = self._make(threads)
+        return self._per_threads[threads]
+
+    def _make(self, threads: int) -> dict[str, Decode]:
+        pad, n = self.cfg.pad_id, self.n
+        out: dict[str, Decode] = {}
+        if self.ct2:
+            from aiayn_conformance.export.ctranslate2 import CT2Decoder
+
+            ct2 = CT2Decoder(self.tmp / "ct2", threads=threads)
+            out[BASELINE] = lambda src, k: ct2.search(src, eos_id=NEVER, beam_size=k, length_penalty=ALPHA,
+                                                      max_len=n)[0]
+        if "eager cached" in self.names:
+            out["eager cached"] = lambda src, k: _search(self.model, src, k, pad, n)
+        if "fused cached" in self.names:
+            out["fused cached"] = lambda src, k: _search(self.fused, src, k, pad, n)
+        if "onnxruntime cached" in self.names:
+            from aiayn_conformance.export.kv_cache import OrtCachedDecoder
+
+            ort = OrtCachedDecoder.load(self.tmp / "cached", threads=threads)
+            out["onnxruntime cached"] = lambda src, k: _search(ort, src, k, pad, n)
+        return out
+
+
+def profile(cfg: Any, cell: Cell, new_tokens: int, rows: int = 14) -> list[str]:
+    """Operator tables of one decode per decoder: torch.profiler for eager and fused, cProfile for onnxruntime."""
+    import cProfile
+    import io
+    import pstats
+
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    torch.set_num_threads(cell.threads)
+    out = [f"One decode each: {cell}, {new_tokens} new tokens", ""]
+    with tempfile.TemporaryDirectory() as tmp:
+        decoders = Models(cfg, Path(tmp), [BASELINE, *DECODERS], new_tokens).decoders(cell.threads)
+        src = torch.randint(3, cfg.src_vocab, (cell.batch, SRC_LEN), generator=torch.Generator().manual_seed(1))
+        for name, decode in decoders.items():
+            decode(src, cell.beam)  # warm-up
+            t0 = time.perf_counter()
+            if name in PYTORCH:
+                with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+                    decode(src, cell.beam)
+                table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
+            elif name == BASELINE:
+                decode(src, cell.beam)
+                table = "(CTranslate2: timed only)"
+            else:
+                pr = cProfile.Profile()
+                pr.runcall(decode, src, cell.beam)
+                buf = io.StringIO()
+                pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(rows)
+                table = buf.getvalue()
+            out += [f"== {name}: {time.perf_counter() - t0:.3f} s (with the profiler's overhead)", table]
+    return out
+
+
+def machine() -> str:
+    cpu = platform.processor() or "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import os
+
+    import torch
+
+    versions = [f"torch {torch.__version__}"]
+    for module in ("onnxruntime", "ctranslate2"):
+        try:
+            versions.append(f"{module} {__import__(module).__version__}")
+        except ImportError:
+            pass
+    return f"{cpu}, {os.cpu_count()} logical cores; Python {platform.python_version()}, {', '.join(versions)}"
+
+
+def bench(cfg_for_vocab: Callable[[int], Any], vocabs: Sequence[int], threads: Sequence[int], batches: Sequence[int],
+          beams: Sequence[int], rounds: int, new_tokens: int, names: Sequence[str]) -> tuple[list[Result], list[str]]:
+    import torch
+
+    results, notes = [], []
+    saved = torch.get_num_threads()
+    try:
+        for vocab in vocabs:
+            cfg = cfg_for_vocab(vocab)
+            with tempfile.TemporaryDirectory() as tmp:
+                models = Models(cfg, Path(tmp), names, new_tokens)
+                notes += models.notes
+                g = torch.Generator().manual_seed(1)
+                sources = {b: torch.randint(3, cfg.src_vocab, (b, SRC_LEN), generator=g) for b in batches}
+                for n_threads in threads:
+                    torch.set_num_threads(n_threads)
+                    decoders = models.decoders(n_threads)
+                    for batch in batches:
+                        for beam in beams:
+                            cell = Cell(vocab, n_threads, batch, beam)
+                            t0 = time.perf_counter()
+                            results.append(run_cell(cell, decoders, sources[batch], rounds))
+                            _say(f"vocab {vocab}, {n_threads} thread(s), batch {batch}, {cell.search}: "
+                                 f"{time.perf_counter() - t0:.0f} s")
+    finally:
+        torch.set_num_threads(saved)
+    return results, notes
+
+
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v < 1 for v in values):
+        raise SystemExit(f"error: {what} must be comma-separated positive integers, got {text!r}")
+    return values
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python3 -m benchmarks.decode_interleaved", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="smoke test: tiny preset, 8 new tokens, 2 rounds, 1 thread")
+    p.add_argument("--preset", default=None, help="base (default), small, tiny or big")
+    p.add_argument("--vocabs", default=None, help="comma-separated vocabulary sizes (default 8000,37000)")
+    p.add_argument("--threads", default=None, help="comma-separated thread counts (default 1,2)")
+    p.add_argument("--batches", default="1,8", help="comma-separated batch sizes (default 1,8)")
+    p.add_argument("--searches", default="greedy,beam", help="greedy, beam or both (default greedy,beam)")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds per cell (default 5)")
+    p.add_argument("--new-tokens", type=int, default=None, help="tokens per source (default 50)")
+    p.add_argument("--profile", action="store_true",
+                   help="print where one decode's time goes for each decoder instead of the grid")
+    p.add_argument("--decoders", default=",".join(DEFAULT_DECODERS),
+                   help=f"comma-separated, from {', '.join(DECODERS)} (default {','.join(DEFAULT_DECODERS)}; "
+                        "CTranslate2 always runs when installed)")
+    args = p.parse_args(argv)
+    names = [BASELINE, *(n.strip() for n in args.decoders.split(",") if n.strip())]
+    unknown = [n for n in names[1:] if n not in DECODERS]
+    if unknown:
+        p.error(f"unknown decoder {unknown[0]!r}; accepted: {', '.join(DECODERS)}")
+    searches = [s.strip() for s in args.searches.split(",") if s.strip()]
+    if not searches or any(s not in ("greedy", "beam") for s in searches):
+        p.error(f"--searches takes greedy, beam or both, got {args.searches!r}")
+    beams = [1 if s == "greedy" else BEAM for s in searches]
+    preset = args.preset or ("tiny" if args.quick else "base")
+    vocabs = _ints(args.vocabs or ("40,64" if args.quick else "8000,37000"), "--vocabs")
+    threads = _ints(args.threads or ("1" if args.quick else "1,2"), "--threads")
+    batches = _ints(args.batches, "--batches")
+    rounds = args.rounds or (2 if args.quick else 5)
+    new_tokens = args.new_tokens or (8 if args.quick else NEW_TOKENS)
+
+    from benchmarks.perf import config_for
+
+    base = config_for(preset, SRC_LEN)
+    # positions for the source and the limit: the exports' tables cover max_len + 50
+    def cfg_for_vocab(v: int) -> Any:
+        return base.replace(src_vocab=v, tgt_vocab=v)
+
+    if args.profile:
+        for line in profile(cfg_for_vocab(vocabs[0]), Cell(vocabs[0], threads[0], batches[0], beams[0]), new_tokens):
+            print(line, flush=True)
+        return 0
+    t0 = time.perf_counter()
+    results, notes = bench(cfg_for_vocab, vocabs, threads, batches, beams, rounds, new_tokens, names)
+    header = (f"{preset} preset, source length {SRC_LEN}, {machine()}; {datetime.date.today().isoformat()}; "
+              f"whole grid {time.perf_counter() - t0:.0f} s")
+    for line in report(results, names, header=header, new_tokens=new_tokens, rounds=rounds):
+        print(line, flush=True)
+    for note in notes:
+        print(f"- {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

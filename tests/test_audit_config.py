@@ -1,0 +1,247 @@
+"""``--config`` and ``--weights``: audits at the user's sizes and on the user's trained weights (issue 24, item 4).
+
+The reading of each form and each refusal is tested in process; a few short suite runs (``--clause``) show the
+options at work: a model built only at its own sizes passes model.shape once audited at them, the user's weights
+reach the checks (NaN weights make one error), and checks that need the suite's own weights are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn_conformance.cli import main
+from aiayn_conformance.conformance import configs
+from aiayn_conformance.conformance.user_config import ConfigError, read_config
+from aiayn_conformance.conformance.user_weights import UserWeights, WeightsError, fit_problem, read_weights, resolve
+from aiayn_conformance.reference.model import Transformer
+from aiayn_conformance.spec.config import TINY, ModelConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = "tests/user_sized_models.py"
+USER = ModelConfig(src_vocab=40, tgt_vocab=40, d_model=64, n_heads=4, d_ff=96, n_layers=2, max_len=32)
+USER_PAIRS = "src_vocab=40,d_model=64,h=4,d_ff=96,N=2,max_len=32"
+
+
+# -- --config: the forms ---------------------------------------------------------------------------------------
+def test_pairs_set_the_sizes_and_one_vocabulary_sets_both_when_shared():
+    assert read_config(USER_PAIRS, TINY) == USER
+    assert read_config("d_model=64,h=4,src_vocab=40", TINY).tgt_vocab == 40
+    separate = read_config("share_embeddings=false,src_vocab=40,tgt_vocab=50", TINY)
+    assert (separate.src_vocab, separate.tgt_vocab, separate.share_embeddings) == (40, 50, False)
+
+
+def test_json_and_toml_files(tmp_path):
+    (tmp_path / "c.json").write_text(json.dumps({"d_model": 64, "h": 4, "src_vocab": 40, "d_ff": 96,
+                                                 "n_layers": 2, "max_len": 32}))
+    (tmp_path / "c.toml").write_text("d_model = 64\nn_heads = 4\nsrc_vocab = 40\nd_ff = 96\nN = 2\nmax_len = 32\n")
+    assert read_config(str(tmp_path / "c.json"), TINY) == USER
+    assert read_config(str(tmp_path / "c.toml"), TINY) == USER
+
+
+MARIAN_LIKE = {"model_type": "marian", "d_model": 64, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
+               "encoder_ffn_dim": 96, "decoder_ffn_dim": 96, "encoder_layers": 2, "decoder_layers": 2,
+               "vocab_size": 40, "max_position_embeddings": 32, "pad_token_id": 0, "dropout": 0.1,
+               "share_encoder_decoder_embeddings": True}
+
+
+def test_a_hugging_face_config_maps_to_the_audit_configuration(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(MARIAN_LIKE))
+    assert read_config(str(tmp_path), TINY) == USER  # the model directory
+    assert read_config(str(tmp_path / "config.json"), TINY) == USER  # the file: model_type marks it
+    (tmp_path / "config.json").write_text(json.dumps(MARIAN_LIKE | {"decoder_layers": 3}))
+    with pytest.raises(ConfigError, match="encoder_layers=2 and decoder_layers=3 differ"):
+        read_config(str(tmp_path), TINY)
+
+
+@pytest.mark.parametrize("spec, needle", [
+    ("d_modl=64", "unknown key 'd_modl'; accepted: src_vocab, tgt_vocab, d_model"),
+    ("d_model=sixty", "d_model=sixty: not an int"),
+    ("share_embeddings=maybe", "not a bool"),
+    ("d_model=30", "must be divisible by n_heads"),
+    ("h=1", "the suite needs n_heads >= 2"),
+    ("max_len=8", "the suite needs max_len >= 12"),
+    ("pad_id=1", "the suite needs a pad_id other than 1"),  # the decode witnesses' bos_id
+    ("missing.toml", "missing.toml: no such file or directory"),
+    ("d_model", "no such file or directory, and not key=value pairs"),
+])
+def test_bad_configs_are_one_line_naming_what_is_accepted(spec, needle):
+    with pytest.raises(ConfigError) as exc:
+        read_config(spec, TINY)
+    assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_audit_at_changes_the_configuration_in_place_and_restores_it():
+    before = configs.CONFIG
+    previous = configs.audit_at(USER)
+    try:
+        assert configs.CONFIG is before and configs.CONFIG == USER  # the same object: defaults bound to it follow
+        assert configs.OTHER_CONFIGS["separate-vocabularies"].src_vocab == 44
+        assert configs.OTHER_CONFIGS["wider"].d_model == 96 and configs.OTHER_CONFIGS["longer"].max_len == 64
+    finally:
+        configs.audit_at(previous)
+    assert configs.CONFIG == TINY and configs.OTHER_CONFIGS["wider"].d_model == 48
+    assert TINY.d_model == 32  # the preset itself never changes
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--impl", "reference", "--config", "d_modl=64"], "--config: unknown key 'd_modl'; accepted:"),
+    (["--impl", "reference", "--config", "nowhere.json"], "--config: nowhere.json: no such file"),
+    (["--weights", "w.pt"], "--weights audits one implementation: give --impl NAME"),
+    (["--impl", "reference", "--weights", "nowhere.pt"], "--weights: nowhere.pt: no such file or directory"),
+])
+def test_audit_refuses_bad_options_with_one_line_and_exit_2(capsys, argv, needle):
+    assert main(["audit", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1, err
+
+
+# -- --weights: reading and fitting ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def user_state() -> dict[str, torch.Tensor]:
+    torch.manual_seed(5)
+    return Transformer(USER).state_dict()
+
+
+def test_weights_are_read_from_state_dicts_safetensors_and_model_directories(tmp_path, user_state):
+    torch.save({"model_state_dict": {f"module.{k}": v for k, v in user_state.items()}}, tmp_path / "w.pt")
+    read = read_weights(str(tmp_path / "w.pt"))
+    assert set(read.state) == set(user_state)  # unwrapped, DataParallel's prefix dropped
+    assert read.mismatch(Transformer(USER)) == ""
+    safetensors = pytest.importorskip("safetensors.torch")
+    untied = {k: v.clone() for k, v in user_state.items()}  # safetensors refuses shared tensors
+    safetensors.save_file(untied, str(tmp_path / "w.safetensors"))
+    assert read_weights(str(tmp_path / "w.safetensors")).mismatch(Transformer(USER)) == ""
+    model_dir = tmp_path / "hf"
+    model_dir.mkdir()
+    safetensors.save_file(untied, str(model_dir / "model.safetensors"))
+    (model_dir / "config.json").write_text(json.dumps(MARIAN_LIKE))
+    config, weights, sizes = resolve(None, str(model_dir), TINY)
+    assert config == USER and sizes == "the weights' config.json" and weights is not None
+
+
+def test_weights_load_into_the_module_an_adapter_wraps(user_state):
+    class Adapter(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = Transformer(USER)
+
+    weights = UserWeights("w.pt", {k: v + 1 for k, v in user_state.items()})
+    adapter = Adapter()
+    assert weights.mismatch(adapter) == ""
+    weights.load_into(adapter)
+    assert torch.equal(adapter.inner.src_embed.weight, user_state["src_embed.weight"] + 1)
+
+
+def test_weights_of_the_wrong_shape_name_the_first_mismatching_key(tmp_path, user_state):
+    torch.save(user_state, tmp_path / "w.pt")
+    weights = read_weights(str(tmp_path / "w.pt"))
+    line = weights.mismatch(Transformer(TINY))
+    assert "key 'src_embed.weight' has shape [40, 64], the model's has [37, 32]" in line and "--config" in line
+    less = UserWeights("w.pt", {k: v for k, v in user_state.items() if "norm" not in k})
+    assert "is not in the weights; every trainable parameter must be given" in less.mismatch(Transformer(USER))
+    more = UserWeights("w.pt", {**user_state, "extra.weight": torch.zeros(2)})
+    assert "key 'extra.weight' [2] is not in the model" in more.mismatch(Transformer(USER))
+
+
+def test_a_hugging_face_model_directory_fits_the_library_plugin_at_its_config(tmp_path):
+    """hf-marian's model saved with save_pretrained: the sizes come from its config.json, and the weights fit the
+    model the plugin builds at them (its sinusoid table, left out of the checkpoint, keeps the model's values)."""
+    from aiayn_conformance.implementations import get_registry
+
+    impl = get_registry().get("hf-marian")
+    if impl.unavailable:
+        pytest.skip(f"hf-marian is unavailable: {impl.unavailable}")
+    adapter = impl.build(USER)
+    library_model = next(m for m in adapter.modules() if type(m).__name__ == "MarianMTModel")
+    library_model.save_pretrained(str(tmp_path))
+    config, weights, sizes = resolve(None, str(tmp_path), TINY)
+    assert sizes == "the weights' config.json" and config is not None and weights is not None
+    assert (config.d_model, config.n_heads, config.d_ff, config.n_layers, config.src_vocab) == (64, 4, 96, 2, 40)
+    assert fit_problem([impl], config, weights) == ""
+    assert "has shape" in fit_problem([impl], TINY, weights)  # at the suite's own sizes they do not fit
+
+
+@pytest.mark.parametrize("content, needle", [
+    (b"not a checkpoint", "torch.load(weights_only=True) failed"),
+])
+def test_unreadable_weights_are_one_line(tmp_path, content, needle):
+    (tmp_path / "w.pt").write_bytes(content)
+    with pytest.raises(WeightsError, match=needle.replace("(", r"\(").replace(")", r"\)")) as exc:
+        read_weights(str(tmp_path / "w.pt"))
+    assert "\n" not in str(exc.value)
+    (tmp_path / "w.ckpt").write_bytes(content)
+    with pytest.raises(WeightsError, match="unknown kind of file; accepted: a torch state_dict"):
+        read_weights(str(tmp_path / "w.ckpt"))
+
+
+# -- suite runs ------------------------------------------------------------------------------------------------
+def suite(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict[str, list[dict]]]:
+    """Run conformance/ with ``args``; (the process, clause -> its records)."""
+    out = tmp_path / f"run-{len(list(tmp_path.iterdir()))}.json"
+    res = subprocess.run([sys.executable, "-m", "pytest", "conformance/", "-q", "-p", "no:cacheprovider",
+                          "-p", "no:xdist", f"--results-json={out}", *args],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+    records: dict[str, list[dict]] = {}
+    if out.exists():
+        for rec in json.loads(out.read_text())["tests"]:
+            records.setdefault(rec["clause"], []).append(rec)
+    return res, records
+
+
+def test_a_model_at_its_own_sizes_passes_model_shape_audited_at_them(tmp_path):
+    args = (f"--plugin={PLUGIN}", "--impl=user-sized", "--clause=model.shape")
+    _, at_suite_sizes = suite(tmp_path, *args)
+    assert {r["outcome"] for r in at_suite_sizes["model.shape"]} == {"error"}  # it builds only at its own sizes
+    res, at_its_sizes = suite(tmp_path, *args, f"--config={USER_PAIRS}")
+    outcomes = [r["outcome"] for r in at_its_sizes["model.shape"]]
+    assert res.returncode == 0 and "passed" in outcomes and set(outcomes) <= {"passed", "skipped"}, res.stdout[-2000:]
+    skipped = [r["message"] for r in at_its_sizes["model.shape"] if r["outcome"] == "skipped"]
+    assert all(m.startswith("blocked by config.parameters: user-sized refuses") for m in skipped)  # 44/46 vocabs
+
+
+def test_the_checks_run_on_the_users_weights(tmp_path, user_state):
+    torch.save(user_state, tmp_path / "w.pt")
+    broken = dict(user_state)
+    broken["encoder.0.self_attn.q.weight"] = torch.full_like(user_state["encoder.0.self_attn.q.weight"], float("nan"))
+    torch.save(broken, tmp_path / "nan.pt")
+    args = ("--impl=reference", f"--config={USER_PAIRS}", "--clause=model.eval-determinism,train.learns")
+    res, runs = suite(tmp_path, *args, f"--weights={tmp_path / 'w.pt'}")
+    assert res.returncode == 0, res.stdout[-2000:]
+    assert {r["outcome"] for r in runs["model.eval-determinism"]} == {"passed"}
+    assert {r["outcome"] for r in runs["train.learns"]} == {"skipped"}
+    assert all(r["message"].startswith("needs canonical weights: ") for r in runs["train.learns"])
+    _, on_nan = suite(tmp_path, *args, f"--weights={tmp_path / 'nan.pt'}")  # the weights reach the checks
+    errors = [r for r in on_nan["model.eval-determinism"] if r["outcome"] == "error"]
+    assert errors and "non-finite" in errors[0]["detail"], on_nan
+
+
+def test_weights_of_the_wrong_shape_stop_the_suite_with_one_line(tmp_path, user_state, capsys):
+    torch.save(user_state, tmp_path / "w.pt")
+    res, _ = suite(tmp_path, "--impl=reference", f"--weights={tmp_path / 'w.pt'}")  # the suite's own sizes
+    assert res.returncode == 4  # pytest's usage error
+    line = next(ln for ln in res.stderr.splitlines() if "--weights:" in ln)
+    assert "key 'src_embed.weight' has shape [40, 64], the model's has [37, 32]" in line
+    assert main(["audit", "--impl", "reference", "--weights", str(tmp_path / "w.pt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "key 'src_embed.weight' has shape [40, 64]" in err
+
+
+def test_aiayn_audit_passes_the_options_to_the_suite_with_paths_from_where_it_was_called(tmp_path, user_state):
+    torch.save(user_state, tmp_path / "w.pt")
+    out = tmp_path / "audit.json"
+    res = subprocess.run([sys.executable, "-m", "aiayn_conformance", "audit", "--impl", "reference",
+                          f"--config={USER_PAIRS}", "--weights", "w.pt",
+                          "--clause", "model.eval-determinism,train.learns", "--format", "json", "--output", str(out)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "audit configuration (sizes from --config): ModelConfig(src_vocab=40" in res.stderr
+    clauses = json.loads(out.read_text())["implementations"]["reference"]["clauses"]
+    assert clauses["model.eval-determinism"]["status"] == "pass"
+    assert clauses["train.learns"]["status"] == "skip"
+    assert clauses["train.learns"]["message"].startswith("needs canonical weights")

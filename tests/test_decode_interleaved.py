@@ -1,0 +1,92 @@
+"""The interleaved decode benchmark (benchmarks.decode_interleaved): the rotation, the within-cell ratios and
+verdicts from synthetic timings, and its --quick smoke run end to end (tiny models, no figures judged)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks.decode_interleaved import BASELINE, Cell, Result, report, rotation, run_cell
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_rotation_moves_each_decoder_to_every_place():
+    names = ["a", "b", "c"]
+    orders = [rotation(names, r) for r in range(3)]
+    assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
+    assert all(sorted({o[i] for o in orders}) == names for i in range(3))
+
+
+def test_run_cell_interleaves_the_rounds_and_compares_tokens_with_the_baseline():
+    calls: list[str] = []
+    now = [0.0]
+    cost = {BASELINE: 1.0, "fast": 0.5, "wrong": 0.2}
+
+    def decoder(name, tokens):
+        def decode(src, beam):
+            calls.append(name)
+            now[0] += cost[name]
+            return tokens
+
+        return decode
+
+    same, other = torch.tensor([[3, 4]]), torch.tensor([[3, 5]])
+    decoders = {BASELINE: decoder(BASELINE, same), "fast": decoder("fast", same), "wrong": decoder("wrong", other)}
+    res = run_cell(Cell(8000, 1, 1, 1), decoders, torch.zeros(1, 2), rounds=3, clock=lambda: now[0])
+    warmup, timed = calls[:3], calls[3:]
+    assert warmup == [BASELINE, "fast", "wrong"]
+    assert timed == [BASELINE, "fast", "wrong", "fast", "wrong", BASELINE, "wrong", BASELINE, "fast"]
+    assert res.same == {"fast": True, "wrong": False}
+    assert res.ratio("fast") == pytest.approx(0.5) and res.ratio("wrong") == pytest.approx(0.2)
+
+
+def result(cell: Cell, seconds: dict[str, float], same: dict[str, bool] | None = None) -> Result:
+    return Result(cell, {n: [s * 0.9, s, s * 1.2] for n, s in seconds.items()}, same or {})
+
+
+def test_report_judges_each_cell_by_its_own_baseline():
+    names = [BASELINE, "eager cached", "fused cached", "onnxruntime cached"]
+    met = result(Cell(8000, 1, 1, 1), {BASELINE: 1.0, "eager cached": 1.5, "fused cached": 0.6,
+                                       "onnxruntime cached": 0.7}, {"eager cached": True, "fused cached": True,
+                                                                   "onnxruntime cached": True})
+    missed = result(Cell(37000, 2, 8, 4), {BASELINE: 4.0, "eager cached": 4.0, "fused cached": 3.0,
+                                           "onnxruntime cached": 2.8},
+                    {"eager cached": True, "fused cached": False, "onnxruntime cached": True})
+    missed.errors["eager cached"] = "RuntimeError: out of memory"
+    del missed.times["eager cached"]
+    out = "\n".join(report([met, missed], names, header="H", new_tokens=50, rounds=3))
+    assert "| 8000 | 1 | 1 | greedy | 1.000 | 1.50 | 0.60 | 0.70 | 0.60 (fused cached) | 0.60 (fused cached) | met |" \
+        in out
+    assert ("| 37000 | 2 | 8 | beam 4 | 4.000 | failed: RuntimeError: out of memory | 0.75 ≠ | 0.70 | "
+            "- | 0.70 (onnxruntime cached) | MISSED |") in out  # a decoder with other tokens is never the best
+    assert "Cells meeting the target: 1 of 2; missed: vocab 37000, 2 thread(s), batch 8, beam 4: best 0.70" in out
+    assert "Tokens DIFFER from CTranslate2's: fused cached at vocab 37000, 2 thread(s), batch 8, beam 4" in out
+
+
+@pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("onnx", "onnxruntime", "onnxscript",
+                                                                        "ctranslate2")),
+                    reason="the onnx and ctranslate2 extras are needed for the smoke run")
+def test_quick_run_prints_a_full_table_with_equal_tokens():
+    res = subprocess.run([sys.executable, "-m", "benchmarks.decode_interleaved", "--quick", "--vocabs", "40"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = [ln for ln in res.stdout.splitlines() if ln.startswith("| 40 |")]
+    assert len(rows) == 4, res.stdout  # batch 1 and 8, greedy and beam 4
+    assert all("failed" not in ln and "≠" not in ln for ln in rows), res.stdout
+    assert "Tokens equal to CTranslate2's in every cell and decoder" in res.stdout
+    assert "Cells meeting the target:" in res.stdout and "tiny preset" in res.stdout
+
+
+def test_bad_arguments_are_refused_with_what_is_accepted():
+    from benchmarks.decode_interleaved import main
+
+    with pytest.raises(SystemExit, match="--vocabs must be comma-separated positive integers"):
+        main(["--vocabs", "x"])
+    with pytest.raises(SystemExit):
+        main(["--decoders", "nope"])
