@@ -220,8 +220,8 @@ Findings:
   dropout between its two feed-forward layers (`Sublayers.FeedForward`). The check
   `test_no_dropout_inside_the_feed_forward_network` found it at the suite's d_ff 64 (95% of the rows with three or
   more levels) and at `--config d_ff=256` (30%), but passed it at `--config d_ff=2048` (under its 15% threshold),
-  with either round's plugin. `inner_ffn_state` spreads each output feature over d_ff / d_model inner units (2, 8 and 64 here): the
-  share falls as that grows. Not diagnosed further.
+  with either round's plugin. `inner_ffn_state` spreads each output feature over d_ff / d_model inner units (2, 8
+  and 64 here): the share falls as that grows. Not diagnosed further.
 - **The scaffold's remaining gaps**: the `aiayn` command does not put the working directory on `sys.path` (a
   dotted `MODULE` from a checkout, or a file importing from the checkout's root, fails); gordic's argument names
   (`model_dimension`, `number_of_heads`, `number_of_layers`, `dropout_probability`) are not synonyms; a model whose
