@@ -31,6 +31,23 @@ def schema_shapes(config: ModelConfig) -> Counter[tuple[int, ...]]:
     return Counter(shape for name, shape in parameter_schema(config).items() if name not in tied)
 
 
+def ignored_d_ff(impl: Implementation, params: list[torch.Tensor]) -> str:
+    """"; d_ff=N requested, the model's FFN is W wide whatever d_ff says" when the implementation built at another
+    d_ff has the very same parameter shapes (the width read from its [W, d_model] / [d_model, W] pairs), else ""."""
+    other = CONFIG.replace(d_ff=2 * CONFIG.d_ff)
+    try:
+        shapes = Counter(tuple(p.shape) for p in distinct_parameters(build_model(impl, other)))
+    except Exception:
+        return ""
+    if shapes != Counter(tuple(p.shape) for p in params):
+        return ""
+    d = CONFIG.d_model
+    widths = [s[0] for s in shapes if len(s) == 2 and s[1] == d and (d, s[0]) in shapes and s[0] > 3 * d]
+    width = f"{max(widths)} wide" if widths else "the same size"
+    return f"; d_ff={CONFIG.d_ff} requested, the model's FFN is {width} whatever d_ff says (built at d_ff=" \
+           f"{other.d_ff} too: the same shapes)"
+
+
 @pytest.mark.clause("config.parameters")
 def test_parameter_count_matches_the_schema(impl: Implementation) -> None:
     model = build_model(impl, CONFIG)
@@ -41,7 +58,8 @@ def test_parameter_count_matches_the_schema(impl: Implementation) -> None:
         extra = Counter(tuple(p.shape) for p in params) - schema_shapes(CONFIG)
         missing = schema_shapes(CONFIG) - Counter(tuple(p.shape) for p in params)
         violation(measured=f"{got:,} parameters ({got - expected:+,} against the schema); shapes beyond the "
-                  f"schema: {dict(extra) or 'none'}; schema shapes absent: {dict(missing) or 'none'}",
+                  f"schema: {dict(extra) or 'none'}; schema shapes absent: {dict(missing) or 'none'}"
+                  f"{ignored_d_ff(impl, params)}",
                   expected=f"{expected:,} parameters, the canonical schema for d_model={CONFIG.d_model}, "
                            f"h={CONFIG.n_heads}, d_ff={CONFIG.d_ff}, N={CONFIG.n_layers}, tied embeddings",
                   call=f"{impl.name}.build(config) distinct parameters",

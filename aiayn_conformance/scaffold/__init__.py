@@ -42,6 +42,8 @@ from pathlib import Path
 
 from torch import nn
 
+from .finish import finish
+from .masks import find_convention
 from .probe import PROBE, Constructor, build_with_config, encode_call, positional_table, probe_forward
 from .proposal import Line, Proposal, propose
 from .render import Scaffold, render
@@ -56,11 +58,13 @@ def scaffold(target: str, name: str | None = None) -> Scaffold:
     loaded = load_target(target)
     model, ctor = _built(loaded)
     proposal = propose(model, PROBE)
-    forward = probe_forward(model, PROBE)
+    found = find_convention(model, PROBE)
+    forward = probe_forward(model, PROBE, (found.lines, found.call) if found else None)
     slug = re.sub(r"[^a-z0-9]+", "-", (name or loaded.obj.__name__).lower()).strip("-") or "my-transformer"
-    return Scaffold(loaded.obj, loaded.where, loaded.import_line(ctor.callables()), ctor, proposal, slug,
+    base = Scaffold(loaded.obj, loaded.where, loaded.import_line(ctor.callables()), ctor, proposal, slug,
                     forward.body, forward.check, forward.output, forward.output_check, encode_call(type(model)),
                     positional_table(model, PROBE), notes=loaded.notes)
+    return finish(base, model, found)
 
 
 def _built(loaded: Loaded) -> tuple[nn.Module, Constructor]:

@@ -24,9 +24,10 @@ Noted = tuple[str, str]  # (name inside the layer, CHECK note or why)
 
 
 def layer_template(stack: str, members: list[Member], d: int,
-                   d_ff: int) -> tuple[list[Template], list[Noted], list[Noted], list[Noted]]:
+                   d_ff: int, ignored: str = "") -> tuple[list[Template], list[Noted], list[Noted], list[Noted]]:
     """Template lines for one layer: (canonical with {i}, model name relative to the layer, check), the biases
-    the paper lacks (zero), the gains it lacks (one) and the parameters left as built."""
+    the paper lacks (zero), the gains it lacks (one) and the parameters left as built. ``ignored`` (when the model
+    ignores the d_ff it was given, ``d_ff`` is the width it has): the FFN's lines get no target and that reason."""
     rel = [(".".join(r), r, p) for _, r, p in members]
     shape = {name: tuple(p.shape) for name, _, p in rel}
     canon = f"{stack}.{{i}}"
@@ -51,7 +52,7 @@ def layer_template(stack: str, members: list[Member], d: int,
             for x in "qkvo":
                 lines.append((f"{canon}.{role}.{x}.weight", "", f"no {role.replace('_', '-')} module found"))
 
-    ffn_lines, ffn_group = _ffn_lines(canon, rel, shape, done, d, d_ff)
+    ffn_lines, ffn_group = _ffn_lines(canon, rel, shape, done, d, d_ff, ignored)
     lines += ffn_lines
     owner = {g: r for g, (r, _) in roles.items()}
     if ffn_group:
@@ -152,18 +153,22 @@ def _attention_lines(canon: str, g: str, role: str, why: str, weights: list[str]
 
 # -- feed-forward network and norms --------------------------------------------------------------------------------
 def _ffn_lines(canon: str, rel: list[Member], shape: dict[str, tuple[int, ...]], done: set[str], d: int,
-               d_ff: int) -> tuple[list[Template], str]:
+               d_ff: int, ignored: str = "") -> tuple[list[Template], str]:
     """Feed-forward network: [d_ff, d] then [d, d_ff] weights and their biases (added to ``done``), and the first
     path component of its weights ("" when none)."""
     lines: list[Template] = []
     ffn_group = ""
     for k, rows in (("w1", (d_ff, d)), ("w2", (d, d_ff))):
         w = next((n for n, _, _ in rel if shape[n] == rows and n.endswith("weight") and n not in done), "")
-        lines.append((f"{canon}.ffn.{k}.weight", w, "" if w else f"no {list(rows)} weight found"))
         b = w[: -len("weight")] + "bias" if w else ""
-        lines.append((f"{canon}.ffn.{k}.bias", b if b in shape else "",
-                      "" if b in shape else "no bias found: Eq. (2) has one (map it to a callable, or declare "
-                      "ffn.formula)"))
+        if ignored:  # the model's FFN, loadable only at the width it has whatever d_ff says
+            lines.append((f"{canon}.ffn.{k}.weight", w, ignored if w else f"no {list(rows)} weight found"))
+            lines.append((f"{canon}.ffn.{k}.bias", b if b in shape else "", ignored if b in shape else "no bias"))
+        else:
+            lines.append((f"{canon}.ffn.{k}.weight", w, "" if w else f"no {list(rows)} weight found"))
+            lines.append((f"{canon}.ffn.{k}.bias", b if b in shape else "",
+                          "" if b in shape else "no bias found: Eq. (2) has one (map it to a callable, or declare "
+                          "ffn.formula)"))
         done.update({w, b})
         ffn_group = ffn_group or (w.split(".")[0] if w else "")
     return lines, ffn_group

@@ -29,8 +29,14 @@ SELF = {"self", "slf", "masked", "causal", "selfattn", "self_attn"}
 CROSS = {"cross", "enc", "encoder", "src", "context", "memory", "mem", "encdec", "inter", "source"}
 ATTENTION = {"attn", "attention", "att", "self", "slf"}  # a norm named for attention, in a layer: the first sub-layer's
 FFN = {"ff", "ffn", "feed", "feedforward", "mlp", "pos", "final", "fc", "pwff", "positionwise"}
+# The projection each word names. "proj" names none of them: Hugging Face and fairseq write q_proj, k_proj, v_proj
+# and out_proj, so it says only "a projection" (issue 24: with "proj" among the output words q_proj, k_proj and v_proj
+# were ambiguous and the registration-order fallback mapped q <- k_proj, k <- v_proj, v <- q_proj).
 PROJ = {"q": {"q", "qs", "query", "queries", "wq", "wqs"}, "k": {"k", "ks", "key", "keys", "wk", "wks"},
         "v": {"v", "vs", "value", "values", "wv", "wvs"},
-        "o": {"o", "out", "output", "fc", "concat", "wo", "dense", "proj", "outproj"}}
+        "o": {"o", "out", "output", "fc", "concat", "wo", "dense", "outproj"}}
+FUSED = ("in_proj", "qkv", "c_attn", "to_qkv", "query_key_value")
+"""Words of a [3 d_model, d_model] weight stacked q|k|v: torch.nn's in_proj_weight, qkv / to_qkv, GPT-2's c_attn."""
+POSITION = {"pos", "position", "positions", "positional", "wpe", "pe"}  # a learned positional table
 GAIN = {"weight", "gamma", "a_2", "alpha", "g", "scale", "w", "gain"}
 SHIFT = {"bias", "beta", "b_2", "b", "shift"}

@@ -74,9 +74,11 @@ def _output_kind(out: torch.Tensor) -> tuple[str, str]:
     return "logits", "the probe's outputs are not normalized"
 
 
-def probe_forward(model: nn.Module, config: ModelConfig) -> Forward:
-    """Run the forward call the adapter will make on a small padded batch, and read what it returns."""
-    body, call = _forward_body(model)
+def probe_forward(model: nn.Module, config: ModelConfig,
+                  body_call: tuple[list[str], str] | None = None) -> Forward:
+    """Run the forward call the adapter will make on a small padded batch, and read what it returns; ``body_call``
+    (the lines building the masks and the call) replaces the default 4-D boolean masks (scaffold/masks.py)."""
+    body, call = body_call or _forward_body(model)
     src = torch.tensor([[5, 6, 7, 8, 9, 10, 11], [4, 5, 6, config.pad_id, config.pad_id, config.pad_id,
                                                  config.pad_id]])
     tgt = torch.tensor([[1, 2, 3, 4, 5], [3, 4, config.pad_id, config.pad_id, config.pad_id]])

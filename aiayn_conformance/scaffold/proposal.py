@@ -70,15 +70,16 @@ def vocab_role(name: str) -> str | None:
     return None
 
 
-def propose(model: nn.Module, config: ModelConfig = PROBE) -> Proposal:
-    """Where each canonical parameter goes in ``model`` (built with ``config``)."""
+def propose(model: nn.Module, config: ModelConfig = PROBE, ffn: tuple[int, str] | None = None) -> Proposal:
+    """Where each canonical parameter goes in ``model`` (built with ``config``); ``ffn`` (width, reason) when the
+    model's FFN is another width than ``config.d_ff`` whatever d_ff says (complete.py: ignored_sizes)."""
     params: list[tuple[str, torch.Tensor]] = list(model.named_parameters())  # one name per tensor, in order
     aliases: dict[int, list[str]] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
         aliases.setdefault(id(p), []).append(name)
     out = Proposal()
     used = _place_vocab_matrices(out, params, aliases, config)
-    used |= _place_layers(out, [(n, p) for n, p in params if n not in used], config)
+    used |= _place_layers(out, [(n, p) for n, p in params if n not in used], config, ffn)
     _place_the_rest(out, [(n, p) for n, p in params if n not in used], config.d_model)
     return out
 
@@ -122,7 +123,8 @@ def _place_vocab_matrices(out: Proposal, params: list[tuple[str, torch.Tensor]],
     return used
 
 
-def _place_layers(out: Proposal, params: list[tuple[str, torch.Tensor]], config: ModelConfig) -> set[str]:
+def _place_layers(out: Proposal, params: list[tuple[str, torch.Tensor]], config: ModelConfig,
+                  ffn: tuple[int, str] | None = None) -> set[str]:
     """The layers: parameters under encoder.../decoder... with a layer number, mapped through the first layer's
     template. Returns the names placed."""
     by_layer: dict[tuple[str, int], list[Member]] = {}
@@ -146,18 +148,19 @@ def _place_layers(out: Proposal, params: list[tuple[str, torch.Tensor]], config:
         if layers != list(range(config.n_layers)):
             out.stack_checks[stack] = f"layer numbers {layers} are not 0..{config.n_layers - 1}"
         _place_stack(out, stack, {i: by_layer[(stack, i)] for i in layers},
-                     {i: prefixes[(stack, i)] for i in layers}, config)
+                     {i: prefixes[(stack, i)] for i in layers}, config, ffn)
         for i in layers:
             used.update(n for n, _, _ in by_layer[(stack, i)])
     return used
 
 
 def _place_stack(out: Proposal, stack: str, members: dict[int, list[Member]], prefixes: dict[int, str],
-                 config: ModelConfig) -> None:
+                 config: ModelConfig, ffn: tuple[int, str] | None = None) -> None:
     """One stack's lines: the first layer's template with its path prefix, and a check when a later layer has
     other parameter names or shapes than the first."""
     first, *later = members
-    lines, zero, one, left = layer_template(stack, members[first], config.d_model, config.d_ff)
+    width, ignored = ffn or (config.d_ff, "")
+    lines, zero, one, left = layer_template(stack, members[first], config.d_model, width, ignored)
     prefix = prefixes[first]
     template = (prefix + ".{i}.") if prefix else "{i}."
     shapes0 = {".".join(rel): tuple(p.shape) for _, rel, p in members[first]}

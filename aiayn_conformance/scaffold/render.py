@@ -8,7 +8,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .complete import Encode, Init, Positional
 from .probe import PROBE, Constructor
+from .proof import Proof
 from .proposal import Line, Proposal
 
 
@@ -29,6 +31,12 @@ class Scaffold:
     encode: str
     positional: str
     notes: list[str] = field(default_factory=list)  # what the target's loading left out (a notebook's skipped cells)
+    encode_hook: Encode | None = None  # scaffold/complete.py: how encode() reads the encoder output
+    table: Positional | None = None  # the positional table (a buffer or learned tables)
+    init: Init | None = None  # the repository's own initialisation
+    ignored: dict[str, str] = field(default_factory=dict)  # config field -> what the model does instead
+    proof: Proof | None = None  # the value probe (scaffold/proof.py); None: not run
+    masks: str = ""  # the mask convention found by probing the forward (scaffold/masks.py), "" when it takes none
 
     @property
     def checks(self) -> int:
@@ -66,52 +74,140 @@ def _constructor_lines(constructor: Constructor) -> list[str]:
     return constructor.lines(12)
 
 
-def _mapping_lines(mapping: list[Line]) -> list[str]:
+UNPROVED = "not proved by the value probe (see the note above)"
+FACTS = ("d_ff=",)  # notes that state what the model does (complete.py: ignored_sizes), kept even where proved
+
+
+def mark(check: str, target: str, part: str, proof: Proof | None) -> str:
+    """The CHECK note of a line mapping into ``target`` ("" for none): a line the value probe proved has none, a line
+    it did not prove has its own reason or UNPROVED; ``part`` is "encoder" for the lines the encoder probe covers."""
+    if proof is None or not target or check.startswith(FACTS):
+        return check
+    if proof.covers(part):
+        return ""
+    return check or UNPROVED
+
+
+def _mapping_lines(mapping: list[Line], proof: Proof | None) -> list[str]:
     """The entries of the canonical mapping outside the layers."""
     lines = []
     for ln in mapping:
-        check = f"  # CHECK: {ln.check}" if ln.check or not ln.target else ""
+        part = "encoder" if ln.canonical == "src_embed.weight" else "model"
+        note = mark(ln.check, ln.target, part, proof)
+        check = f"  # CHECK: {note}" if note or not ln.target else ""
         target = _target(ln.target, ln.canonical, ln.check, False)
         lines.append(f"            {_key(ln.canonical, False)}: {target},{check}")
     return lines
 
 
-def _noted_lines(names: list[tuple[str, str]]) -> list[str]:
-    return [f"            get(\"{n}\"),{'  # CHECK: ' + why if why else ''}" for n, why in names]
+def _noted_lines(names: list[tuple[str, str]], proof: Proof | None) -> list[str]:
+    noted = [(n, mark(why, n, "model", proof)) for n, why in names]
+    return [f"            get(\"{n}\"),{'  # CHECK: ' + why if why else ''}" for n, why in noted]
 
 
-def _layer_lines(p: Proposal) -> list[str]:
+def _layer_lines(p: Proposal, proof: Proof | None) -> list[str]:
     """The body of the loop over layer numbers: both stacks' template lines."""
     lines: list[str] = []
     for stack in ("encoder", "decoder"):
-        if stack in p.stack_checks:
+        part = "encoder" if stack == "encoder" else "model"
+        if stack in p.stack_checks and not (proof and proof.covers(part)):
             lines.append(f"            # CHECK: {p.stack_checks[stack]}")
         for ln in p.layers.get(stack, []):
-            check = ln.check or ("" if ln.target else "no parameter found")
+            check = mark(ln.check, ln.target, part, proof) or ("" if ln.target else "no parameter found")
             lines.append(f"            mapping[{_key(ln.canonical, True)}] = "
                          f"{_target(ln.target, ln.canonical, check, True)}"
                          f"{'  # CHECK: ' + check if check else ''}")
         for n, why in p.layer_zero.get(stack, []):
+            why = mark(why, n, part, proof)
             lines.append(f"            zero.append(get(f\"{n}\"))  # a bias the paper lacks"
                          f"{'; CHECK: ' + why if why else ''}")
         for n, why in p.layer_one.get(stack, []):
-            lines.append(f"            one.append(get(f\"{n}\"))  # CHECK: {why}")
+            why = mark(why, n, part, proof)
+            lines.append(f"            one.append(get(f\"{n}\"))  # a gain the paper lacks"
+                         f"{'; CHECK: ' + why if why else ''}")
     return lines
 
 
+def _proved(s: Scaffold) -> bool:
+    return s.proof is not None and s.proof.covers("model")
+
+
+def _forward_note(s: Scaffold) -> str:
+    if _proved(s):
+        return f"  # {s.masks + '; ' if s.masks else ''}proved by the value probe (the note in load_reference_state)"
+    return f"  # CHECK: {s.masks + '; ' if s.masks else ''}{s.forward_check}"
+
+
+def _output_note(s: Scaffold) -> str:
+    return "  # proved by the value probe" if _proved(s) else f"  # CHECK: {s.output_check}"
+
+
+def _proof_note(s: Scaffold) -> str:
+    if s.proof is None:
+        return ""
+    if _proved(s):
+        return f"        # Proved by the scaffold's value probe: {s.proof.detail}."
+    enc = " (the encoder's lines are proved: its output matches)" if s.proof.covers("encoder") else ""
+    return (f"        # CHECK: not proved{enc}: {s.proof.detail}; a departure of the model (the audit names it) or "
+            "a line below")
+
+
+def _encode_method(s: Scaffold) -> str:
+    hook = s.encode_hook or Encode(own=s.encode)
+    if not hook.own and not hook.module:
+        return (f"\n    # CHECK: {hook.check}\n" if hook.check else "")
+    note = "" if s.proof is not None and s.proof.covers("encoder") else f"  # CHECK: {hook.check or UNPROVED}"
+    if hook.own:
+        body = f"        return {hook.own}{note}\n"
+        what = ""
+    else:
+        body = (f"        start = torch.full_like(src[:, :1], (self.config.pad_id + 1) % self.config.tgt_vocab)\n"
+                f"        return _memory(self.model, {hook.module!r}, src, lambda: self(src, start)){note}\n")
+        what = f": what {hook.module} reads in a forward on a one-token target"
+    return (f"\n    def encode(self, src: Tensor) -> Tensor:\n        \"\"\"The final encoder output (B, S, d_model)"
+            f"{what}.\"\"\"\n" + body)
+
+
+def _positional_method(s: Scaffold) -> str:
+    table = s.table or Positional(s.positional, [], "")
+    if not table.path:
+        return f"\n    # CHECK: {table.check}\n" if table.check else ""
+    note = f"  # CHECK: {table.check}" if table.check else ""
+    gap = s.proof.table_gap if s.proof is not None else None
+    if not table.learned and gap is not None:
+        note = "" if gap <= 1e-5 else (f"  # CHECK: the table both stacks add? it differs from the sinusoid of "
+                                        f"section 3.5 by max {gap:.2g}")
+    if table.learned:
+        read = f"self.model.get_parameter({table.path!r})"
+    else:
+        read = f"_attribute(self.model, {table.path!r})"
+    return (f"\n    def positional_encoding(self, length: int) -> Tensor:\n"
+            f"        \"\"\"The table added to the scaled embeddings: (length, d_model).\"\"\"\n"
+            f"        table = {read}{note}\n"
+            f"        return table.reshape(-1, table.size(-1))[:length]\n")
+
+
 def _optional_methods(s: Scaffold) -> str:
-    """``encode`` and ``positional_encoding`` where the probe found them, else ""."""
-    encode = (f"\n    def encode(self, src: Tensor) -> Tensor:\n        \"\"\"The last encoder layer's output "
-              f"(B, S, d_model).\"\"\"\n        return {s.encode}  # CHECK: does it mask the source padding?\n"
-              if s.encode else "")
-    positional = ""
-    if s.positional:
-        attr_path = s.positional
-        positional = (f"\n    def positional_encoding(self, length: int) -> Tensor:\n"
-                      f"        \"\"\"The table added to the scaled embeddings: (length, d_model).\"\"\"\n"
-                      f"        table = _attribute(self.model, {attr_path!r})  # CHECK: the table both stacks add?\n"
-                      f"        return table.reshape(-1, table.size(-1))[:length]\n")
-    return encode + positional
+    """``encode`` and ``positional_encoding`` where the probe found them, else a CHECK saying why not."""
+    return _encode_method(s) + _positional_method(s)
+
+
+def _init_function(s: Scaffold) -> str:
+    """``_init(model)``: the repository's own initialisation, applied after building the model."""
+    init = s.init or Init()
+    if init.code:
+        code = init.code
+        if re.search(r"(?<![\w.])init\.", code):
+            code = "from torch.nn import init\n" + code
+        body = "\n".join("    " + ln for ln in code.splitlines())
+        note = f"  # CHECK: {init.check}" if init.check else ""
+        return (f"def _init(model: nn.Module) -> None:\n    \"\"\"The repository's own initialisation ({init.origin}), "
+                f"applied after building the model.\"\"\"{note}\n{body}\n")
+    what = init.origin or "none needed"
+    if init.check:
+        return (f"def _init(model: nn.Module) -> None:\n    \"\"\"The repository's own initialisation, applied after "
+                f"building the model.\"\"\"\n    # CHECK: {init.check}\n")
+    return (f"def _init(model: nn.Module) -> None:\n    \"\"\"The repository's own initialisation: {what}.\"\"\"\n")
 
 
 # -- the file, in three parts ---------------------------------------------------------------------------------------
@@ -160,6 +256,27 @@ def _attribute(model: nn.Module, path: str) -> Tensor:
     return getattr(model, attr)
 
 
+def _memory(model: nn.Module, path: str, src: Tensor, run: Callable[[], object]) -> Tensor:
+    """The [B, S, d_model] tensor (an [S, B, d_model] one transposed) the sub-module ``path`` first receives while
+    ``run()`` runs: the encoder output, as the decoder's cross-attention reads it."""
+    B, S = src.shape
+    seen: list[Tensor] = []
+
+    def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        for t in [*args, *kwargs.values()] if not seen else []:
+            if isinstance(t, Tensor) and t.dim() == 3 and tuple(t.shape[:2]) in ((B, S), (S, B)):
+                seen[:] = [t if t.shape[0] == B else t.transpose(0, 1)]
+
+    handle = model.get_submodule(path).register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        run()
+    finally:
+        handle.remove()
+    return seen[0]
+
+
+{_init_function(s)}
+
 '''
 
 
@@ -167,9 +284,9 @@ def _adapter(s: Scaffold) -> str:
     """The adapter class: the constructor call, forward, the optional methods and load_reference_state."""
     p = s.proposal
     ctor_lines = _constructor_lines(s.constructor)
-    map_lines = _mapping_lines(p.mapping)
-    zero_lines, one_lines = _noted_lines(p.zero), _noted_lines(p.one)
-    layer_lines = _layer_lines(p)
+    map_lines = _mapping_lines(p.mapping, s.proof)
+    zero_lines, one_lines = _noted_lines(p.zero, s.proof), _noted_lines(p.one, s.proof)
+    layer_lines = _layer_lines(p, s.proof)
     fwd = "\n".join(f"        {ln}" for ln in s.forward_call[:-1])
     fwd_return = s.forward_call[-1]
     methods = _optional_methods(s)
@@ -182,13 +299,15 @@ def _adapter(s: Scaffold) -> str:
         self.model = {s.cls.__name__}(
 {chr(10).join(ctor_lines)}
         )
+        _init(self.model)
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         """src [B, S], tgt [B, T]: token ids right-padded with config.pad_id, tgt already shifted right."""
-{fwd + chr(10) if fwd else ""}        {fwd_return}  # CHECK: {s.forward_check}
+{fwd + chr(10) if fwd else ""}        {fwd_return}{_forward_note(s)}
 {methods}
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
         """Copy a canonical state dict (spec.schema) into the model; biases the paper lacks get 0."""
+{_proof_note(s)}
         get = self.model.get_parameter
         mapping: dict[CanonicalKey, Target] = {{
 {chr(10).join(map_lines)}
@@ -200,6 +319,14 @@ def _adapter(s: Scaffold) -> str:
         load_canonical(state, mapping, zero=zero, one=one)
 
 '''
+
+
+def _ignored_note(s: Scaffold) -> str:
+    if not s.ignored:
+        return ""
+    said = "; ".join(s.ignored.values())
+    return (f"        # CHECK: config.parameters will fail: {said}. Make the model follow it, or declare "
+            "config.parameters\n")
 
 
 def _registration(s: Scaffold) -> str:
@@ -216,7 +343,7 @@ def register_implementations(register):
         build=Adapter,
         summary="{s.cls.__name__} from {s.where} (scaffolded)",
         source="{s.where}",
-        output={s.output!r},  # CHECK: {s.output_check}
-        deviations={{}},  # after a first audit: {{clause id: why}} for what the model knowingly departs from
+        output={s.output!r},{_output_note(s)}
+{_ignored_note(s)}        deviations={{}},  # after a first audit: {{clause id: why}} for what it knowingly departs from
     ))
 '''
