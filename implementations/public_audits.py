@@ -189,10 +189,12 @@ Findings:
 
 - **position.formula**: the learned table is not §3.5's (max |diff| 2.55 before, 1.32 after: a fresh random table).
 - **model.reference-equivalence**: off by up to 1.83 (after: 2.83), "unexplained" after 374 variants (after: 416,
-  also with its own encoder output substituted). The suite substitutes the one table `positional_encoding()`
-  returns; this model's decoder adds a second learned table, so no variant reproduces it. After, it lists single
-  departures that each bring the paper's model closer ("PE added to the decoder input only", "no positional
-  encoding at all"), measured, not attributed. Every structural clause it blocks skips saying so.
+  also with its own encoder output substituted); after, it lists single departures that each bring the paper's
+  model closer ("PE added to the decoder input only", "no positional encoding at all"), measured, not attributed,
+  and every structural clause it blocks skips saying so. The cause is the second learned table: the suite
+  substitutes the one table `positional_encoding()` returns (the encoder's). In an experiment that copied the
+  encoder's table into the decoder's after loading, the same check said "after substituting its own positional
+  table (positional_encoding(length)), the implementation matches the reference: nothing else differs".
 - **norm.epsilon** (should): `nn.LayerNorm`'s default eps 1e-5, against `config.norm_eps` 1e-6.
 - **device.portable** (should): "forward on the meta device met a CPU tensor": `self.scale` is a plain tensor moved
   to the constructor's `device`, and the positions are made `.to(self.device)`.
