@@ -224,6 +224,9 @@ Findings:
   more levels) and at `--config d_ff=256` (30%), but passed it at `--config d_ff=2048` (under its 15% threshold),
   with either round's plugin. `inner_ffn_state` spreads each output feature over d_ff / d_model inner units (2, 8
   and 64 here): the share falls as that grows. Not diagnosed further.
+- **One positional table per adapter.** `positional_encoding()` returns one table, so a model whose encoder and
+  decoder learn a table each (bentrevett) gets "unexplained" from the variant search, and the structural clauses
+  that depend on it skip as blocked; docs/plugins.md says to return the other table to audit it.
 - **The scaffold's remaining gaps**: the `aiayn` command does not put the working directory on `sys.path` (a
   dotted `MODULE` from a checkout, or a file importing from the checkout's root, fails); gordic's argument names
   (`model_dimension`, `number_of_heads`, `number_of_layers`, `dropout_probability`) are not synonyms; a model whose
