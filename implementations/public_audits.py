@@ -56,7 +56,8 @@ Before:
   (line 40), `trg[:, :-1]` in and `trg[:, 1:]` out (lines 33, 38).
 - Audit with edits 1 to 3: 8 min 13 s (2 min 34 s CPU): 14 failed, 58 passed, 28 skipped, one of the failures
   the check budget (`attention.scale`'s variant test; alone with `--check-timeout=0` both its tests passed, in
-  4 min 7 s). Recipe clauses: 32 s. Time to a verdict from the first scaffold call: about 35 minutes.
+  4 min 7 s). Recipe clauses: 32 s. Time from the first scaffold call to that verdict: about 14 minutes (24 with the
+  budget's clause re-run).
 
 After:
 
@@ -71,7 +72,7 @@ After:
   argument receives the ModelConfig itself, not a namespace of what it reads.
 - Audit of the plugin as written, `--config d_ff=2048`: 6 min 41 s (2 min 59 s CPU): 14 failed (two of them
   `train.learns`' "could not be checked", below), 60 passed, 27 skipped, no hand edit. Time to a verdict: about
-  8 minutes.
+  7 minutes.
 
 Findings (before, with edits 1 to 3 and R; after, the same unless said):
 
@@ -121,7 +122,7 @@ registration order", `trg_`/`src_multi_headed_attention` as self and cross), the
 `d_ff` says, loaded through the same callables as SamLynnEvans' edit 3; (R) Adam(betas (0.9, 0.98), eps 1e-9),
 the rate of `CustomLRAdamOptimizer` with 4000 warmup steps, `KLDivLoss(reduction="batchmean")` against
 `LabelSmoothingDistribution(0.1)`, `trg[:, :-1]` in and `trg[:, 1:]` out. Audit with edits 0 to 2: 10 min 16 s
-(1 min 55 s CPU): 11 failed, 65 passed, 24 skipped; recipe clauses 8 s. Time to a verdict: about 25 minutes.
+(1 min 55 s CPU): 11 failed, 65 passed, 24 skipped; recipe clauses 8 s. Time to a verdict: about 23 minutes.
 
 After: 7 s, 47 CHECK lines. The mask probe found no convention ("144 tried: 112 x raised RuntimeError; 32 x
 returned [10, 37]": the flattened output fails its shape test) and kept the 4-D default, which is the model's.
@@ -175,7 +176,7 @@ Before:
 - The first audit took 4 min 51 s and gave no verdict: the variant tests of `attention.scale` and
   `attention.softmax-over-keys` ran past the 120 s budget, and after two checks past it every later check is
   reported "could not be checked: not run" (98 errors). With `--check-timeout=600`: 3 min 19 s (2 min 3 s CPU),
-  14 failed, 58 passed, 28 skipped (with edit R). Time to a verdict: about 25 minutes.
+  14 failed, 58 passed, 28 skipped (with edit R). Time to a verdict: about 29 minutes.
 
 After: the notebook is accepted as it is (7 s, 7 CHECK lines): the cells that download data, train, plot or
 depend on those are left out and listed with the reason; `Seq2Seq` is built with the notebook's own `Encoder` and
