@@ -370,3 +370,30 @@ def test_a_notebook_cell_that_trains_downloads_or_runs_the_shell_is_left_out(tmp
     module, notes = notebook_module(path)
     assert module.Tiny.__name__ == "Tiny" and notes and all(n.startswith("cell 2 ") for n in notes), notes
     assert re.search(why, " ".join(notes)), notes
+
+
+def test_a_dotted_module_in_the_directory_aiayn_runs_in_is_found_and_the_plugin_says_where(tmp_path, monkeypatch):
+    """The ``aiayn`` script, unlike ``python -m``, does not search the current directory: the scaffold does, for a
+    module found only there, and the plugin puts that folder on sys.path with a CHECK."""
+    package = tmp_path / "checkout_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "model.py").write_text((ROOT / "tests/fixtures/scaffold_styles/factory_model.py").read_text())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "checkout_pkg", raising=False)
+    monkeypatch.delitem(sys.modules, "checkout_pkg.model", raising=False)
+    out = tmp_path / "plugin.py"
+    assert main(["scaffold", "checkout_pkg.model:make_model", "--name", "checkout", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert f"sys.path.insert(0, {str(tmp_path)!r})  # CHECK: the folder checkout_pkg.model imports from" in text
+    assert "from checkout_pkg.model import make_model" in text
+    compile(text, str(out), "exec")
+
+
+@pytest.mark.parametrize("name, field", [("model_dimension", "config.d_model"), ("number_of_heads", "config.n_heads"),
+                                         ("number_of_layers", "config.n_layers"),
+                                         ("dropout_probability", "config.dropout")])
+def test_gordicaleksas_argument_names_are_read(name, field):
+    from aiayn_conformance.scaffold.synonyms import meaning
+    assert meaning(name) == (field, "")

@@ -5,7 +5,8 @@ pytorch-seq2seq (``input_dim``, ``output_dim``, ``hid_dim``, ``pf_dim``, ``max_l
 (``n_src_vocab``, ``d_word_vec``, ``d_inner``, ``n_position``), hyunwoongko (``enc_voc_size``, ``ffn_hidden``,
 ``drop_prob``), torch.nn (``nhead``, ``dim_feedforward``, ``num_encoder_layers``), Hugging Face configs
 (``encoder_layers``, ``encoder_attention_heads``, ``encoder_ffn_dim``, ``max_position_embeddings``,
-``pad_token_id``), fairseq (``encoder_embed_dim``, ``encoder_ffn_embed_dim``).
+``pad_token_id``), fairseq (``encoder_embed_dim``, ``encoder_ffn_embed_dim``), gordicaleksa/pytorch-original-transformer
+(``model_dimension``, ``number_of_heads``, ``number_of_layers``, ``dropout_probability``).
 
 Two tables: :data:`SURE` (a name that means one field wherever it is seen) and :data:`ASSUMED` (a name that
 could mean more than one: the scaffold passes the field written here and marks the line ``# CHECK:`` with the
@@ -27,10 +28,11 @@ SURE: dict[str, tuple[str, ...]] = {
                          "output_vocab", "tgt_vocabs", "trg_vocabs"),
     "config.d_model": ("d_model", "hidden_size", "d_word_vec", "embed_dim", "emb_dim", "model_dim", "n_embd",
                        "d_embed", "embedding_dim", "embed_size", "emb_size", "d_emb", "embedding_size",
-                       "encoder_embed_dim", "decoder_embed_dim", "dim_model", "n_embed", "word_vec_size"),
+                       "encoder_embed_dim", "decoder_embed_dim", "dim_model", "n_embed", "word_vec_size",
+                       "model_dimension"),
     "config.n_heads": ("n_heads", "nhead", "n_head", "num_heads", "heads", "num_attention_heads", "attn_heads",
                        "n_attn_heads", "encoder_attention_heads", "decoder_attention_heads", "num_head", "nheads",
-                       "head_num", "num_attn_heads"),
+                       "head_num", "num_attn_heads", "number_of_heads"),
     "config.d_ff": ("d_ff", "dim_feedforward", "ffn_hidden", "d_inner", "ff_dim", "ffn_dim", "d_ffn", "pf_dim",
                     "feed_forward_dim", "d_inner_hid", "ff_hidden", "ffn_hidden_size", "intermediate_size",
                     "encoder_ffn_dim", "decoder_ffn_dim", "encoder_ffn_embed_dim", "decoder_ffn_embed_dim",
@@ -38,9 +40,10 @@ SURE: dict[str, tuple[str, ...]] = {
     "config.n_layers": ("n_layers", "num_layers", "N", "n_layer", "num_encoder_layers", "num_decoder_layers",
                         "n_enc_layers", "n_dec_layers", "enc_layers", "dec_layers", "encoder_layers", "decoder_layers",
                         "num_hidden_layers", "n_blocks", "num_blocks", "nlayers", "num_decoder_blocks",
-                        "num_encoder_blocks", "n_encoder_layers", "n_decoder_layers"),
+                        "num_encoder_blocks", "n_encoder_layers", "n_decoder_layers", "number_of_layers"),
     "config.dropout": ("dropout", "drop_prob", "p_drop", "dropout_rate", "dropout_p", "drop_rate", "dropout_prob",
-                       "hidden_dropout_prob", "resid_pdrop", "residual_dropout", "dropout_ratio"),
+                       "hidden_dropout_prob", "resid_pdrop", "residual_dropout", "dropout_ratio",
+                       "dropout_probability"),
     "config.max_len": ("max_len", "max_seq_len", "n_position", "max_length", "max_position_embeddings", "seq_len",
                        "max_seq_length", "src_seq_len", "tgt_seq_len", "context_length", "max_positions",
                        "max_source_positions", "max_target_positions",

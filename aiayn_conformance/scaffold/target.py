@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ class Loaded:
     kind: str  # "module", "file" or "notebook"
     location: str  # the dotted module name, or the file's resolved path
     notes: list[str] = field(default_factory=list)  # what loading left out (a notebook's skipped cells), one a line
+    path_entry: str | None = None  # a folder the module imports only from (the directory aiayn ran in)
 
     @property
     def header(self) -> list[str]:
@@ -49,6 +51,9 @@ class Loaded:
         names = ", ".join(here)
         if self.kind == "module":
             lines = [f"from {self.location} import {names}"]
+            if self.path_entry:
+                lines = [f"sys.path.insert(0, {self.path_entry!r})  # CHECK: the folder {self.location} imports from",
+                         lines[0] + "  # noqa: E402"]
         elif self.kind == "file":
             path = Path(self.location)
             lines = [f"sys.path.insert(0, {str(path.parent)!r})  # CHECK: where {path.name} lives",
@@ -82,10 +87,11 @@ def load_target(target: str) -> Loaded:
         module = _import_file(module_name)
         kind, location = "file", str(Path(module_name).expanduser().resolve())
     else:
-        module = _import_module(module_name)
+        module, entry = _import_module(module_name)
         kind, location = "module", module_name
     obj = _module_object(module, module_name, class_name)
-    return Loaded(obj, module, f"{module_name}:{class_name}", kind, location, notes)
+    return Loaded(obj, module, f"{module_name}:{class_name}", kind, location, notes,
+                  entry if kind == "module" else None)
 
 
 def _import_file(module_name: str) -> ModuleType:
@@ -110,11 +116,29 @@ def _import_file(module_name: str) -> ModuleType:
     return module
 
 
-def _import_module(module_name: str) -> ModuleType:
+def _import_module(module_name: str) -> tuple[ModuleType, str | None]:
+    """The dotted module, and the folder put on sys.path for it: the current directory, as ``python -m`` would,
+    when the module is found only there (the ``aiayn`` script, unlike ``python -m``, does not search it)."""
+    cwd = os.getcwd()
+    entry = None
+    if cwd not in sys.path and "" not in sys.path and _found_only_in(module_name, cwd):
+        sys.path.insert(0, cwd)
+        entry = cwd
     try:
-        return importlib.import_module(module_name)
+        return importlib.import_module(module_name), entry
     except Exception as exc:
         raise ScaffoldError(f"cannot import module {module_name!r}: {short(exc)}") from None
+
+
+def _found_only_in(module_name: str, folder: str) -> bool:
+    """Whether the top package of ``module_name`` is not importable as things are but lies in ``folder``."""
+    top = module_name.split(".")[0]
+    try:
+        if importlib.util.find_spec(top) is not None:
+            return False
+    except (ImportError, ValueError):
+        return False
+    return (Path(folder) / top).is_dir() or (Path(folder) / f"{top}.py").is_file()
 
 
 def _module_object(module: ModuleType, module_name: str, class_name: str) -> Any:
