@@ -380,7 +380,7 @@ def normalized(h: torch.Tensor, tol: float = 1e-3) -> bool:
 # dropout.extra-sites: dropout on the attention weights or inside the FFN
 # --------------------------------------------------------------------------------------------------
 # The same constant-output device, one level further in. With the last decoder layer's FFN inner units all at 1
-# (W1 = 0, b1 = 1) and W2 summing d_ff / d_model of them into each output feature (times BIG s_j / their count),
+# (W1 = 0, b1 = 1) and W2 summing two of them into each output feature (times BIG s_j / 2),
 # the FFN outputs BIG s in eval mode; dropout between W1 and W2 makes a feature's value depend on how many of its
 # units survived, so the kept features of a row take several levels instead of one. With the last decoder layer's
 # self-attention fed a constant vector (the norm before it at gain 0, bias 1) and W_V = I, W_O = diag(BIG s), every
@@ -426,13 +426,19 @@ def output_dropout_alone_adds_levels(impl: Implementation, config: ModelConfig) 
     return share_with_several_levels(trained, signs(config.d_model)) >= 0.15
 
 
+UNITS = 2  # inner units summed into each output feature
+
+
 def inner_ffn_state(config: ModelConfig) -> dict[str, torch.Tensor]:
+    """Each output feature j sums UNITS inner units (2j, 2j + 1, modulo d_ff): a feature with k of them kept takes
+    BIG * k / (UNITS (1 - p)), levels a tenth of the row's range apart whatever d_ff is. (Summing all d_ff / d_model
+    units into each feature made the levels too close to count at a large d_ff: FFN dropout passed at d_ff 2048.)"""
     state = ro.sublayers_off(visible_state(config, seed=91, unit_norms=True), "decoder")
     last, d, d_ff = last_prefix("decoder", config), config.d_model, config.d_ff
-    units = d_ff // d  # inner units summed into each output feature
     w2 = torch.zeros(d, d_ff)
     for j in range(d):
-        w2[j, j: units * d: d] = BIG / units
+        for u in range(UNITS):
+            w2[j, (UNITS * j + u) % d_ff] += BIG / UNITS
     state[f"{last}.ffn.w1.weight"] = torch.zeros(d_ff, d)
     state[f"{last}.ffn.w1.bias"] = torch.ones(d_ff)
     state[f"{last}.ffn.w2.weight"] = w2 * signs(d)[:, None]

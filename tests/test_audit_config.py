@@ -245,3 +245,13 @@ def test_aiayn_audit_passes_the_options_to_the_suite_with_paths_from_where_it_wa
     assert clauses["model.eval-determinism"]["status"] == "pass"
     assert clauses["train.learns"]["status"] == "skip"
     assert clauses["train.learns"]["message"].startswith("needs canonical weights")
+
+
+def test_ffn_dropout_is_caught_at_a_large_d_ff(tmp_path):
+    """dropout.extra-sites' FFN witness at the user's d_ff: summing all d_ff / d_model inner units into each output
+    feature made the levels too close to count at d_ff 2048, and the FFN's inner dropout passed."""
+    res, records = suite(tmp_path, f"--plugin={ROOT / 'tests' / 'broken_models.py'}",
+                         "--impl=reference,broken-ffn-inner-dropout", "--clause=dropout.extra-sites",
+                         "-k", "feed_forward", "--config=d_ff=2048")
+    outcome = {r["subject"].split(":", 1)[1]: r["outcome"] for r in records.get("dropout.extra-sites", [])}
+    assert outcome == {"reference": "passed", "broken-ffn-inner-dropout": "xfailed"}, (outcome, res.stdout[-2000:])
