@@ -224,13 +224,16 @@ Findings:
   `test_no_dropout_inside_the_feed_forward_network` found it at the suite's d_ff 64 (95% of the rows with three or
   more levels) and at `--config d_ff=256` (30%), but passed it at `--config d_ff=2048` (under its 15% threshold),
   with either round's plugin. `inner_ffn_state` spreads each output feature over d_ff / d_model inner units (2, 8
-  and 64 here): the share falls as that grows. Not diagnosed further.
+  and 64 here): the share falls as that grows. **Fixed since**: each output feature now sums two inner units
+  whatever d_ff is, and `tests/test_audit_config.py` catches the broken FFN-dropout model at `--config d_ff=2048`
+  (it passed the old witness).
 - **One positional table per adapter.** `positional_encoding()` returns one table, so a model whose encoder and
   decoder learn a table each (bentrevett) gets "unexplained" from the variant search, and the structural clauses
   that depend on it skip as blocked; docs/plugins.md says to return the other table to audit it.
-- **The scaffold's remaining gaps**: the `aiayn` command does not put the working directory on `sys.path` (a
-  dotted `MODULE` from a checkout, or a file importing from the checkout's root, fails); gordic's argument names
-  (`model_dimension`, `number_of_heads`, `number_of_layers`, `dropout_probability`) are not synonyms; a model whose
-  forward flattens its output defeats the mask probe; a factory taking an options object (`get_model(opt, ...)`)
-  gets the ModelConfig as `opt`; the recipe methods are never proposed.
+- **The scaffold's gaps.** Fixed since: a dotted `MODULE` found only in the directory `aiayn` runs in is imported
+  from there, as `python -m` would, and the plugin puts that folder on `sys.path` with a CHECK; gordic's argument
+  names (`model_dimension`, `number_of_heads`, `number_of_layers`, `dropout_probability`) are synonyms. Remaining: a
+  file importing from the checkout's root still needs `PYTHONPATH=.`; a model whose forward flattens its output
+  defeats the mask probe; a factory taking an options object (`get_model(opt, ...)`) gets the ModelConfig as `opt`;
+  the recipe methods are never proposed.
 """
