@@ -48,6 +48,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from types import FrameType
@@ -465,9 +466,33 @@ def _subject(item: pytest.Item) -> str | None:
 
 _TIMEOUTS = pytest.StashKey[dict[str, int]]()  # subject -> how many of its checks ran past the budget
 
+# Time the check's thread spent runnable but waiting for a CPU (other processes' load) does not count against the
+# budget, up to this many times the budget in wall time: on a loaded machine a verdict must not depend on the load,
+# and a hang (which waits for no CPU) is still stopped at the budget.
+MAX_STRETCH = 5.0
+_SCHEDSTAT = Path("/proc/thread-self/schedstat")
+
+
+def runqueue_wait() -> float | None:
+    """Seconds this thread has spent runnable but waiting for a CPU (Linux's schedstat); None where unknown."""
+    try:
+        return int(_SCHEDSTAT.read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def budget_left(budget: float, wall: float, waited: float | None) -> float | None:
+    """Seconds to wait further before the budget is spent, ``wall`` seconds into a check that waited ``waited`` of
+    them for a CPU; None when it is spent (the waiting discounted, up to ``MAX_STRETCH`` times the budget)."""
+    if waited is None:
+        return None
+    left = min(budget - (wall - waited), MAX_STRETCH * budget - wall)
+    return left if left > 0.01 else None
+
 
 def _budgeted_phase(item: pytest.Item, phase: str) -> Generator[None, object, object]:
-    """Run a test phase (fixture setup or the call) under the per-check time budget (SIGALRM)."""
+    """Run a test phase (fixture setup or the call) under the per-check time budget (SIGALRM); time spent waiting
+    for a CPU is given back (``budget_left``)."""
     budget = _timeout(item.config)
     clause_id = item_clause(item)
     if (budget <= 0 or not hasattr(signal, "setitimer") or clause_id is None
@@ -480,10 +505,18 @@ def _budgeted_phase(item: pytest.Item, phase: str) -> Generator[None, object, ob
                            f"{timeouts[subject]} earlier checks of {subject} ran past the time budget of {budget:g} s "
                            f"(--check-timeout); the implementation hangs or is far too slow")
     state = {"active": True, "spent": False}
+    started, waited_before = time.monotonic(), runqueue_wait()
 
     def on_alarm(signum: int, frame: FrameType | None) -> None:
         if not state["active"]:  # the phase is ending: never raise into pytest's own code
             return
+        if not state["spent"]:
+            waited = runqueue_wait()
+            left = budget_left(budget, time.monotonic() - started,
+                               None if waited is None or waited_before is None else waited - waited_before)
+            if left is not None:  # the machine's load, not the check, used the time: wait the rest
+                signal.setitimer(signal.ITIMER_REAL, left)
+                return
         signal.setitimer(signal.ITIMER_REAL, REFIRE_SECONDS)
         if not state["spent"]:
             state["spent"] = True

@@ -146,3 +146,23 @@ def test_our_diagnostic_is_found_inside_groups_and_chains():
     except RuntimeError as outer:
         assert _diagnostic(outer) is crash  # the context is kept even when the cause is suppressed
     assert _diagnostic(KeyError("unrelated")) is None
+
+
+def test_time_spent_waiting_for_a_cpu_is_given_back_up_to_a_bound():
+    from aiayn_conformance.conformance.plugin import MAX_STRETCH, budget_left
+    assert budget_left(120, 120, 0.0) is None  # no waiting: spent at the budget
+    assert budget_left(120, 120, None) is None  # waiting unknown: wall time, as before
+    assert budget_left(120, 120, 50.0) == pytest.approx(50.0)  # 50 s behind other processes: 50 s more
+    assert budget_left(120, 170, 50.0) is None  # the 120 s of its own are used
+    assert budget_left(120, MAX_STRETCH * 120, MAX_STRETCH * 120 - 1) is None  # never past the stretch bound
+    assert budget_left(120, 500, 450.0) == pytest.approx(70.0)  # 50 s of its own used
+    assert budget_left(120, 500, 490.0) == pytest.approx(MAX_STRETCH * 120 - 500)  # the stretch bound first
+
+
+@pytest.mark.skipif(not Path("/proc/thread-self/schedstat").exists(), reason="no Linux schedstat here")
+def test_the_runqueue_wait_is_read_and_only_grows():
+    from aiayn_conformance.conformance.plugin import runqueue_wait
+    first = runqueue_wait()
+    sum(range(10**6))
+    second = runqueue_wait()
+    assert first is not None and second is not None and 0 <= first <= second
