@@ -147,7 +147,7 @@ def report(results: Sequence[Result], names: Sequence[str], *, header: str, new_
            f"tokens differ from CTranslate2's. {new_tokens} new tokens per source.", "",
            "| vocab | threads | batch | search | ctranslate2 s | " + " | ".join(ours) +
            " | best PyTorch | best | target |",
-           "|---" * (7 + len(ours)) + "|"]
+           "|---" * (8 + len(ours)) + "|"]
     misses, unequal = [], []
     for res in results:
         c = res.cell

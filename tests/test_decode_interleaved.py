@@ -81,6 +81,8 @@ def test_quick_run_prints_a_full_table_with_equal_tokens():
     assert all("failed" not in ln and "≠" not in ln for ln in rows), res.stdout
     assert "Tokens equal to CTranslate2's in every cell and decoder" in res.stdout
     assert "Cells meeting the target:" in res.stdout and "tiny preset" in res.stdout
+    table = [ln for ln in res.stdout.splitlines() if ln.startswith("|")]
+    assert len({ln.count("|") for ln in table}) == 1, table[:3]  # header, separator and rows: one column count
 
 
 def test_bad_arguments_are_refused_with_what_is_accepted():
