@@ -15,20 +15,13 @@ import sys
 from contextlib import redirect_stdout
 from pathlib import Path
 
-from . import perf
+from . import cpu_name, perf
 
 
 def machine() -> str:
     import torch
 
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_name()
     import os
 
     gpu = f", GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ", no GPU"

@@ -51,6 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks import cpu_name
+
 SRC_LEN = 32
 NEW_TOKENS = 50
 BEAM = 4
@@ -289,14 +291,7 @@ def profile(cfg: Any, cell: Cell, new_tokens: int, rows: int = 14) -> list[str]:
 
 
 def machine() -> str:
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_name()
     import os
 
     import torch

@@ -10,15 +10,15 @@ import importlib
 import re
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
 import torch
 from registered import builtin_module
+from scaffolded import plugin_module, reproduces_the_reference
 
 from aiayn_conformance.cli import main
-from aiayn_conformance.conformance.transplant import reference_twin, visible_state
+from aiayn_conformance.conformance.transplant import visible_state
 from aiayn_conformance.implementations import Registry
 from aiayn_conformance.scaffold import render, scaffold
 from aiayn_conformance.spec.config import TINY
@@ -40,14 +40,6 @@ SEEDS = {
 }
 CONFIGS = {"tiny": TINY,
            "untied-3-layers": TINY.replace(n_layers=3, share_embeddings=False, src_vocab=41, tgt_vocab=43)}
-
-
-def plugin_module(target: str, name: str = "scaffolded") -> types.ModuleType:
-    """The scaffold's plugin for ``target``, imported as written (every CHECK line accepted)."""
-    text = render(scaffold(target, name))
-    module = types.ModuleType(f"scaffolded_{abs(hash(target))}")
-    exec(compile(text, f"<scaffold of {target}>", "exec"), module.__dict__)
-    return module
 
 
 def hand_written(target: str, config):
@@ -75,15 +67,8 @@ def test_scaffold_mapping_equals_the_hand_written_one(target, which):
 @pytest.mark.parametrize("target", ["aiayn_conformance.reference.model:Transformer",
                                     builtin_module("fused:FusedTransformer")])
 def test_scaffold_of_a_conforming_model_matches_the_reference(target):
-    config = TINY.replace(dropout=0.0)
-    adapter = plugin_module(target).Adapter(config).eval()
-    state = visible_state(config, seed=6)
-    adapter.load_reference_state(state)
-    ref = reference_twin(config, state)
-    src = torch.tensor([[5, 6, 7, 8, 0, 0], [9, 10, 11, 12, 13, 14]])
-    tgt = torch.tensor([[1, 2, 3, 0], [4, 5, 6, 7]])
+    adapter, ref = reproduces_the_reference(target)
     with torch.no_grad():
-        torch.testing.assert_close(adapter(src, tgt)[tgt != 0], ref(src, tgt)[tgt != 0], rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(adapter.positional_encoding(7), ref.positional_encoding(7))
 
 

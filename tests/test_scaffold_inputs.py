@@ -17,11 +17,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-import torch
+from scaffolded import plugin_module, reproduces_the_reference
 from torch import nn
 
 from aiayn_conformance.cli import main
-from aiayn_conformance.conformance.transplant import reference_twin, visible_state
 from aiayn_conformance.scaffold import render, scaffold
 from aiayn_conformance.scaffold.probe import build_with_config
 from aiayn_conformance.scaffold.synonyms import ASSUMED, SURE
@@ -31,14 +30,6 @@ ROOT = Path(__file__).resolve().parents[1]
 STYLES = ROOT / "tests" / "fixtures" / "scaffold_styles"
 PACKAGE = "tests.fixtures.scaffold_styles"
 NOTEBOOK = STYLES / "tutorial_notebook.ipynb"
-
-
-def plugin_module(target: str, name: str = "scaffolded") -> types.ModuleType:
-    """The scaffold's plugin for ``target``, imported as written (every CHECK line accepted)."""
-    text = render(scaffold(target, name))
-    module = types.ModuleType(f"scaffolded_{abs(hash(target))}")
-    exec(compile(text, f"<scaffold of {target}>", "exec"), module.__dict__)
-    return module
 
 
 # -- the synonym table: each family, every name ---------------------------------------------------------------
@@ -105,19 +96,6 @@ def test_a_name_that_could_be_either_vocabulary_takes_the_side_left_free():
 
 
 # -- constructors: sub-modules, factories, library configs ------------------------------------------------------
-def reproduces_the_reference(target: str) -> None:
-    """The plugin as written loads the canonical weights so that the model computes the reference's outputs."""
-    config = TINY.replace(dropout=0.0)
-    adapter = plugin_module(target).Adapter(config).eval()
-    state = visible_state(config, seed=6)
-    adapter.load_reference_state(state)
-    ref = reference_twin(config, state)
-    src = torch.tensor([[5, 6, 7, 8, 0, 0], [9, 10, 11, 12, 13, 14]])
-    tgt = torch.tensor([[1, 2, 3, 0], [4, 5, 6, 7]])
-    with torch.no_grad():
-        torch.testing.assert_close(adapter(src, tgt)[tgt != 0], ref(src, tgt)[tgt != 0], rtol=1e-4, atol=1e-4)
-
-
 def test_a_constructor_that_takes_built_sub_modules():
     target = f"{PACKAGE}.tutorial_seq2seq:Seq2Seq"
     text = render(scaffold(target))
