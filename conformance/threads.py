@@ -35,14 +35,14 @@ def share(processes: int) -> int:
     return max(1, available_cpus() // max(1, processes))
 
 
-def _user_choice() -> str | None:
+def user_choice() -> str | None:
     """The variable by which the user chose the thread count, if any (the first of the precedence)."""
     return next((var for var in (ENV, "OMP_NUM_THREADS") if os.environ.get(var, "").strip()), None)
 
 
 def wanted_threads(workers: int | None) -> tuple[int | None, str]:
     """The thread count this process should use (None: leave torch alone), and why."""
-    chosen = _user_choice()
+    chosen = user_choice()
     if chosen == ENV:
         value = os.environ[ENV].strip()
         try:
@@ -62,7 +62,7 @@ def wanted_threads(workers: int | None) -> tuple[int | None, str]:
 def environment_for(processes: int) -> dict[str, str]:
     """Variables for each of ``processes`` suite runs started at once (``aiayn audit``'s jobs): their share
     of the CPUs, or nothing when the user chose a count (the runs inherit that choice)."""
-    return {} if _user_choice() else {ENV: str(share(processes))}
+    return {} if user_choice() else {ENV: str(share(processes))}
 
 
 def header_line(xdist_workers: int | None) -> str:

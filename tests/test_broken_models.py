@@ -74,7 +74,11 @@ def run_suite(impls, tmp: Path, *extra: str, env=None, suite: str | None = "conf
            f"--plugin={RECIPES_PLUGIN}",
            f"--impl={','.join(impls)}",
            f"--results-json={out}", *extra]
-    if importlib.util.find_spec("xdist") is not None and threads.available_cpus() > 1:
+    # Its own xdist workers when this test runs alone; under the README's test command (``-n auto``) every CPU is
+    # already busy with a worker of the outer run, and two more processes per run would only add their start-up
+    # (torch, hypothesis and the plugins imported again: about 5 s of CPU each, 14 workers over the six runs).
+    if (importlib.util.find_spec("xdist") is not None and threads.available_cpus() > 1
+            and not os.environ.get("PYTEST_XDIST_WORKER")):
         cmd += ["-n", str(min(4, threads.available_cpus()))]
     try:
         res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT,
