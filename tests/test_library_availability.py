@@ -5,7 +5,6 @@ another release of its library still runs, and every report says which release t
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -38,7 +37,7 @@ sys.meta_path.insert(0, Blocked())
 def without_libraries(*args: str, module: str) -> subprocess.CompletedProcess:
     code = BLOCK + f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
     return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "AIAYN_TORCH_THREADS": "1"})
+                          timeout=600)
 
 
 def test_reason_names_the_package_and_the_install_command():
