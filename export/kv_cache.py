@@ -9,19 +9,22 @@ h heads, d_k = d_model / h, N rows (sources, or sources x beams):
     cross-attention keys and values of its output are computed there (§3.2.3).
 ``decoder_step.onnx``
     ``tokens`` [N] int64, ``src`` [N, S] int64 (for the source padding mask),
-    ``past_key.{i}`` / ``past_value.{i}`` [N, h, t, d_k] (the self-attention
-    cache of the t tokens fed so far; t = 0 at the first step),
+    ``past_key.{i}`` / ``past_value.{i}`` [t, N, h, d_k] (the self-attention
+    keys/values of the t tokens fed so far, time-major; t = 0 at the first step),
     ``cross_key.{i}`` / ``cross_value.{i}`` [N, h, S, d_k]
-    -> ``logits`` [N, V] (the next token's), ``present_key.{i}`` /
-    ``present_value.{i}`` [N, h, t + 1, d_k]. The new token sits at position t,
-    read from the past's length, so positions continue (§3.5).
+    -> ``logits`` [N, V] (the next token's), ``new_key.{i}`` / ``new_value.{i}``
+    [N, h, d_k] (the new token's, which the caller stores at position t). The new
+    token sits at position t, read from the past's length, so positions continue (§3.5).
 ``generation.json``
     The layout above as data, the token ids and ``max_positions``: the position
     table in the step graph covers ``max_len + extra_length`` positions, so the
     §6.1 limit (a source's length + 50) holds for every source the model accepts.
 
-The step graph is ``reference.decoding.decode_step`` traced on the reference
-model's own modules; the encoder graph is ``reference.decoding.init_cache``.
+The step graph is ``CachedStep``: ``reference.decoding.decode_step``'s function on the
+reference model's weights, arranged for a CPU runtime (issue 26): the past is read where
+it lies and only the new position's keys and values come out, so no graph copies the
+cache; ``OrtCachedDecoder`` keeps it in preallocated time-major buffers and passes their
+filled prefix. The encoder graph is ``reference.decoding.init_cache``.
 N, S and t are symbolic (exported at N = 2, S = 5, t = 3, and asserted
 symbolic in the saved file); the session is asserted to run on the CPU provider.
 
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,8 +53,6 @@ from torch import Tensor, nn
 
 from aiayn_conformance.reference.decoding import (
     Hypotheses,
-    KVCache,
-    LayerCache,
     beam_search,
     decode_step,
     greedy_search,
@@ -74,7 +76,7 @@ from .common import (
 )
 from .decoders import Lockstep, torch_step_decoder
 
-__all__ = ["ENCODER_FILE", "STEP_FILE", "MANIFEST_FILE", "CachedGeneration", "CachedStep", "EncoderKV",
+__all__ = ["ENCODER_FILE", "STEP_FILE", "MANIFEST_FILE", "CachedGeneration", "CachedStep", "EncoderKV", "OrtCache",
            "export_cached_generation", "export_encoder_kv", "export_cached_step",
            "OrtCachedDecoder", "OrtPrefixDecoder", "verify_cached_generation"]
 
@@ -98,18 +100,56 @@ class EncoderKV(nn.Module):
 
 
 class CachedStep(nn.Module):
-    """One decoder step over the key/value cache: ``reference.decoding.decode_step`` with tensors in and out."""
+    """One decoder step over a time-major key/value cache: the new position only, computed from the reference's
+    weights (§3.2.2, §3.3, §3.4) and arranged for a CPU runtime.
+
+    ``past_keys[i]`` / ``past_values[i]`` (t, N, h, d_k) hold positions 0..t-1 of layer i (time-major, so the
+    runtime can keep them in preallocated buffers and pass the filled prefix as a contiguous slice). The step
+    returns the logits and only the new position's keys and values (N, h, d_k), which the caller writes at
+    position t: no graph copies the cache. Eq. (1) is computed with elementwise products and sums over the
+    cached positions, the softmax taken over the past and the new position together; Q, K and V come from one
+    product with the three matrices side by side. The same float32 function as ``reference.decoding.decode_step``
+    in another order (``verify_cached_generation`` compares every step's log-probabilities).
+    """
 
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model: Any = model
+        layers = list(model.decoder)  # type: ignore[arg-type]
+        for i, layer in enumerate(layers):  # W^Q | W^K | W^V of layer i as one (3 d_model, d_model) matrix
+            sa = layer.self_attn
+            self.register_buffer(f"qkv_{i}", torch.cat([sa.q.weight, sa.k.weight, sa.v.weight]).detach(),
+                                 persistent=False)
 
     def forward(self, tokens: Tensor, src: Tensor, past_keys: list[Tensor], past_values: list[Tensor],
                 cross_keys: list[Tensor], cross_values: list[Tensor]):
-        src_mask = (src != self.model.config.pad_id)[:, None, None, :]  # (N, 1, 1, S)
-        layers = tuple(LayerCache(*x) for x in zip(past_keys, past_values, cross_keys, cross_values))
-        logits, cache = decode_step(self.model, KVCache(layers, src_mask), tokens)
-        return logits, [c.self_k for c in cache.layers], [c.self_v for c in cache.layers]
+        model = self.model
+        t = past_keys[0].shape[0]
+        keep = src != model.config.pad_id  # (N, S), True = may attend
+        any_key = keep.any(dim=1)  # (N,) False for a fully padded source: it attends to nothing
+        bias = torch.zeros(keep.shape, dtype=torch.float32).masked_fill(~(keep | ~any_key[:, None]),
+                                                                         float("-inf"))[:, None, :]  # (N, 1, S)
+        gate = any_key.to(torch.float32)[:, None, None]  # (N, 1, 1)
+        y = model.embed(tokens[:, None], model.tgt_embed, start=t)[:, 0]  # (N, d_model), position t
+        new_keys, new_values = [], []
+        for i, layer in enumerate(model.decoder):
+            sa, xa = layer.self_attn, layer.cross_attn
+            N, h, d_k = y.shape[0], sa.h, sa.d_k
+            q, k, v = torch.nn.functional.linear(y, getattr(self, f"qkv_{i}")).view(N, 3, h, d_k).unbind(1)
+            scale = 1.0 / math.sqrt(d_k)
+            past = (past_keys[i] * q).sum(-1) * scale  # (t, N, h): q . k_j / sqrt(d_k), j < t
+            now = (k * q).sum(-1)[None] * scale  # (1, N, h): the new position's own key
+            w = torch.softmax(torch.cat([past, now]), dim=0)  # (t + 1, N, h) over positions 0..t
+            heads = (w[:t, :, :, None] * past_values[i]).sum(0) + w[t, :, :, None] * v  # (N, h, d_k)
+            y = layer.norm1(y + sa.o(heads.reshape(N, h * d_k)))
+            cq = xa.q(y).view(N, h, 1, d_k)  # (N, h, 1, d_k)
+            scores = (cross_keys[i] * cq).sum(-1) * scale + bias  # (N, h, S)
+            heads = (torch.softmax(scores, dim=-1)[..., None] * cross_values[i]).sum(2) * gate  # (N, h, d_k)
+            y = layer.norm2(y + xa.o(heads.reshape(N, h * d_k)))
+            y = layer.norm3(y + layer.ffn(y))
+            new_keys.append(k)
+            new_values.append(v)
+        return model.generator(y), new_keys, new_values  # (N, V), L x (N, h, d_k), L x (N, h, d_k)
 
 
 @contextlib.contextmanager
@@ -126,7 +166,7 @@ def _position_table(model: nn.Module, positions: int) -> Iterator[None]:
 
 def _names(L: int) -> dict[str, list[str]]:
     return {kind: [f"{kind}.{i}" for i in range(L)] for kind in
-            ("past_key", "past_value", "cross_key", "cross_value", "present_key", "present_value")}
+            ("past_key", "past_value", "cross_key", "cross_value", "new_key", "new_value")}
 
 
 @dataclass(frozen=True)
@@ -169,21 +209,27 @@ def export_cached_step(model: nn.Module, path: str | Path, config: ModelConfig, 
     positions = positions or config.max_len + TRANSLATION.extra_length
     L, names = config.n_layers, _names(config.n_layers)
     src, _ = example_inputs(config)  # N = 2, S = 5
-    with torch.no_grad():  # a real cache of t = 3 tokens as the example
+    with torch.no_grad():  # a real cache of t = 3 tokens as the example, time-major
         cache = init_cache(model, src)
         for token in (1, 4, 5):
             _, cache = decode_step(model, cache, torch.full((2,), token % config.tgt_vocab))
     tokens = torch.tensor([3, 4]) % config.tgt_vocab
-    args = (tokens, src, [c.self_k for c in cache.layers], [c.self_v for c in cache.layers],
+
+    def time_major(x: Tensor) -> Tensor:
+        return x.permute(2, 0, 1, 3).contiguous()  # (N, h, t, d_k) -> (t, N, h, d_k)
+
+    args = (tokens, src, [time_major(c.self_k) for c in cache.layers], [time_major(c.self_v) for c in cache.layers],
             [c.cross_k for c in cache.layers], [c.cross_v for c in cache.layers])
     N = torch.export.Dim("rows", min=1, max=MAX_ROWS)
     S = torch.export.Dim("src_len", min=1, max=config.max_len)
     T = torch.export.Dim("past_len", min=0, max=positions - 1)
-    past, cross = [{0: N, 2: T}] * L, [{0: N, 2: S}] * L
+    past, cross = [{0: T, 1: N}] * L, [{0: N, 2: S}] * L
     inputs = ["tokens", "src", *names["past_key"], *names["past_value"], *names["cross_key"], *names["cross_value"]]
-    outputs = ["logits", *names["present_key"], *names["present_value"]]
+    outputs = ["logits", *names["new_key"], *names["new_value"]]
     symbolic = {"tokens": (0,), "src": (0, 1), "logits": (0,),
-                **{n: (0, 2) for n in inputs[2:] + outputs[1:]}}
+                **{n: (0, 1) for n in names["past_key"] + names["past_value"]},
+                **{n: (0, 2) for n in names["cross_key"] + names["cross_value"]},
+                **{n: (0,) for n in outputs[1:]}}
     with _position_table(model, positions):
         return export_graph(CachedStep(model), args, ({0: N}, {0: N, 1: S}, past, past, cross, cross),
                             (inputs, outputs), Path(path), progress, symbolic)
@@ -211,8 +257,8 @@ def export_cached_generation(model: nn.Module, out_dir: str | Path, config: Mode
         "step": {"file": STEP_FILE,
                  "inputs": ["tokens", "src", *names["past_key"], *names["past_value"], *names["cross_key"],
                             *names["cross_value"]],
-                 "outputs": ["logits", *names["present_key"], *names["present_value"]]},
-        "shapes": {"tokens": "[N]", "src": "[N, S]", "past": "[N, h, t, d_k]", "present": "[N, h, t + 1, d_k]",
+                 "outputs": ["logits", *names["new_key"], *names["new_value"]]},
+        "shapes": {"tokens": "[N]", "src": "[N, S]", "past": "[t, N, h, d_k]", "new": "[N, h, d_k]",
                    "cross": "[N, h, S, d_k]", "logits": "[N, V]"},
         "n_layers": config.n_layers, "n_heads": config.n_heads, "d_k": config.d_model // config.n_heads,
         "tgt_vocab": config.tgt_vocab, "pad_id": config.pad_id, "bos_id": decode.bos_id, "eos_id": decode.eos_id,
@@ -226,11 +272,36 @@ def export_cached_generation(model: nn.Module, out_dir: str | Path, config: Mode
 
 
 # -- onnxruntime step decoders --------------------------------------------------------------------------------
-OrtState = dict[str, np.ndarray]
+@dataclass
+class OrtCache:
+    """The state of ``OrtCachedDecoder``: preallocated time-major buffers, filled up to ``length``.
+
+    ``keys[i]`` / ``values[i]`` (capacity, N, h, d_k) hold layer i's self-attention keys/values of positions
+    0..length-1; the step graph reads ``keys[i][:length]`` (a contiguous slice, no copy) and the decoder writes
+    the new position in place. ``spare_keys`` / ``spare_values`` are as large: a beam reorder gathers the chosen
+    rows into them and the two swap roles. ``cross`` holds the step graph's cross-attention inputs and ``src``.
+    A step or a reorder consumes the state it is given (its buffers are reused).
+    """
+
+    src: np.ndarray  # (N, S) int64
+    cross: dict[str, np.ndarray]  # cross_key.{i} / cross_value.{i}: (N, h, S, d_k)
+    keys: list[np.ndarray]
+    values: list[np.ndarray]
+    spare_keys: list[np.ndarray]
+    spare_values: list[np.ndarray]
+    length: int
+
+    @property
+    def rows(self) -> int:
+        return self.src.shape[0]
+
+    @property
+    def capacity(self) -> int:
+        return self.keys[0].shape[0]
 
 
 class OrtCachedDecoder:
-    """The cached graphs in onnxruntime as a step decoder: the state is the step graph's inputs (numpy).
+    """The cached graphs in onnxruntime as a step decoder over preallocated time-major buffers (``OrtCache``).
 
     ``max_positions`` (from the manifest) bounds the decoded length; a longer decoding raises an
     ExportError instead of reading past the position table.
@@ -243,11 +314,13 @@ class OrtCachedDecoder:
         self.enc_outputs = [o.name for o in self.encoder.get_outputs()]
         self.step_outputs = [o.name for o in self.step.get_outputs()]
         past = [i for i in self.step.get_inputs() if i.name.startswith("past_key.")]
-        if not past or len(self.enc_outputs) != 2 * len(past):
-            raise ExportError(f"{step} and {encoder} are not a cached-decoding pair (step inputs "
-                              f"{[i.name for i in self.step.get_inputs()]}, encoder outputs {self.enc_outputs})")
+        if (not past or len(self.enc_outputs) != 2 * len(past)
+                or self.step_outputs[1:] != [f"new_{kind}.{i}" for kind in ("key", "value") for i in range(len(past))]):
+            raise ExportError(f"{step} and {encoder} are not a cached-decoding pair of this version (step inputs "
+                              f"{[i.name for i in self.step.get_inputs()]}, outputs {self.step_outputs}; encoder "
+                              f"outputs {self.enc_outputs}); export them again with aiayn export --generation")
         self.L = len(past)
-        self.h, self.d_k = past[0].shape[1], past[0].shape[3]
+        self.h, self.d_k = past[0].shape[2], past[0].shape[3]
 
     @classmethod
     def load(cls, out_dir: str | Path, *, threads: int | None = None) -> OrtCachedDecoder:
@@ -260,35 +333,71 @@ class OrtCachedDecoder:
         return cls(out / manifest["encoder"]["file"], out / manifest["step"]["file"], pad_id=manifest["pad_id"],
                    max_positions=manifest["max_positions"], threads=threads)
 
-    def begin_decoding(self, src: Tensor) -> OrtState:
-        src_np = np.ascontiguousarray(src.cpu().numpy().astype(np.int64))
-        cross = self.encoder.run(self.enc_outputs, {"src": src_np})
-        empty = np.zeros((src_np.shape[0], self.h, 0, self.d_k), dtype=np.float32)
-        state: OrtState = {"src": src_np}
-        for i in range(self.L):
-            state[f"past_key.{i}"], state[f"past_value.{i}"] = empty, empty
-            state[f"cross_key.{i}"], state[f"cross_value.{i}"] = cross[2 * i], cross[2 * i + 1]
-        return state
+    def _buffers(self, capacity: int, rows: int) -> list[np.ndarray]:
+        return [np.zeros((capacity, rows, self.h, self.d_k), dtype=np.float32) for _ in range(self.L)]
 
-    def decode_step(self, state: OrtState, tokens: Tensor) -> tuple[Tensor, OrtState]:
-        t = state["past_key.0"].shape[2]
+    def begin_decoding(self, src: Tensor) -> OrtCache:
+        src_np = np.ascontiguousarray(src.cpu().numpy().astype(np.int64))
+        outs = self.encoder.run(self.enc_outputs, {"src": src_np})
+        N, capacity = src_np.shape[0], src_np.shape[1] + TRANSLATION.extra_length + 1
+        if self.max_positions is not None:
+            capacity = min(capacity, self.max_positions)
+        return OrtCache(src_np, dict(zip(self.enc_outputs, outs)), self._buffers(capacity, N),
+                        self._buffers(capacity, N), self._buffers(capacity, N), self._buffers(capacity, N), 0)
+
+    def decode_step(self, state: OrtCache, tokens: Tensor) -> tuple[Tensor, OrtCache]:
+        t = state.length
         if self.max_positions is not None and t >= self.max_positions:
             raise ExportError(f"position {t} is beyond the exported position table ({self.max_positions} positions)")
-        outs = self.step.run(self.step_outputs, {**state, "tokens": tokens.cpu().numpy().astype(np.int64)})
-        new = dict(state)
+        if t == state.capacity:
+            state = self._grown(state)
+        feed = {"tokens": tokens.cpu().numpy().astype(np.int64), "src": state.src, **state.cross}
         for i in range(self.L):
-            new[f"past_key.{i}"], new[f"past_value.{i}"] = outs[1 + i], outs[1 + self.L + i]
-        return torch.from_numpy(outs[0]), new
+            feed[f"past_key.{i}"], feed[f"past_value.{i}"] = state.keys[i][:t], state.values[i][:t]
+        outs = self.step.run(self.step_outputs, feed)
+        for i in range(self.L):  # position t, in place
+            state.keys[i][t] = outs[1 + i]
+            state.values[i][t] = outs[1 + self.L + i]
+        state.length = t + 1
+        return torch.from_numpy(outs[0]), state
 
-    def reorder_state(self, state: OrtState, indices: Tensor) -> OrtState:
-        """Row i of the new state is row ``indices[i]``. The cross-attention keys and values are a function
-        of the source row alone, so when every row keeps its source (beams reordered within a source, as in
-        beam search) they are kept as they are instead of copied."""
-        idx = indices.cpu().numpy()
-        src = state["src"]
-        same_sources = idx.shape[0] == src.shape[0] and np.array_equal(src.take(idx, axis=0), src)
-        return {name: value if same_sources and name.startswith(("src", "cross_")) else value.take(idx, axis=0)
-                for name, value in state.items()}
+    def _grown(self, state: OrtCache) -> OrtCache:
+        """Twice the capacity (at most ``max_positions``), positions 0..t-1 copied."""
+        t, N = state.length, state.rows
+        capacity = 2 * state.capacity if self.max_positions is None else min(2 * state.capacity, self.max_positions)
+
+        def grow(buffers: list[np.ndarray]) -> list[np.ndarray]:
+            new = self._buffers(capacity, N)
+            for old, b in zip(buffers, new):
+                b[:t] = old[:t]
+            return new
+
+        return OrtCache(state.src, state.cross, grow(state.keys), grow(state.values), self._buffers(capacity, N),
+                        self._buffers(capacity, N), t)
+
+    def reorder_state(self, state: OrtCache, indices: Tensor) -> OrtCache:
+        """Row i of the new state is row ``indices[i]``: the filled positions of the chosen rows are gathered
+        into the spare buffers (``torch.index_select`` into views of them; new buffers only when the row count
+        changes, as when sources become beams). The cross-attention inputs are a function of the source row
+        alone, so when every row keeps its source they are kept as they are instead of copied."""
+        idx = indices.cpu().numpy().astype(np.int64)
+        t, n = state.length, idx.shape[0]
+        if n and not 0 <= idx.min() <= idx.max() < state.rows:
+            raise IndexError(f"reorder indices must lie in [0, {state.rows}), got {idx.min()}..{idx.max()}")
+        if n == state.rows:
+            keys, values = state.spare_keys, state.spare_values
+            spare_keys, spare_values = state.keys, state.values
+        else:
+            keys, values = self._buffers(state.capacity, n), self._buffers(state.capacity, n)
+            spare_keys, spare_values = self._buffers(state.capacity, n), self._buffers(state.capacity, n)
+        rows = torch.from_numpy(idx)
+        for old, new in zip([*state.keys, *state.values], [*keys, *values]):  # torch views of the numpy buffers
+            torch.index_select(torch.from_numpy(old[:t]), 1, rows, out=torch.from_numpy(new[:t]))
+        src = state.src
+        same_sources = n == src.shape[0] and np.array_equal(src.take(idx, axis=0), src)
+        cross = state.cross if same_sources else {k: v.take(idx, axis=0) for k, v in state.cross.items()}
+        return OrtCache(src if same_sources else src.take(idx, axis=0), cross, keys, values, spare_keys,
+                        spare_values, t)
 
 
 class OrtPrefixDecoder:

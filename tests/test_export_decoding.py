@@ -63,9 +63,9 @@ def test_graph_axes_stay_symbolic_and_the_manifest_describes_them(exported):
     assert list(inputs) == manifest["step"]["inputs"] and list(outputs) == manifest["step"]["outputs"]
     h, d_k = TINY.n_heads, TINY.d_model // TINY.n_heads
     assert inputs["tokens"] == ["rows"] and inputs["src"] == ["rows", "src_len"]
-    assert inputs["past_key.1"] == ["rows", h, "past_len", d_k]
+    assert inputs["past_key.1"] == ["past_len", "rows", h, d_k]  # time-major: the filled prefix of a buffer
     assert inputs["cross_value.0"] == ["rows", h, "src_len", d_k]
-    assert outputs["logits"] == ["rows", TINY.tgt_vocab] and outputs["present_value.1"][2] == "past_len + 1"
+    assert outputs["logits"] == ["rows", TINY.tgt_vocab] and outputs["new_value.1"] == ["rows", h, d_k]
     encoder = dims(onnx.load(str(out / "encoder_kv.onnx")).graph.output)
     assert encoder["cross_key.1"] == ["rows", h, "src_len", d_k]
 
@@ -84,6 +84,11 @@ def test_onnxruntime_decodes_other_shapes_and_refuses_positions_beyond_the_table
         expected = search(model, src, bos_id=1, eos_id=5, pad_id=0, max_len=6, **kw)
         assert torch.equal(got.tokens, expected.tokens)
         assert torch.isfinite(got.scores).all() and torch.allclose(got.scores, expected.scores, atol=1e-4)
+    # Past the preallocated capacity (S + 51 = 54 positions) the buffers grow, up to the table's 74 positions.
+    got = greedy_search(ort, src, bos_id=1, eos_id=-1, pad_id=0, max_len=ort.max_positions)
+    expected = greedy_search(model, src, bos_id=1, eos_id=-1, pad_id=0, max_len=ort.max_positions)
+    assert got.tokens.shape[1] == ort.max_positions > src.shape[1] + 51
+    assert torch.equal(got.tokens, expected.tokens) and torch.allclose(got.scores, expected.scores, atol=1e-3)
     with pytest.raises(ExportError, match="beyond the exported position table"):
         greedy_search(ort, src, bos_id=1, eos_id=-1, pad_id=0, max_len=ort.max_positions + 1)
 
