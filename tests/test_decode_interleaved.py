@@ -92,3 +92,55 @@ def test_bad_arguments_are_refused_with_what_is_accepted():
         main(["--vocabs", "x"])
     with pytest.raises(SystemExit):
         main(["--decoders", "nope"])
+
+
+def test_report_names_the_cells_whose_product_floor_is_above_the_target():
+    from benchmarks.decode_interleaved import FLOOR
+
+    names = [BASELINE, "onnxruntime cached", FLOOR]
+    low = result(Cell(8000, 2, 1, 1), {BASELINE: 1.0, "onnxruntime cached": 0.6, FLOOR: 0.4},
+                 {"onnxruntime cached": True})
+    high = result(Cell(8000, 1, 8, 4), {BASELINE: 1.0, "onnxruntime cached": 0.9, FLOOR: 0.75},
+                  {"onnxruntime cached": True})
+    out = "\n".join(report([low, high], names, header="H", new_tokens=50, rounds=3))
+    assert "| 8000 | 2 | 1 | greedy | 1.000 | 0.60 | 0.40 | - | 0.60 (onnxruntime cached) | met |" in out
+    # the floor is timed, never a decoder: never the best, never compared for tokens
+    assert ("| 8000 | 1 | 8 | beam 4 | 1.000 | 0.90 | 0.75 | - | 0.90 (onnxruntime cached) | "
+            "MISSED (floor above the target) |") in out
+    assert ("take more than 0.67 of CTranslate2's time: 1: vocab 8000, 1 thread(s), batch 8, beam 4: 0.75" in out)
+    assert "Tokens equal to CTranslate2's in every cell and decoder" in out
+
+
+@pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("onnx", "onnxruntime")),
+                    reason="the onnx extra is needed for the product floor")
+def test_product_floor_runs_exactly_the_decodes_products(tmp_path):
+    import numpy as np
+    import onnx
+
+    from aiayn_conformance.implementations import get_registry
+    from aiayn_conformance.spec import TINY
+    from benchmarks.decode_interleaved import ProductFloor
+
+    torch.manual_seed(0)
+    model = get_registry().get("reference").build(TINY).eval()
+    floor = ProductFloor(model, tmp_path, new_tokens=3, threads=1)
+    L = TINY.n_layers
+    for name, products in (("encoder_products.onnx", 4 * L + L), ("step_products.onnx", 6 * L + 1)):
+        ops = [n.op_type for n in onnx.load(str(tmp_path / name)).graph.node]
+        assert ops.count("MatMul") == products, (name, ops)
+    # The step's chain is the decoder's products in order, on the model's own weights (W^T: x @ W^T = linear(x)).
+    x = np.random.default_rng(0).standard_normal((5, TINY.d_model)).astype(np.float32)
+    y = torch.from_numpy(x)
+    with torch.no_grad():
+        for layer in model.decoder:
+            sa, xa = layer.self_attn, layer.cross_attn
+            for lin in (sa.q, sa.o, xa.q, xa.o, layer.ffn.w1, layer.ffn.w2):  # Q of Q|K|V feeds W^O
+                y = y @ lin.weight.T
+        expected = (y @ model.generator.weight.T).argmax(-1)
+    assert floor.step.run(None, {"x": x})[0].tolist() == expected.tolist()
+    rows = []
+    for graph in (floor.encoder, floor.step):
+        run = graph.run
+        graph.run = lambda out, feed, run=run: rows.append(feed["x"].shape[0]) or run(out, feed)  # type: ignore
+    assert floor(torch.zeros(2, 7, dtype=torch.long), 4) is None  # not a decoder: no tokens
+    assert rows == [2 * 7, 2, 8, 8]  # the encoder over every source token, then B rows, then B x K
