@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn_conformance.reference.decoding import (
@@ -106,20 +107,25 @@ class CachedStep(nn.Module):
     ``past_keys[i]`` / ``past_values[i]`` (t, N, h, d_k) hold positions 0..t-1 of layer i (time-major, so the
     runtime can keep them in preallocated buffers and pass the filled prefix as a contiguous slice). The step
     returns the logits and only the new position's keys and values (N, h, d_k), which the caller writes at
-    position t: no graph copies the cache. Eq. (1) is computed with elementwise products and sums over the
-    cached positions, the softmax taken over the past and the new position together; Q, K and V come from one
-    product with the three matrices side by side. The same float32 function as ``reference.decoding.decode_step``
-    in another order (``verify_cached_generation`` compares every step's log-probabilities).
+    position t: no graph copies the cache. Eq. (1)'s 1/sqrt(d_k) is folded into W^Q (self- and cross-attention;
+    exact in float32 when it is a power of two, as at the paper's d_k = 64), Q, K and V come from one product with
+    the three matrices side by side, self-attention is computed with elementwise products and sums over the
+    cached positions (the softmax over the past and the new position together), cross-attention with batched
+    products. The same float32 function as ``reference.decoding.decode_step`` in another order
+    (``verify_cached_generation`` compares every step's log-probabilities).
     """
 
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model: Any = model
-        layers = list(model.decoder)  # type: ignore[arg-type]
-        for i, layer in enumerate(layers):  # W^Q | W^K | W^V of layer i as one (3 d_model, d_model) matrix
-            sa = layer.self_attn
-            self.register_buffer(f"qkv_{i}", torch.cat([sa.q.weight, sa.k.weight, sa.v.weight]).detach(),
+        for i, layer in enumerate(model.decoder):  # type: ignore[arg-type]
+            sa, xa = layer.self_attn, layer.cross_attn
+            scale = 1.0 / math.sqrt(sa.d_k)
+            # W^Q / sqrt(d_k) | W^K | W^V of layer i as one (3 d_model, d_model) matrix, and W^Q / sqrt(d_k) of its
+            # cross-attention
+            self.register_buffer(f"qkv_{i}", torch.cat([sa.q.weight * scale, sa.k.weight, sa.v.weight]).detach(),
                                  persistent=False)
+            self.register_buffer(f"cross_q_{i}", (xa.q.weight * scale).detach(), persistent=False)
 
     def forward(self, tokens: Tensor, src: Tensor, past_keys: list[Tensor], past_values: list[Tensor],
                 cross_keys: list[Tensor], cross_values: list[Tensor]):
@@ -128,23 +134,22 @@ class CachedStep(nn.Module):
         keep = src != model.config.pad_id  # (N, S), True = may attend
         any_key = keep.any(dim=1)  # (N,) False for a fully padded source: it attends to nothing
         bias = torch.zeros(keep.shape, dtype=torch.float32).masked_fill(~(keep | ~any_key[:, None]),
-                                                                         float("-inf"))[:, None, :]  # (N, 1, S)
+                                                                         float("-inf"))[:, None, None, :]  # (N,1,1,S)
         gate = any_key.to(torch.float32)[:, None, None]  # (N, 1, 1)
         y = model.embed(tokens[:, None], model.tgt_embed, start=t)[:, 0]  # (N, d_model), position t
         new_keys, new_values = [], []
         for i, layer in enumerate(model.decoder):
             sa, xa = layer.self_attn, layer.cross_attn
             N, h, d_k = y.shape[0], sa.h, sa.d_k
-            q, k, v = torch.nn.functional.linear(y, getattr(self, f"qkv_{i}")).view(N, 3, h, d_k).unbind(1)
-            scale = 1.0 / math.sqrt(d_k)
-            past = (past_keys[i] * q).sum(-1) * scale  # (t, N, h): q . k_j / sqrt(d_k), j < t
-            now = (k * q).sum(-1)[None] * scale  # (1, N, h): the new position's own key
+            q, k, v = F.linear(y, getattr(self, f"qkv_{i}")).view(N, 3, h, d_k).unbind(1)  # 3 x (N, h, d_k)
+            past = (past_keys[i] * q).sum(-1)  # (t, N, h): q . k_j / sqrt(d_k) for j < t
+            now = (k * q).sum(-1)[None]  # (1, N, h): the new position's own key
             w = torch.softmax(torch.cat([past, now]), dim=0)  # (t + 1, N, h) over positions 0..t
             heads = (w[:t, :, :, None] * past_values[i]).sum(0) + w[t, :, :, None] * v  # (N, h, d_k)
             y = layer.norm1(y + sa.o(heads.reshape(N, h * d_k)))
-            cq = xa.q(y).view(N, h, 1, d_k)  # (N, h, 1, d_k)
-            scores = (cross_keys[i] * cq).sum(-1) * scale + bias  # (N, h, S)
-            heads = (torch.softmax(scores, dim=-1)[..., None] * cross_values[i]).sum(2) * gate  # (N, h, d_k)
+            cq = F.linear(y, getattr(self, f"cross_q_{i}")).view(N, h, 1, d_k)  # (N, h, 1, d_k)
+            scores = cq @ cross_keys[i].transpose(-1, -2) + bias  # (N, h, 1, S)
+            heads = (torch.softmax(scores, dim=-1) @ cross_values[i])[:, :, 0] * gate  # (N, h, d_k)
             y = layer.norm2(y + xa.o(heads.reshape(N, h * d_k)))
             y = layer.norm3(y + layer.ffn(y))
             new_keys.append(k)
