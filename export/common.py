@@ -137,15 +137,17 @@ def export_graph(module: nn.Module, args: tuple, dynamic: tuple, names: tuple[li
     return path
 
 
-def session(path: str | Path, *, threads: int | None = None):
-    """An onnxruntime session on the CPU provider (asserted); ``threads`` sets its intra-op thread count."""
+def session(path: str | Path, *, threads: int | None = None, disabled_optimizers: Sequence[str] = ()):
+    """An onnxruntime session on the CPU provider (asserted); ``threads`` sets its intra-op thread count and
+    ``disabled_optimizers`` names graph optimizers onnxruntime must not apply."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads
     try:
-        sess = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"],
+                                    disabled_optimizers=list(disabled_optimizers) or None)
     except Exception as exc:  # InvalidGraph, NotImplemented, Fail: the exported graph is what is wrong
         raise ExportError(f"onnxruntime rejected the exported graph: {short_error(exc)}") from exc
     if sess.get_providers()[0] != "CPUExecutionProvider":  # ORT falls back silently otherwise

@@ -85,6 +85,7 @@ ENCODER_FILE = "encoder_kv.onnx"
 STEP_FILE = "decoder_step.onnx"
 MANIFEST_FILE = "generation.json"
 MAX_ROWS = 8192  # the largest N the graphs are exported for (batch x beam)
+UNFUSED = ("SkipLayerNormFusion",)  # onnxruntime optimizers OrtCachedDecoder's sessions do without
 
 
 # -- the graphs -------------------------------------------------------------------------------------------
@@ -314,7 +315,10 @@ class OrtCachedDecoder:
 
     def __init__(self, encoder: str | Path, step: str | Path, *, pad_id: int, max_positions: int | None = None,
                  threads: int | None = None):
-        self.encoder, self.step = session(encoder, threads=threads), session(step, threads=threads)
+        # SkipLayerNormalization (Add + LayerNorm fused) ran 2.5x slower than the two ops it replaces on the
+        # encoder's [B * S, d_model] rows (onnxruntime 1.32, 1 thread, AMD EPYC; BENCHMARKS.md)
+        self.encoder = session(encoder, threads=threads, disabled_optimizers=UNFUSED)
+        self.step = session(step, threads=threads, disabled_optimizers=UNFUSED)
         self.pad_id, self.max_positions = pad_id, max_positions
         self.enc_outputs = [o.name for o in self.encoder.get_outputs()]
         self.step_outputs = [o.name for o in self.step.get_outputs()]
