@@ -18,13 +18,15 @@ Decoders, all on the same weights and at the cell's thread count:
 The PyTorch and onnxruntime decoders run ``reference.decoding``'s greedy and beam search (K = 4,
 α = 0.6) under ``torch.inference_mode``; CTranslate2 runs its own.
 
-Beside them, timed in the same rotation, ``products only`` (``ProductFloor``) is not a decoder: it runs only
-the matrix products by the model's weights that any exact float32 decode of the cell must compute, in
+Beside them, timed in the same rotation, ``products only (onnxruntime)`` (``ProductFloor``) is not a decoder: it
+runs only the matrix products by the model's weights that any exact float32 decode of the cell must compute, in
 onnxruntime (MLAS, the fastest CPU kernels measured on this project's machine) at the cell's thread count: the
 encoder's and the cross-attention keys/values' products once over every source token, then per step each decoder
 layer's (Q|K|V, W^O, cross-attention W^Q and W^O, W_1, W_2) and the vocabulary projection, at B rows for the first
 step and B * K for the other steps. Its ratio is a floor for any decoder built on those kernels: a cell whose
 floor exceeds the target cannot meet it with them (the report says so), whatever the rest of the decoder does.
+``products only (PyTorch)`` (``TorchProductFloor``) is the same floor on the kernels the ``fused`` path
+multiplies with; the report names the cells where it alone takes longer than CTranslate2's whole decode.
 
 A *cell* is (vocabulary, threads, batch, search). Within a cell every decoder runs once untimed (the
 warm-up, whose tokens are compared with CTranslate2's), then ``--rounds`` (5) rounds in which each
@@ -68,9 +70,11 @@ ALPHA = 0.6
 BOS, NEVER = 1, -1
 TARGET_RATIO = 0.67  # time ratio vs CTranslate2: 1 / 1.5, rounded as the issue states it
 BASELINE = "ctranslate2"
-FLOOR = "products only"  # not a decoder: the floor of decoders on onnxruntime's kernels (ProductFloor)
-DECODERS = ("eager cached", "fused cached", "onnxruntime cached", FLOOR)
-DEFAULT_DECODERS = ("fused cached", "onnxruntime cached", FLOOR)  # eager cached, the slowest, on request
+FLOOR = "products only (onnxruntime)"  # not decoders: the floors of decoders on onnxruntime's kernels
+TORCH_FLOOR = "products only (PyTorch)"  # ... and on the fused path's PyTorch kernels (ProductFloor, TorchProductFloor)
+FLOORS = (FLOOR, TORCH_FLOOR)
+DECODERS = ("eager cached", "fused cached", "onnxruntime cached", *FLOORS)
+DEFAULT_DECODERS = ("fused cached", "onnxruntime cached", *FLOORS)  # eager cached, the slowest, on request
 PYTORCH = ("eager cached", "fused cached")
 
 Decode = Callable[[Any, int], Any]  # (src, beam) -> tokens [B, L]
@@ -195,8 +199,13 @@ def report(results: Sequence[Result], names: Sequence[str], *, header: str, new_
     out.append(f"Cells meeting the target: {len(judged) - len(misses)} of {len(judged)}" +
                (f"; missed: {'; '.join(misses)}" if misses else ""))
     if any(res.times.get(FLOOR) and res.times.get(BASELINE) for res in results):
-        out.append(f"Cells where the matrix products alone ({FLOOR}, onnxruntime's kernels) take more than "
+        out.append(f"Cells where the matrix products alone ({FLOOR}) take more than "
                    f"{TARGET_RATIO:g} of CTranslate2's time: {len(above)}" + (f": {'; '.join(above)}" if above else ""))
+    if any(res.times.get(TORCH_FLOOR) and res.times.get(BASELINE) for res in results):
+        slow = [f"vocab {r.cell.vocab}, {r.cell.threads} thread(s), batch {r.cell.batch}, {r.cell.search}: {x:.2f}"
+                for r in results if (x := r.ratio(TORCH_FLOOR)) is not None and x > 1]
+        out.append(f"Cells where the PyTorch path's matrix products alone ({TORCH_FLOOR}) take longer than "
+                   f"CTranslate2's whole decode: {len(slow)}" + (f": {'; '.join(slow)}" if slow else ""))
     out.append("Tokens equal to CTranslate2's in every cell and decoder" if not unequal and judged else
                f"Tokens DIFFER from CTranslate2's: {'; '.join(unequal)}" if unequal else
                "Tokens not compared (CTranslate2 not measured)")
@@ -272,6 +281,8 @@ class Models:
             out["onnxruntime cached"] = lambda src, k: _search(ort, src, k, pad, n)
         if FLOOR in self.names:
             out[FLOOR] = ProductFloor(self.model, self.tmp / "floor", n, threads)
+        if TORCH_FLOOR in self.names:
+            out[TORCH_FLOOR] = TorchProductFloor(self.fused, n)
         return out
 
 
@@ -353,6 +364,59 @@ class ProductFloor:
         for step in range(self.n):
             self.step.run(None, {"x": self._x(B if step == 0 else B * beam)})
         return None
+
+
+class TorchProductFloor:
+    """``ProductFloor`` on the ``fused`` path's own PyTorch kernels: a floor for it, not a decoder.
+
+    The encoder's products and the cross-attention K|V by ``F.linear`` on the fused model's weights (as its
+    ``encode`` computes them), the step's by the very objects its cached step multiplies with (``_step_weights``:
+    oneDNN-packed on a CPU in float32), in the same order and at the same rows as ``ProductFloor``; None returned.
+    """
+
+    def __init__(self, fused_model: Any, new_tokens: int):
+        from aiayn_conformance.implementations.builtins import fused
+
+        self.model, self.n = fused_model, new_tokens
+        self.fused = fused
+        self._inputs: dict[int, Any] = {}
+
+    def _x(self, rows: int) -> Any:
+        import torch
+
+        if rows not in self._inputs:
+            g = torch.Generator().manual_seed(rows)
+            self._inputs[rows] = torch.randn(rows, self.model.config.d_model, generator=g)
+        return self._inputs[rows]
+
+    def __call__(self, src: Any, beam: int) -> None:
+        import torch
+        import torch.nn.functional as F
+
+        B, S = src.shape
+        d = self.model.config.d_model
+        with torch.inference_mode():
+            y = self._x(B * S)
+            for layer in self.model.encoder:
+                y = F.linear(F.linear(y, layer.self_attn.qkv.weight)[:, :d], layer.self_attn.o.weight)
+                ffn = layer.ffn
+                y = F.linear(F.linear(y, ffn.w1.weight, ffn.w1.bias), ffn.w2.weight, ffn.w2.bias)
+            for layer in self.model.decoder:
+                F.linear(y, layer.cross_attn.kv.weight)
+            for step in range(self.n):
+                self.step(self._x(B if step == 0 else B * beam))
+        return None
+
+    def step(self, y: Any) -> Any:
+        """One step's products on rows y (N, d_model), each fed the previous one's output: the argmax (N,)."""
+        import torch
+
+        d = self.model.config.d_model
+        with torch.inference_mode():
+            weights = self.fused._step_weights(self.model, y)  # what the fused step multiplies with
+            for qkv, o, cross_q, cross_o, w1, w2 in weights.layers:
+                y = w2(w1(cross_o(cross_q(o(qkv(y)[:, :d])))))
+            return weights.generator(y).argmax(-1)
 
 
 def profile(cfg: Any, cell: Cell, new_tokens: int, rows: int = 14) -> list[str]:

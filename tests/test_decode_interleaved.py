@@ -144,3 +144,27 @@ def test_product_floor_runs_exactly_the_decodes_products(tmp_path):
         graph.run = lambda out, feed, run=run: rows.append(feed["x"].shape[0]) or run(out, feed)  # type: ignore
     assert floor(torch.zeros(2, 7, dtype=torch.long), 4) is None  # not a decoder: no tokens
     assert rows == [2 * 7, 2, 8, 8]  # the encoder over every source token, then B rows, then B x K
+
+
+def test_torch_product_floor_multiplies_with_the_fused_steps_own_weights(monkeypatch):
+    from aiayn_conformance.implementations import get_registry
+    from aiayn_conformance.implementations.builtins import fused
+    from aiayn_conformance.spec import TINY
+    from benchmarks.decode_interleaved import TorchProductFloor
+
+    torch.manual_seed(0)
+    model = get_registry().get("fused").build(TINY).eval()
+    floor = TorchProductFloor(model, new_tokens=3)
+    x = torch.randn(5, TINY.d_model, generator=torch.Generator().manual_seed(0))
+    y, d = x, TINY.d_model
+    with torch.no_grad():
+        for layer in model.decoder:  # F.linear on the model's parameters: the products the step's objects compute
+            y = y @ layer.self_attn.qkv.weight[:d].T @ layer.self_attn.o.weight.T @ layer.cross_attn.q.weight.T
+            y = y @ layer.cross_attn.o.weight.T
+            y = torch.relu(y @ layer.ffn.w1.weight.T + layer.ffn.w1.bias) @ layer.ffn.w2.weight.T + layer.ffn.w2.bias
+        expected = (y @ model.generator.weight.T).argmax(-1)
+    assert floor.step(x).tolist() == expected.tolist()
+    rows, real = [], fused._step_weights
+    monkeypatch.setattr(fused, "_step_weights", lambda m, x: rows.append(x.shape[0]) or real(m, x))
+    assert floor(torch.zeros(2, 7, dtype=torch.long), 4) is None  # not a decoder: no tokens
+    assert rows == [2, 8, 8]  # B rows at the first step, B x K after, on the fused step's own weight objects
