@@ -142,10 +142,12 @@ class CachedStep(nn.Module):
         for i, layer in enumerate(model.decoder):
             sa, xa = layer.self_attn, layer.cross_attn
             N, h, d_k = y.shape[0], sa.h, sa.d_k
-            q, k, v = F.linear(y, getattr(self, f"qkv_{i}")).view(N, 3, h, d_k).unbind(1)  # 3 x (N, h, d_k)
+            q, k, v = (x.view(N, h, d_k) for x in F.linear(y, getattr(self, f"qkv_{i}")).split(h * d_k, dim=-1))
             past = (past_keys[i] * q).sum(-1)  # (t, N, h): q . k_j / sqrt(d_k) for j < t
             now = (k * q).sum(-1)[None]  # (1, N, h): the new position's own key
-            w = torch.softmax(torch.cat([past, now]), dim=0)  # (t + 1, N, h) over positions 0..t
+            scores = torch.cat([past, now])  # (t + 1, N, h): positions 0..t
+            e = torch.exp(scores - scores.amax(0, keepdim=True))  # the softmax over positions, written out:
+            w = e / e.sum(0, keepdim=True)  # onnxruntime's Softmax transposes for an axis other than the last
             heads = (w[:t, :, :, None] * past_values[i]).sum(0) + w[t, :, :, None] * v  # (N, h, d_k)
             y = layer.norm1(y + sa.o(heads.reshape(N, h * d_k)))
             cq = F.linear(y, getattr(self, f"cross_q_{i}")).view(N, h, 1, d_k)  # (N, h, 1, d_k)
