@@ -150,3 +150,26 @@ def test_reference_for_gives_a_conforming_implementation_the_same_weights():
     assert reference_for(twin, TINY) is twin
     with pytest.raises(ExportError, match="has no load_reference_state"):
         reference_for(torch.nn.Linear(2, 2), TINY)
+
+
+def test_a_cached_pair_of_another_layout_is_refused_with_what_to_do(tmp_path):
+    """A folder exported before the time-major layout (outputs present_key.{i}) names the fix: export again."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from aiayn_conformance.export import ExportError, OrtCachedDecoder
+
+    def graph(path, inputs, outputs):
+        nodes = [helper.make_node("Identity", [inputs[0]], [name]) for name in outputs]
+        value = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 2, 3, 4]) for n in inputs]
+        out = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 2, 3, 4]) for n in outputs]
+        onnx.save(helper.make_model(helper.make_graph(nodes, "g", value, out),
+                                    opset_imports=[helper.make_opsetid("", 17)]), str(path))
+        return path
+
+    encoder = graph(tmp_path / "encoder_kv.onnx", ["src"], ["cross_key.0", "cross_value.0"])
+    old_step = graph(tmp_path / "decoder_step.onnx", ["past_key.0", "past_value.0"],
+                     ["logits", "present_key.0", "present_value.0"])
+    with pytest.raises(ExportError, match=r"not a cached-decoding pair of this version .*present_key\.0.*"
+                                          r"export them again with aiayn export --generation"):
+        OrtCachedDecoder(encoder, old_step, pad_id=0)
