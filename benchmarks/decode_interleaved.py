@@ -286,7 +286,37 @@ class Models:
         return out
 
 
-class ProductFloor:
+class _Floor:
+    """What both floors share: fixed inputs per row count, and a decode's schedule of products (``__call__``)."""
+
+    d_model: int
+    n: int  # steps per decode
+    _inputs: dict[int, Any]
+
+    def _x(self, rows: int) -> Any:
+        """Fixed float32 rows (rows, d_model), made once per row count (numpy)."""
+        import numpy as np
+
+        if rows not in self._inputs:
+            self._inputs[rows] = np.random.default_rng(rows).standard_normal((rows, self.d_model)).astype(np.float32)
+        return self._inputs[rows]
+
+    def _encoder_products(self, x: Any) -> None:
+        raise NotImplementedError
+
+    def _step_products(self, x: Any) -> None:
+        raise NotImplementedError
+
+    def __call__(self, src: Any, beam: int) -> None:
+        """The encoder's products over B * S rows, then ``n`` steps' (B rows, then B * K); None: no tokens."""
+        B, S = src.shape
+        self._encoder_products(self._x(B * S))
+        for step in range(self.n):
+            self._step_products(self._x(B if step == 0 else B * beam))
+        return None
+
+
+class ProductFloor(_Floor):
     """Only the matrix products by the weights of an exact float32 decode, in onnxruntime: a floor, not a decoder.
 
     Two graphs of MatMuls on the model's own weights, each product fed the previous one's output (a Slice where
@@ -349,24 +379,16 @@ class ProductFloor:
                                threads=threads)
         self.step = session(graph("step_products", dec, [], folder / "step_products.onnx"), threads=threads)
         self.n = new_tokens
-        self._inputs: dict[int, Any] = {}
+        self._inputs = {}
 
-    def _x(self, rows: int) -> Any:
-        import numpy as np
+    def _encoder_products(self, x: Any) -> None:
+        self.encoder.run(None, {"x": x})
 
-        if rows not in self._inputs:
-            self._inputs[rows] = np.random.default_rng(rows).standard_normal((rows, self.d_model)).astype(np.float32)
-        return self._inputs[rows]
-
-    def __call__(self, src: Any, beam: int) -> None:
-        B, S = src.shape
-        self.encoder.run(None, {"x": self._x(B * S)})
-        for step in range(self.n):
-            self.step.run(None, {"x": self._x(B if step == 0 else B * beam)})
-        return None
+    def _step_products(self, x: Any) -> None:
+        self.step.run(None, {"x": x})
 
 
-class TorchProductFloor:
+class TorchProductFloor(_Floor):
     """``ProductFloor`` on the ``fused`` path's own PyTorch kernels: a floor for it, not a decoder.
 
     The encoder's products and the cross-attention K|V by ``F.linear`` on the fused model's weights (as its
@@ -377,41 +399,34 @@ class TorchProductFloor:
     def __init__(self, fused_model: Any, new_tokens: int):
         from aiayn_conformance.implementations.builtins import fused
 
-        self.model, self.n = fused_model, new_tokens
+        self.model, self.n, self.d_model = fused_model, new_tokens, fused_model.config.d_model
         self.fused = fused
-        self._inputs: dict[int, Any] = {}
+        self._inputs = {}
 
-    def _x(self, rows: int) -> Any:
-        import torch
-
-        if rows not in self._inputs:
-            g = torch.Generator().manual_seed(rows)
-            self._inputs[rows] = torch.randn(rows, self.model.config.d_model, generator=g)
-        return self._inputs[rows]
-
-    def __call__(self, src: Any, beam: int) -> None:
+    def _encoder_products(self, x: Any) -> None:
         import torch
         import torch.nn.functional as F
 
-        B, S = src.shape
-        d = self.model.config.d_model
+        d = self.d_model
         with torch.inference_mode():
-            y = self._x(B * S)
+            y = torch.from_numpy(x)
             for layer in self.model.encoder:
                 y = F.linear(F.linear(y, layer.self_attn.qkv.weight)[:, :d], layer.self_attn.o.weight)
                 ffn = layer.ffn
                 y = F.linear(F.linear(y, ffn.w1.weight, ffn.w1.bias), ffn.w2.weight, ffn.w2.bias)
             for layer in self.model.decoder:
                 F.linear(y, layer.cross_attn.kv.weight)
-            for step in range(self.n):
-                self.step(self._x(B if step == 0 else B * beam))
-        return None
+
+    def _step_products(self, x: Any) -> None:
+        import torch
+
+        self.step(torch.from_numpy(x))
 
     def step(self, y: Any) -> Any:
         """One step's products on rows y (N, d_model), each fed the previous one's output: the argmax (N,)."""
         import torch
 
-        d = self.model.config.d_model
+        d = self.d_model
         with torch.inference_mode():
             weights = self.fused._step_weights(self.model, y)  # what the fused step multiplies with
             for qkv, o, cross_q, cross_o, w1, w2 in weights.layers:

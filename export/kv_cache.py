@@ -391,17 +391,14 @@ class OrtCachedDecoder:
         into the spare buffers (``torch.index_select`` into views of them; new buffers only when the row count
         changes, as when sources become beams). The cross-attention inputs are a function of the source row
         alone, so when every row keeps its source they are kept as they are instead of copied."""
-        idx = indices.cpu().numpy().astype(np.int64)
-        t, n = state.length, idx.shape[0]
-        if n and not 0 <= idx.min() <= idx.max() < state.rows:
-            raise IndexError(f"reorder indices must lie in [0, {state.rows}), got {idx.min()}..{idx.max()}")
+        rows = indices.cpu().long()  # index_select refuses an index outside the state's rows
+        idx, t, n = rows.numpy(), state.length, rows.numel()
         if n == state.rows:
             keys, values = state.spare_keys, state.spare_values
             spare_keys, spare_values = state.keys, state.values
         else:
             keys, values = self._buffers(state.capacity, n), self._buffers(state.capacity, n)
             spare_keys, spare_values = self._buffers(state.capacity, n), self._buffers(state.capacity, n)
-        rows = torch.from_numpy(idx)
         for old, new in zip([*state.keys, *state.values], [*keys, *values]):  # torch views of the numpy buffers
             torch.index_select(torch.from_numpy(old[:t]), 1, rows, out=torch.from_numpy(new[:t]))
         src = state.src

@@ -39,5 +39,5 @@ def pytest_unconfigure(config) -> None:
 @pytest.hookimpl(trylast=True)  # after the conformance plugin has set this worker's own count and header
 def pytest_configure(config) -> None:
     workers = getattr(config, "workerinput", {}).get("workercount")
-    if workers and not threads.user_choice():
-        os.environ[threads.ENV] = str(threads.share(int(workers)))
+    if workers:  # the share of the worker count, as ``aiayn audit`` gives its concurrent runs (none if chosen)
+        os.environ.update(threads.environment_for(int(workers)))
