@@ -312,16 +312,17 @@ class OrtCachedDecoder:
     """The cached graphs in onnxruntime as a step decoder over preallocated time-major buffers (``OrtCache``).
 
     ``max_positions`` (from the manifest) bounds the decoded length; a longer decoding raises an
-    ExportError instead of reading past the position table.
+    ExportError instead of reading past the position table. ``max_source_length`` (the manifest's, the model's
+    max_len) bounds the source axis the graphs were exported for; a longer source raises an ExportError.
     """
 
     def __init__(self, encoder: str | Path, step: str | Path, *, pad_id: int, max_positions: int | None = None,
-                 threads: int | None = None):
+                 max_source_length: int | None = None, threads: int | None = None):
         # SkipLayerNormalization (Add + LayerNorm fused) ran 2.5x slower than the two ops it replaces on the
         # encoder's [B * S, d_model] rows (onnxruntime 1.32, 1 thread, AMD EPYC; BENCHMARKS.md)
         self.encoder = session(encoder, threads=threads, disabled_optimizers=UNFUSED)
         self.step = session(step, threads=threads, disabled_optimizers=UNFUSED)
-        self.pad_id, self.max_positions = pad_id, max_positions
+        self.pad_id, self.max_positions, self.max_source_length = pad_id, max_positions, max_source_length
         self.enc_outputs = [o.name for o in self.encoder.get_outputs()]
         self.step_outputs = [o.name for o in self.step.get_outputs()]
         past = [i for i in self.step.get_inputs() if i.name.startswith("past_key.")]
@@ -342,13 +343,17 @@ class OrtCachedDecoder:
         except (OSError, ValueError) as exc:
             raise ExportError(f"cannot read {out / MANIFEST_FILE}: {exc}") from exc
         return cls(out / manifest["encoder"]["file"], out / manifest["step"]["file"], pad_id=manifest["pad_id"],
-                   max_positions=manifest["max_positions"], threads=threads)
+                   max_positions=manifest["max_positions"], max_source_length=manifest.get("max_source_length"),
+                   threads=threads)
 
     def _buffers(self, capacity: int, rows: int) -> list[np.ndarray]:
         return [np.zeros((capacity, rows, self.h, self.d_k), dtype=np.float32) for _ in range(self.L)]
 
     def begin_decoding(self, src: Tensor) -> OrtCache:
         src_np = np.ascontiguousarray(src.cpu().numpy().astype(np.int64))
+        if self.max_source_length is not None and src_np.shape[1] > self.max_source_length:
+            raise ExportError(f"a source of {src_np.shape[1]} tokens is longer than the exported graphs accept "
+                              f"({self.max_source_length}, the model's max_len)")
         outs = self.encoder.run(self.enc_outputs, {"src": src_np})
         N, capacity = src_np.shape[0], src_np.shape[1] + TRANSLATION.extra_length + 1
         if self.max_positions is not None:

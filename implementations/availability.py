@@ -41,21 +41,22 @@ def _release(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in match.group(1).split(".")) if match else ()
 
 
-def unavailable_reason(module: str, distribution: str, *, at_least: str, below: str) -> str:
+def unavailable_reason(module: str, distribution: str, *, at_least: str, below: str, install: str = INSTALL) -> str:
     """"" when ``module`` can be imported from an installed ``distribution`` in ``[at_least, below)``; otherwise
-    one line saying why not and how to install it. Nothing is imported (``importlib.util.find_spec`` only)."""
+    one line saying why not and how to install it (``install``, the libraries extra by default). Nothing is
+    imported (``importlib.util.find_spec`` only)."""
     try:
         found = importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # a parent package that fails, or a module that is set to None
         found = False
     wanted = f"{distribution}>={at_least},<{below}"
     if not found:
-        return f"{distribution} is not installed (needs {wanted}): {INSTALL}"
+        return f"{distribution} is not installed (needs {wanted}): {install}"
     version = installed_version(distribution)
     if version is None:
-        return f"{module} is importable but {distribution}'s metadata is missing (needs {wanted}): {INSTALL}"
+        return f"{module} is importable but {distribution}'s metadata is missing (needs {wanted}): {install}"
     if not _release(at_least) <= _release(version) < _release(below):
-        return f"{distribution} {version} is installed; this plugin needs {wanted}: {INSTALL}"
+        return f"{distribution} {version} is installed; this plugin needs {wanted}: {install}"
     return ""
 
 
