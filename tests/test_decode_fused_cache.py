@@ -9,6 +9,8 @@ past their first capacity, padded and fully padded sources. A cache written at t
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -37,6 +39,17 @@ def sources() -> torch.Tensor:
     return src
 
 
+@contextlib.contextmanager
+def threads(n: int):
+    """torch's intra-op thread count set to ``n`` within the block (one row on one thread takes the W^T path)."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
 def steps(decoder, src, tokens, reorders):
     """Log-probabilities of each step, feeding ``tokens`` [T, N] with ``reorders`` {step: indices} before a step."""
     out = []
@@ -56,17 +69,21 @@ def steps(decoder, src, tokens, reorders):
     (torch.arange(4).repeat_interleave(3), {5: torch.tensor([0, 3, 3, 7, 8, 1, 11, 2, 0, 5, 4, 6]),
                                             30: torch.arange(12).flip(0)}),  # uneven, then reversed
     (torch.tensor([3, 0, 0, 2, 1]), {}),  # uneven from the start, rows repeated
+    (torch.tensor([1]), {}),  # one row: the products through W^T instead of oneDNN
 ])
 def test_steps_equal_the_reference_cache_through_reorders_and_growth(pair, expand, reorders):
     reference, fused = pair
     src = sources()
     n = expand.numel()
     tokens = torch.randint(3, CFG.tgt_vocab, (70, n), generator=torch.Generator().manual_seed(5))  # 70 > S + 51
-    got = steps(fused, src, tokens, {"expand": expand, **reorders})
+    with threads(1 if n == 1 else torch.get_num_threads()):
+        got = steps(fused, src, tokens, {"expand": expand, **reorders})
     expected = steps(reference, src, tokens, {"expand": expand, **reorders})
     cmp = compare(got, expected, dtype=torch.float32, scope="model")
     assert cmp.ok, cmp.describe()
     assert (module._PACKED.get(fused) is not None) == module._onednn()  # the oneDNN path was the one compared
+    if n == 1 and module._onednn():  # and with one row on one thread, the products through W^T
+        assert module._PACKED[fused][1].generator._transposed is not None
 
 
 @pytest.mark.parametrize("beam", [1, 4])
@@ -124,7 +141,9 @@ def test_packed_weights_follow_new_weights():
                 for p in fused.parameters():
                     p.data = p.data.clone()
             fused.load_reference_state(reference.state_dict())
-        got = steps(fused, src, tokens, {"expand": torch.arange(4)})
-        expected = steps(reference, src, tokens, {"expand": torch.arange(4)})
-        cmp = compare(got, expected, dtype=torch.float32, scope="model")
-        assert cmp.ok, f"seed {seed}: {cmp.describe()}"
+        for expand in (torch.arange(4), torch.tensor([1])):  # several rows (oneDNN), one row on one thread (W^T)
+            with threads(1):
+                got = steps(fused, src, tokens[:, :expand.numel()], {"expand": expand})
+            expected = steps(reference, src, tokens[:, :expand.numel()], {"expand": expand})
+            cmp = compare(got, expected, dtype=torch.float32, scope="model")
+            assert cmp.ok, f"seed {seed}, {expand.numel()} rows: {cmp.describe()}"

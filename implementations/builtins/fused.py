@@ -33,8 +33,9 @@ size; the cross-attention keys/values (B, h, S, d_k), one fused K|V matmul per
 source and shared by that source's beams (never expanded or copied per beam). A
 step computes only the new position and projects only it to the vocabulary; on the
 CPU in float32 inference its matrix products run through oneDNN with the weights
-packed once (``_step_weights``). ``generate`` runs ``reference.decoding``'s searches
-(§6.1 beam search, greedy search) over this cache.
+packed once (``_step_weights``; one row on one thread through BLAS on W^T).
+``generate`` runs ``reference.decoding``'s searches (§6.1 beam search, greedy
+search) over this cache.
 
 Decoder self-attention uses SDPA's ``is_causal`` path without a target
 padding mask: inputs are right-padded (``spec.contract``), so every key a
@@ -187,9 +188,14 @@ class DecoderLayer(nn.Module):
 # oneDNN with each weight reordered once into oneDNN's blocked layout (``torch.ops.mkldnn._linear_pointwise``, the
 # kernel torch.compile's CPU backend emits for linear layers), which read the weights 1.3-2x faster than
 # ``F.linear`` at these shapes on the machines measured (benchmarks/decode_interleaved.py); the FFN's ReLU is fused
-# into its first product. The same float32 products in another order: the results agree within the tolerance
-# policy (tests/test_decode_fused_cache.py, every decode.* clause). Elsewhere (another device, dtype, autograd or a
-# torch without oneDNN) the step uses ``F.linear``.
+# into its first product. One row on one thread (greedy search of one source) is the exception: there ``x @ W^T``
+# with W^T stored contiguous ([d_in, d_out], made on the first such step; BLAS's matrix-vector kernel) read the
+# weights faster: greedy decoding of 50 tokens at the base preset took 0.455 s against 0.517-0.538 s through
+# oneDNN, interleaved in one process (AMD EPYC Zen 4); with 2 threads oneDNN's kernel, which splits the columns
+# between them, was faster (0.34-0.35 s against 0.42-0.45 s), and with two rows or more it is 2x faster on one
+# thread too. The same float32 products in another order: the results agree
+# within the tolerance policy (tests/test_decode_fused_cache.py, every decode.* clause). Elsewhere (another device,
+# dtype, autograd or a torch without oneDNN) the step uses ``F.linear``.
 PACK_ROWS = 32  # the row count oneDNN's weight layout is chosen for
 
 
@@ -197,16 +203,23 @@ def _onednn() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
-class Linear(NamedTuple):
+class Linear:
     """One weight of the step: packed for oneDNN (None: use ``F.linear``), its bias, and whether ReLU follows."""
 
-    weight: Tensor
-    packed: Tensor | None
-    bias: Tensor | None = None
-    relu: bool = False
+    __slots__ = ("weight", "packed", "bias", "relu", "_transposed")
+
+    def __init__(self, weight: Tensor, packed: Tensor | None, bias: Tensor | None = None, relu: bool = False):
+        self.weight, self.packed, self.bias, self.relu = weight, packed, bias, relu
+        self._transposed: Tensor | None = None  # W^T (d_in, d_out), contiguous: made on the first one-row step on
+        # one thread
 
     def __call__(self, x: Tensor) -> Tensor:
-        if self.packed is not None and not torch.is_grad_enabled():  # oneDNN's kernel has no autograd
+        if self.packed is not None and not torch.is_grad_enabled():  # the fast path has no autograd
+            if x.dim() == 2 and x.size(0) == 1 and torch.get_num_threads() == 1:
+                if self._transposed is None:
+                    self._transposed = self.weight.detach().t().contiguous()  # (d_in, d_out)
+                y = torch.mm(x, self._transposed) if self.bias is None else torch.addmm(self.bias, x, self._transposed)
+                return torch.relu_(y) if self.relu else y
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "relu" if self.relu else "none",
                                                       [], "")
         y = F.linear(x, self.weight, self.bias)
@@ -522,7 +535,7 @@ NOTES = (
     "without a target padding mask, which changes nothing at real positions of right-padded inputs. It decodes "
     "with its own preallocated key/value cache (one fused Q|K|V matmul per step written in place, beams reordered "
     "by index into spare buffers, cross-attention K|V once per source and shared by its beams; on the CPU the "
-    "step's products run through oneDNN with packed weights) and `generate` runs `reference/decoding.py`'s greedy "
+    "step's products run through oneDNN with packed weights, one row on one thread through BLAS on W^T) and `generate` runs `reference/decoding.py`'s greedy "
     "and beam searches over it: every `decode.*` clause applies."
 )
 
