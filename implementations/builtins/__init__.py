@@ -12,6 +12,7 @@ the project's tests read the built-ins' names from the registry.
 
 PLUGINS: tuple[str, ...] = (
     "reference", "building_blocks", "sections_notebook", "annotated_notebook", "jadore801120", "hyunwoongko",
-    "torch_nn", "prenorm", "fused", "onnxruntime_cached", "hf_marian", "hf_fsmt", "hf_bart", "x_transformers", "components",
+    "torch_nn", "prenorm", "fused", "onnxruntime_cached", "hf_marian", "hf_fsmt", "hf_bart", "x_transformers",
+    "components",
 )
 """The built-in plugin modules of this package, in registration order."""

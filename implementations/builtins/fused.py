@@ -535,8 +535,8 @@ NOTES = (
     "without a target padding mask, which changes nothing at real positions of right-padded inputs. It decodes "
     "with its own preallocated key/value cache (one fused Q|K|V matmul per step written in place, beams reordered "
     "by index into spare buffers, cross-attention K|V once per source and shared by its beams; on the CPU the "
-    "step's products run through oneDNN with packed weights, one row on one thread through BLAS on W^T) and `generate` runs `reference/decoding.py`'s greedy "
-    "and beam searches over it: every `decode.*` clause applies."
+    "step's products run through oneDNN with packed weights, one row on one thread through BLAS on W^T) and "
+    "`generate` runs `reference/decoding.py`'s greedy and beam searches over it: every `decode.*` clause applies."
 )
 
 
