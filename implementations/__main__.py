@@ -66,8 +66,10 @@ Their models can still be audited from a checkout with a plugin of one's own (do
 
 
 def _module_path(plugin: str) -> str:
-    """The repository path of a built-in plugin module (aiayn_conformance.X.Y lives in the folder X/)."""
-    return plugin.removeprefix("aiayn_conformance.").replace(".", "/") + ".py"
+    """The repository path of a built-in plugin module (aiayn_conformance.X.Y lives in the folder X/, a module
+    aiayn_conformance.Z in aiayn_conformance/)."""
+    rest = plugin.removeprefix("aiayn_conformance.")
+    return f"aiayn_conformance/{rest}.py" if "." not in rest else rest.replace(".", "/") + ".py"
 
 
 def _section(item: Implementation | Component, heading: str) -> list[str]:

@@ -38,7 +38,7 @@ ENV_PLUGINS = "AIAYN_PLUGINS"
 ENV_STRICT = "AIAYN_STRICT_PLUGINS"
 
 # Built-ins are plugins like any other, registered through the same manager.
-DEFAULT_PLUGINS: tuple[str, ...] = tuple(f"{builtin_plugins.__name__}.{m}" for m in builtin_plugins.PLUGINS)
+DEFAULT_PLUGINS: tuple[str, ...] = tuple(builtin_plugins.module_name(m) for m in builtin_plugins.PLUGINS)
 
 
 class PluginError(RuntimeError):

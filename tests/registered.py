@@ -9,14 +9,15 @@ from __future__ import annotations
 from functools import cache
 
 from aiayn_conformance.implementations import Registry
-from aiayn_conformance.implementations.builtins import PLUGINS
+from aiayn_conformance.implementations.builtins import PLUGINS, module_name
 
 BUILTINS_PACKAGE = "aiayn_conformance.implementations.builtins"
 
 
 def builtin_module(module: str) -> str:
-    """The import name of a built-in plugin module (``"fused"`` -> ``aiayn_conformance...builtins.fused``)."""
-    return f"{BUILTINS_PACKAGE}.{module}"
+    """The import name of a built-in plugin module (``"fused"`` -> ``aiayn_conformance...builtins.fused``; a full
+    module name as it is)."""
+    return module_name(module)
 
 
 @cache

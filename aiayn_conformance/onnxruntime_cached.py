@@ -1,5 +1,11 @@
 """Built-in plugin ``onnxruntime-cached``: the reference model decoding through its cached graphs in onnxruntime.
 
+It is a built-in (``implementations.builtins.PLUGINS`` names it, the registry loads it first like the others), but
+it lives here, above ``export/``, not in ``implementations/builtins/``: it needs the export layer, which itself
+builds on the registry, so imports still flow one way (tests/test_imports.py). The export layer is imported when
+a model first decodes, never at registration: the registry loads this module in every process, also where the
+onnx extra (and numpy) is missing, and the implementation then registers as unavailable with the reason.
+
 The fastest conforming CPU decoder of this project (issue 26; ``benchmarks/decode_interleaved.py`` times it against
 CTranslate2) is not a PyTorch module but two ONNX graphs run by onnxruntime: ``export.kv_cache``'s ``encoder_kv``
 and ``decoder_step`` (the step reads a time-major past where it lies and returns only the new position's keys and
@@ -30,12 +36,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from aiayn_conformance.implementations import Implementation, hookimpl
+from aiayn_conformance.implementations.availability import unavailable_reason
 from aiayn_conformance.reference.model import Transformer
 from aiayn_conformance.spec.config import ModelConfig
-
-from ..availability import unavailable_reason
-from ..declarations import Implementation
-from ..hookspecs import hookimpl
 
 __all__ = ["OrtCachedTransformer", "build"]
 
@@ -123,7 +127,7 @@ def register_implementations(register):
         build=build,
         summary="The reference model decoding in onnxruntime on its exported cached graphs (the fastest CPU "
                 "decoder, issue 26); conforming",
-        source="aiayn-conformance implementations/builtins/onnxruntime_cached.py, export/kv_cache.py",
+        source="aiayn-conformance aiayn_conformance/onnxruntime_cached.py, export/kv_cache.py",
         output="logits",
         notes=NOTES,
         unavailable=unavailable(),
