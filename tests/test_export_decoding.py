@@ -70,6 +70,19 @@ def test_graph_axes_stay_symbolic_and_the_manifest_describes_them(exported):
     assert encoder["cross_key.1"] == ["rows", h, "src_len", d_k]
 
 
+def test_sessions_do_not_spin_between_runs(exported):
+    """A step decoder's sessions leave the cores to the search between steps: onnxruntime's intra-op threads spin
+    after each run unless told not to (BENCHMARKS.md, issue 26: 0.95 against 0.56 of CTranslate2's time, 2 threads)."""
+    from aiayn_conformance.export import OrtCachedDecoder
+
+    out, _, _ = exported
+    ort = OrtCachedDecoder.load(out, threads=2)
+    for sess in (ort.encoder, ort.step):
+        options = sess.get_session_options()
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+        assert options.intra_op_num_threads == 2
+
+
 def test_onnxruntime_decodes_other_shapes_and_refuses_positions_beyond_the_table(exported):
     from aiayn_conformance.export import ExportError, OrtCachedDecoder
     from aiayn_conformance.reference.decoding import beam_search, greedy_search
