@@ -31,7 +31,9 @@ multiplies with; the report names the cells where it alone takes longer than CTr
 A *cell* is (vocabulary, threads, batch, search). Within a cell every decoder runs once untimed (the
 warm-up, whose tokens are compared with CTranslate2's), then ``--rounds`` (5) rounds in which each
 decoder runs once, the order rotating by one decoder per round, so that load which comes and goes
-falls on every decoder alike. A decoder's time is the median of its rounds; its ratio is that median
+falls on every decoder alike. Each decoder (CTranslate2 and the floors included) runs in a worker process of its
+own, one at a time, so that no runtime's thread pool shares a process with another's (``Models`` says what
+sharing one did at 2 threads); the time is taken around the call in this process, the pipe's share included. A decoder's time is the median of its rounds; its ratio is that median
 over CTranslate2's median *in the same cell* (below 1 = faster than CTranslate2). Medians are never
 compared across cells. The target (issue 26): at least 1.5x CTranslate2's tokens per second, i.e. a
 time ratio of at most 0.67, in every cell.
@@ -226,7 +228,18 @@ def _search(decoder: Any, src: Any, beam: int, pad_id: int, new_tokens: int) -> 
 
 
 class Models:
-    """One vocabulary's model in every runtime; runtime objects bound to a thread count are made on demand."""
+    """One vocabulary's model in every runtime: the exports are written once into ``tmp``, and each decoder runs
+    alone in its own worker process (``Isolated``), made per thread count on demand.
+
+    Why processes: at 2 threads on this project's 2-core machine, runtimes sharing one process slowed each other
+    by 1.5-2x, in whichever direction the order gave (CTranslate2 decoded one source greedily in 0.50-0.69 s
+    inside the benchmark's process and in 0.28-0.33 s alone; ``fused`` took 0.43 s before CTranslate2 had run in
+    its process and 0.81 s after): each runtime brings its own thread pool (PyTorch's OpenMP threads,
+    CTranslate2's, onnxruntime's), and pools of one process contend for the same two cores. One process per
+    decoder, run one at a time in the rotating order, keeps the interleaving (load that comes and goes falls on
+    every decoder alike) without that contention. ``local`` builds the same decoders in this process
+    (``--profile``, the tests).
+    """
 
     def __init__(self, cfg: Any, tmp: Path, names: Sequence[str], new_tokens: int):
         import torch
@@ -236,9 +249,9 @@ class Models:
         self.cfg, self.tmp, self.names, self.n = cfg, tmp, names, new_tokens
         torch.manual_seed(0)
         self.model = get_registry().get("reference").build(cfg).eval()
-        self.fused = get_registry().get("fused").build(cfg).eval()
-        self.fused.load_reference_state(self.model.state_dict())
-        self._per_threads: dict[int, dict[str, Decode]] = {}
+        torch.save(self.model.state_dict(), tmp / STATE_FILE)  # what every worker loads
+        self._workers: dict[str, Isolated] = {}
+        self._threads: int | None = None
         self.notes: list[str] = []
         if "onnxruntime cached" in names:
             from aiayn_conformance.export.kv_cache import export_cached_generation
@@ -256,34 +269,127 @@ class Models:
             else:
                 self.notes.append("ctranslate2: not measured (the package is not installed); no ratios")
 
+    def _measured(self) -> list[str]:
+        return [n for n in self.names if n != BASELINE or self.ct2]
+
     def decoders(self, threads: int) -> dict[str, Decode]:
-        if threads not in self._per_threads:
-            self._per_threads[threads] = self._make(threads)
-        return self._per_threads[threads]
+        """Each decoder at ``threads`` in a worker process of its own (the previous thread count's are closed)."""
+        if self._threads != threads:
+            self.close()
+            self._workers = {name: Isolated(name, self.cfg, self.tmp, self.n, threads) for name in self._measured()}
+            self._threads = threads
+        return dict(self._workers)
 
-    def _make(self, threads: int) -> dict[str, Decode]:
-        pad, n = self.cfg.pad_id, self.n
-        out: dict[str, Decode] = {}
-        if self.ct2:
-            from aiayn_conformance.export.ctranslate2 import CT2Decoder
+    def close(self) -> None:
+        for worker in self._workers.values():
+            worker.close()
+        self._workers, self._threads = {}, None
 
-            ct2 = CT2Decoder(self.tmp / "ct2", threads=threads)
-            out[BASELINE] = lambda src, k: ct2.search(src, eos_id=NEVER, beam_size=k, length_penalty=ALPHA,
-                                                      max_len=n)[0]
-        if "eager cached" in self.names:
-            out["eager cached"] = lambda src, k: _search(self.model, src, k, pad, n)
-        if "fused cached" in self.names:
-            out["fused cached"] = lambda src, k: _search(self.fused, src, k, pad, n)
-        if "onnxruntime cached" in self.names:
-            from aiayn_conformance.export.kv_cache import OrtCachedDecoder
+    def local(self, threads: int) -> dict[str, Decode]:
+        """The same decoders in this process (no isolation): for ``--profile`` and the tests."""
+        return {name: make_decoder(name, self.cfg, self.tmp, self.n, threads) for name in self._measured()}
 
-            ort = OrtCachedDecoder.load(self.tmp / "cached", threads=threads)
-            out["onnxruntime cached"] = lambda src, k: _search(ort, src, k, pad, n)
-        if FLOOR in self.names:
-            out[FLOOR] = ProductFloor(self.model, self.tmp / "floor", n, threads)
-        if TORCH_FLOOR in self.names:
-            out[TORCH_FLOOR] = TorchProductFloor(self.fused, n)
-        return out
+
+STATE_FILE = "reference_state.pt"
+
+
+def make_decoder(name: str, cfg: Any, tmp: Path, n: int, threads: int) -> Decode:
+    """Decoder ``name`` at ``threads`` from the exports and the reference's weights in ``tmp``."""
+    import torch
+
+    from aiayn_conformance.implementations import get_registry
+
+    if name not in (BASELINE, *DECODERS):
+        raise ValueError(f"unknown decoder {name!r}; accepted: {', '.join((BASELINE, *DECODERS))}")
+    pad = cfg.pad_id
+    if name == BASELINE:
+        from aiayn_conformance.export.ctranslate2 import CT2Decoder
+
+        ct2 = CT2Decoder(tmp / "ct2", threads=threads)
+        return lambda src, k: ct2.search(src, eos_id=NEVER, beam_size=k, length_penalty=ALPHA, max_len=n)[0]
+    if name == "onnxruntime cached":
+        from aiayn_conformance.export.kv_cache import OrtCachedDecoder
+
+        ort = OrtCachedDecoder.load(tmp / "cached", threads=threads)
+        return lambda src, k: _search(ort, src, k, pad, n)
+    state = torch.load(tmp / STATE_FILE)
+    model = get_registry().get("reference").build(cfg).eval()
+    model.load_state_dict(state)
+    if name == "eager cached":
+        return lambda src, k: _search(model, src, k, pad, n)
+    if name == FLOOR:
+        return ProductFloor(model, tmp / f"floor-{threads}", n, threads)
+    fused = get_registry().get("fused").build(cfg).eval()
+    fused.load_reference_state(state)
+    if name == "fused cached":
+        return lambda src, k: _search(fused, src, k, pad, n)
+    return TorchProductFloor(fused, n)  # TORCH_FLOOR
+
+
+def _serve(conn: Any, name: str, cfg: Any, tmp: Path, n: int, threads: int) -> None:
+    """A worker's loop: build decoder ``name``, then answer each (src, beam) with ("ok", its output) or
+    ("error", one line) until None arrives."""
+    import torch
+
+    torch.set_num_threads(threads)
+    try:
+        decode = make_decoder(name, cfg, tmp, n, threads)
+        conn.send(("ok", None))
+    except Exception as exc:  # reported by the parent, where the cell's table shows it
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    while (job := conn.recv()) is not None:
+        try:
+            conn.send(("ok", decode(*job)))
+        except Exception as exc:
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+class Isolated:
+    """Decoder ``name`` alone in a worker process (``multiprocessing``'s spawn): calling it sends (src, beam) and
+    returns what the decoder returned (tokens, or None for a floor). The pipe adds well under a millisecond
+    per call (a few kB each way) to decodes of 0.1 s and more. A failure in the worker raises RuntimeError."""
+
+    def __init__(self, name: str, cfg: Any, tmp: Path, n: int, threads: int):
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self.name = name
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_serve, args=(child, name, cfg, tmp, n, threads), daemon=True)
+        self.process.start()
+        child.close()
+        self.failed = ""
+        try:
+            self._reply()  # built, or the error that stopped it: raised at each call, so each cell reports it
+        except RuntimeError as exc:
+            self.failed = str(exc)
+
+    def _reply(self) -> Any:
+        try:
+            status, value = self.conn.recv()
+        except EOFError:
+            raise RuntimeError(f"{self.name}: its worker process ended (exit code {self.process.exitcode})") from None
+        if status == "error":
+            raise RuntimeError(value)
+        return value
+
+    def __call__(self, src: Any, beam: int) -> Any:
+        if self.failed:
+            raise RuntimeError(self.failed)
+        self.conn.send((src, beam))
+        return self._reply()
+
+    def close(self) -> None:
+        if self.process.is_alive():
+            try:
+                self.conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+            self.process.join(timeout=30)
+        if self.process.is_alive():
+            self.process.kill()
+        self.conn.close()
 
 
 class _Floor:
@@ -447,7 +553,7 @@ def profile(cfg: Any, cell: Cell, new_tokens: int, rows: int = 14) -> list[str]:
     torch.set_num_threads(cell.threads)
     out = [f"One decode each: {cell}, {new_tokens} new tokens", ""]
     with tempfile.TemporaryDirectory() as tmp:
-        decoders = Models(cfg, Path(tmp), [BASELINE, *DECODERS], new_tokens).decoders(cell.threads)
+        decoders = Models(cfg, Path(tmp), [BASELINE, *DECODERS], new_tokens).local(cell.threads)
         src = torch.randint(3, cfg.src_vocab, (cell.batch, SRC_LEN), generator=torch.Generator().manual_seed(1))
         for name, decode in decoders.items():
             decode(src, cell.beam)  # warm-up
@@ -486,31 +592,37 @@ def machine() -> str:
 
 def bench(cfg_for_vocab: Callable[[int], Any], vocabs: Sequence[int], threads: Sequence[int], batches: Sequence[int],
           beams: Sequence[int], rounds: int, new_tokens: int, names: Sequence[str]) -> tuple[list[Result], list[str]]:
+    results, notes = [], []
+    for vocab in vocabs:
+        cfg = cfg_for_vocab(vocab)
+        with tempfile.TemporaryDirectory() as tmp:
+            models = Models(cfg, Path(tmp), names, new_tokens)
+            notes += models.notes
+            try:
+                results += _grid(models, cfg, threads, batches, beams, rounds)
+            finally:
+                models.close()
+    return results, notes
+
+
+def _grid(models: Models, cfg: Any, threads: Sequence[int], batches: Sequence[int], beams: Sequence[int],
+          rounds: int) -> list[Result]:
+    """One vocabulary's cells, a thread count at a time (its workers made once for its cells)."""
     import torch
 
-    results, notes = [], []
-    saved = torch.get_num_threads()
-    try:
-        for vocab in vocabs:
-            cfg = cfg_for_vocab(vocab)
-            with tempfile.TemporaryDirectory() as tmp:
-                models = Models(cfg, Path(tmp), names, new_tokens)
-                notes += models.notes
-                g = torch.Generator().manual_seed(1)
-                sources = {b: torch.randint(3, cfg.src_vocab, (b, SRC_LEN), generator=g) for b in batches}
-                for n_threads in threads:
-                    torch.set_num_threads(n_threads)
-                    decoders = models.decoders(n_threads)
-                    for batch in batches:
-                        for beam in beams:
-                            cell = Cell(vocab, n_threads, batch, beam)
-                            t0 = time.perf_counter()
-                            results.append(run_cell(cell, decoders, sources[batch], rounds))
-                            _say(f"vocab {vocab}, {n_threads} thread(s), batch {batch}, {cell.search}: "
-                                 f"{time.perf_counter() - t0:.0f} s")
-    finally:
-        torch.set_num_threads(saved)
-    return results, notes
+    g = torch.Generator().manual_seed(1)
+    sources = {b: torch.randint(3, cfg.src_vocab, (b, SRC_LEN), generator=g) for b in batches}
+    results = []
+    for n_threads in threads:
+        decoders = models.decoders(n_threads)
+        for batch in batches:
+            for beam in beams:
+                cell = Cell(cfg.tgt_vocab, n_threads, batch, beam)
+                t0 = time.perf_counter()
+                results.append(run_cell(cell, decoders, sources[batch], rounds))
+                _say(f"vocab {cell.vocab}, {n_threads} thread(s), batch {batch}, {cell.search}: "
+                     f"{time.perf_counter() - t0:.0f} s")
+    return results
 
 
 def _ints(text: str, what: str) -> list[int]:

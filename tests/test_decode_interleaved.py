@@ -168,3 +168,20 @@ def test_torch_product_floor_multiplies_with_the_fused_steps_own_weights(monkeyp
     monkeypatch.setattr(fused, "_step_weights", lambda m, x: rows.append(x.shape[0]) or real(m, x))
     assert floor(torch.zeros(2, 7, dtype=torch.long), 4) is None  # not a decoder: no tokens
     assert rows == [2, 8, 8]  # B rows at the first step, B x K after, on the fused step's own weight objects
+
+
+def test_a_decoder_whose_worker_cannot_build_it_fails_its_cells_with_the_reason(tmp_path):
+    """Each decoder runs in a worker process of its own (Isolated); one that cannot be built is reported in every cell
+    by run_cell, with the worker's one-line reason, and the other decoders' figures are kept."""
+    from aiayn_conformance.spec import TINY
+    from benchmarks.decode_interleaved import Cell, Isolated, run_cell
+
+    broken = Isolated("nope", TINY, tmp_path, 3, 1)
+    try:
+        assert broken.failed == ("ValueError: unknown decoder 'nope'; accepted: ctranslate2, eager cached, fused cached, "
+                                 "onnxruntime cached, products only (onnxruntime), products only (PyTorch)")
+        result = run_cell(Cell(40, 1, 1, 1), {"nope": broken, "fine": lambda src, beam: None}, src=None, rounds=1)
+        assert result.errors == {"nope": f"RuntimeError: {broken.failed}"} and list(result.times) == ["fine"]
+    finally:
+        broken.close()
+    assert not broken.process.is_alive()
