@@ -33,7 +33,8 @@ warm-up, whose tokens are compared with CTranslate2's), then ``--rounds`` (5) ro
 decoder runs once, the order rotating by one decoder per round, so that load which comes and goes
 falls on every decoder alike. Each decoder (CTranslate2 and the floors included) runs in a worker process of its
 own, one at a time, so that no runtime's thread pool shares a process with another's (``Models`` says what
-sharing one did at 2 threads); the time is taken around the call in this process, the pipe's share included. A decoder's time is the median of its rounds; its ratio is that median
+sharing one did at 2 threads); the time is taken around the call in this process, the pipe's share included.
+A decoder's time is the median of its rounds; its ratio is that median
 over CTranslate2's median *in the same cell* (below 1 = faster than CTranslate2). Medians are never
 compared across cells. The target (issue 26): at least 1.5x CTranslate2's tokens per second, i.e. a
 time ratio of at most 0.67, in every cell.

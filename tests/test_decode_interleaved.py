@@ -178,8 +178,9 @@ def test_a_decoder_whose_worker_cannot_build_it_fails_its_cells_with_the_reason(
 
     broken = Isolated("nope", TINY, tmp_path, 3, 1)
     try:
-        assert broken.failed == ("ValueError: unknown decoder 'nope'; accepted: ctranslate2, eager cached, fused cached, "
-                                 "onnxruntime cached, products only (onnxruntime), products only (PyTorch)")
+        assert broken.failed == ("ValueError: unknown decoder 'nope'; accepted: ctranslate2, eager cached, "
+                                 "fused cached, onnxruntime cached, products only (onnxruntime), "
+                                 "products only (PyTorch)")
         result = run_cell(Cell(40, 1, 1, 1), {"nope": broken, "fine": lambda src, beam: None}, src=None, rounds=1)
         assert result.errors == {"nope": f"RuntimeError: {broken.failed}"} and list(result.times) == ["fine"]
     finally:
