@@ -19,7 +19,8 @@ Decoders (all at the same thread count, torch's):
   and ``--generation --no-cache`` graphs, the search loop being the reference's
   (``export.kv_cache.OrtCachedDecoder`` / ``OrtPrefixDecoder``);
 * ``ctranslate2``: the same weights converted by ``aiayn export --format ctranslate2``, float32,
-  its own greedy and beam search (``translate_batch``);
+  its own greedy and beam search (``translate_batch``), in a worker process of its own
+  (``benchmarks.decode_interleaved.Isolated``: in one process with the others it ran 1.5-2x slower at 2 threads);
 * ``fused cached``: the ``fused`` implementation's own step decoding with the same weights, when it
   has one.
 
@@ -176,6 +177,7 @@ def bench(preset: str, batches: list[int], repeats: int, *, new_tokens: int = NE
     model = get_registry().get("reference").build(cfg).eval()
     decoders: dict[str, Callable[[Any, int], Any]] = {}
     notes = []
+    ct2_worker = None
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         export_cached_generation(model, Path(tmp) / "cached", cfg, progress=_say)
@@ -203,9 +205,12 @@ def bench(preset: str, batches: list[int], repeats: int, *, new_tokens: int = NE
                 t0 = time.perf_counter()
                 ct2.export_ctranslate2(model, Path(tmp) / "ct2", cfg)
                 notes.append(f"CTranslate2 conversion: {time.perf_counter() - t0:.0f} s")
-                ct2_decoder = ct2.CT2Decoder(Path(tmp) / "ct2", threads=threads)
-                decoders["ctranslate2"] = lambda src, k: ct2_decoder.search(
-                    src, eos_id=NEVER, beam_size=k, length_penalty=ALPHA, max_len=n)[0]
+                # in a worker process of its own: sharing this process with PyTorch's and onnxruntime's thread
+                # pools slowed it 1.5-2x at 2 threads (benchmarks/decode_interleaved.py's Models)
+                from benchmarks.decode_interleaved import BASELINE, Isolated
+
+                ct2_worker = Isolated(BASELINE, cfg, Path(tmp), n, threads)
+                decoders["ctranslate2"] = ct2_worker
             else:
                 notes.append("ctranslate2: not measured (the package is not installed)")
 
@@ -232,6 +237,8 @@ def bench(preset: str, batches: list[int], repeats: int, *, new_tokens: int = NE
                     else:
                         row.same = "yes" if tokens.tolist() == reference_tokens.tolist() else "NO"
                     rows.append(row)
+        if ct2_worker is not None:
+            ct2_worker.close()
         profile_src = torch.randint(3, cfg.src_vocab, (1, SRC_LEN), generator=g)
         profiles = [f"eager cached, batch 1: {_profile(model, profile_src, cfg.pad_id, n)}; the projection to "
                     f"{cfg.tgt_vocab} logits alone costs {_generator_share(model, 1):.1f} ms a step",
