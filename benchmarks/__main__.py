@@ -1,5 +1,8 @@
 """``python -m benchmarks``: every benchmark in one run; prints the tables and writes BENCHMARKS.md.
 
+The sections and subsections of the existing file that this run does not write (measurements recorded by hand,
+such as the interleaved decoding grids of ``benchmarks.decode_interleaved``) are kept (``keep_notes``).
+
 Options: ``--quick`` (the ``small`` preset of ``benchmarks.perf`` only, for a smoke run), ``--repeats N``,
 ``--skip-suite``, ``--skip-onnx``, ``--skip-decode``, ``--output PATH`` (default BENCHMARKS.md).
 """
@@ -48,6 +51,60 @@ def optional_section(module: str, title: str, argv: list[str], *, fenced: bool =
     if not fenced:
         return f"## {title}\n\n{buf.getvalue().strip()}\n"
     return f"## {title}\n\n```\n{buf.getvalue().strip()}\n```\n"
+
+
+def _sections(text: str) -> tuple[list[str], list[tuple[str, list[str], list[tuple[str, list[str]]]]]]:
+    """Markdown split by its headings outside code fences: (the lines before the first ``## ``, then per ``## ``
+    section: its heading, the lines before its first ``### ``, and its ``### `` subsections as (heading, lines))."""
+    head: list[str] = []
+    sections: list[tuple[str, list[str], list[tuple[str, list[str]]]]] = []
+    fenced = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        if not fenced and line.startswith("## "):
+            sections.append((line, [], []))
+        elif not fenced and line.startswith("### ") and sections:
+            sections[-1][2].append((line, []))
+        elif not sections:
+            head.append(line)
+        elif sections[-1][2]:
+            sections[-1][2][-1][1].append(line)
+        else:
+            sections[-1][1].append(line)
+    return head, sections
+
+
+def keep_notes(old: str, new: str) -> tuple[str, int]:
+    """``new`` (this run's BENCHMARKS.md) with what only ``old`` (the file it replaces) has: each ``## `` section
+    this run does not write, at the end in its old order, and each ``### `` subsection a written section lacks, at
+    the end of that section. The hand-written measurements (the interleaved decoding grids, the test command's
+    history) survive a re-run; a section or subsection this run writes replaces the old one. Returns the text and
+    how many sections and subsections were kept."""
+    head, sections = _sections(new)
+    _, old_sections = _sections(old)
+    by_heading = {heading: subs for heading, _, subs in sections}
+    kept = 0
+    for heading, intro, subs in old_sections:
+        if heading not in by_heading:
+            sections.append((heading, intro, subs))
+            kept += 1
+            continue
+        present = {h for h, _ in by_heading[heading]}
+        for sub in subs:
+            if sub[0] not in present:
+                by_heading[heading].append(sub)
+                kept += 1
+    lines = list(head)
+    for heading, intro, subs in sections:
+        lines += [heading, *intro]
+        for sub_heading, sub_lines in subs:
+            if lines and lines[-1].strip():
+                lines.append("")
+            lines += [sub_heading, *sub_lines]
+        if lines and lines[-1].strip():
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n", kept
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,7 +156,13 @@ def main(argv: list[str] | None = None) -> int:
         decode_argv = ["--repeats", str(args.repeats)] + (["--preset", "small", "--batches", "1"] if args.quick else [])
         sections.append(optional_section("decode_bench", "Decoding (§6.1): cached, recomputed, onnxruntime, "
                                          "CTranslate2", decode_argv, fenced=False))
-    Path(args.output).write_text("\n".join(sections))
+    text, output = "\n".join(sections), Path(args.output)
+    if output.exists():  # the notes written by hand below the generated figures are kept, not lost
+        text, kept = keep_notes(output.read_text(), text)
+        if kept:
+            print(f"{output}: kept {kept} section(s) this run does not write (hand-written measurements)",
+                  file=sys.stderr)
+    output.write_text(text)
     print(f"wrote {args.output}", file=sys.stderr)
     return 0
 
