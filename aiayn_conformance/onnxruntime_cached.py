@@ -94,14 +94,18 @@ class OrtCachedTransformer(Transformer):
         """Encode src (B, S) in onnxruntime; the preallocated key/value buffers for an empty prefix."""
         return self._decoder().begin_decoding(src)
 
+    def _begun(self) -> Any:
+        """The decoder the current decoding began with (made now if none began)."""
+        return self._ort[1] if self._ort else self._decoder()
+
     def decode_step(self, state: Any, tokens: Tensor) -> tuple[Tensor, Any]:
         """Feed tokens (N,) at the next position: next-token logits (N, V) on the tokens' device."""
-        logits, state = (self._ort[1] if self._ort else self._decoder()).decode_step(state, tokens)
+        logits, state = self._begun().decode_step(state, tokens)
         return logits.to(tokens.device), state
 
     def reorder_state(self, state: Any, indices: Tensor) -> Any:
         """Row i of the new state continues row indices[i] (beams), gathered by index into spare buffers."""
-        return (self._ort[1] if self._ort else self._decoder()).reorder_state(state, indices)
+        return self._begun().reorder_state(state, indices)
 
 
 def build(config: ModelConfig) -> OrtCachedTransformer:
