@@ -20,6 +20,7 @@ import importlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
+from random import Random
 from typing import Any
 from unittest import mock
 
@@ -27,6 +28,7 @@ import pytest
 import torch
 from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
+from hypothesis.errors import NoSuchExample
 
 from aiayn_conformance.conformance import shapes, strategies
 from aiayn_conformance.conformance.shapes import ShapeContract
@@ -42,9 +44,22 @@ FIND = settings(max_examples=1000, database=None,  # the budget for finding one 
                 phases=[Phase.explicit, Phase.reuse, Phase.generate])
 
 
+RETRY_SEEDS = (1, 2)  # the fixed seeds ``found`` searches from after the derandomized sequence
+
+
 def found(strategy: st.SearchStrategy[Any], condition: Any) -> Any:
-    """A draw of ``strategy`` meeting ``condition`` (hypothesis.find fails the test when there is none)."""
-    return find(strategy, condition, settings=FIND)
+    """A draw of ``strategy`` meeting ``condition``: the derandomized search first, then one from each of the
+    ``RETRY_SEEDS`` (hypothesis.find fails the test when none finds one). One derandomized sequence is not
+    enough: hypothesis mixes integer constants of the modules loaded in the process into its draws, so the sequence
+    depends on which tests ran before in the same pytest-xdist worker (a CI run once missed Lq = Lk = 7 in 1000
+    draws that the other runs found)."""
+    for attempt in (None, *RETRY_SEEDS):
+        try:
+            return find(strategy, condition, settings=FIND, random=None if attempt is None else Random(attempt))
+        except NoSuchExample:
+            if attempt == RETRY_SEEDS[-1]:
+                raise
+    raise AssertionError("unreachable")
 
 
 def restricted() -> ShapeContract:
