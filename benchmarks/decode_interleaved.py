@@ -314,13 +314,13 @@ def make_decoder(name: str, cfg: Any, tmp: Path, n: int, threads: int) -> Decode
         ort = OrtCachedDecoder.load(tmp / "cached", threads=threads)
         return lambda src, k: _search(ort, src, k, pad, n)
     state = torch.load(tmp / STATE_FILE)
-    model = get_registry().get("reference").build(cfg).eval()
-    model.load_state_dict(state)
-    if name == "eager cached":
+    if name in ("eager cached", FLOOR):
+        model = get_registry().get("reference").build(cfg).eval()
+        model.load_state_dict(state)
+        if name == FLOOR:
+            return ProductFloor(model, tmp / f"floor-{threads}", n, threads)
         return lambda src, k: _search(model, src, k, pad, n)
-    if name == FLOOR:
-        return ProductFloor(model, tmp / f"floor-{threads}", n, threads)
-    fused = get_registry().get("fused").build(cfg).eval()
+    fused = get_registry().get("fused").build(cfg).eval()  # fused cached and its floor need no reference model
     fused.load_reference_state(state)
     if name == "fused cached":
         return lambda src, k: _search(fused, src, k, pad, n)
