@@ -28,6 +28,13 @@ floor exceeds the target cannot meet it with them (the report says so), whatever
 ``products only (PyTorch)`` (``TorchProductFloor``) is the same floor on the kernels the ``fused`` path
 multiplies with; the report names the cells where it alone takes longer than CTranslate2's whole decode.
 
+``products at machine rates`` is computed, not run: the same products, each taking the longer of its weights read
+at the machine's memory streaming rate and its FLOPs at the machine's float32 GEMM rate, both measured before each
+thread count's cells (``MachineRates``: ``threads`` threads reading disjoint parts of a 256 MiB array with np.dot
+on one BLAS thread each; ``benchmarks.perf.matmul_peak``). An estimate of what better kernels could reach on this
+machine, not a strict bound: weights that stay in cache read faster, and a GEMM can beat MKL's square one. A floor
+far above it says the kernels, not the machine, hold the cell back.
+
 A *cell* is (vocabulary, threads, batch, search). Within a cell every decoder runs once untimed (the
 warm-up, whose tokens are compared with CTranslate2's), then ``--rounds`` (5) rounds in which each
 decoder runs once, the order rotating by one decoder per round, so that load which comes and goes
@@ -76,6 +83,7 @@ BASELINE = "ctranslate2"
 FLOOR = "products only (onnxruntime)"  # not decoders: the floors of decoders on onnxruntime's kernels
 TORCH_FLOOR = "products only (PyTorch)"  # ... and on the fused path's PyTorch kernels (ProductFloor, TorchProductFloor)
 FLOORS = (FLOOR, TORCH_FLOOR)
+ESTIMATE = "products at machine rates"  # computed, not run (products_estimate)
 DECODERS = ("eager cached", "fused cached", "onnxruntime cached", *FLOORS)
 DEFAULT_DECODERS = ("fused cached", "onnxruntime cached", *FLOORS)  # eager cached, the slowest, on request
 PYTORCH = ("eager cached", "fused cached")
@@ -95,12 +103,104 @@ class Cell:
         return "greedy" if self.beam == 1 else f"beam {self.beam}"
 
 
+@dataclass(frozen=True)
+class MachineRates:
+    """What this machine sustained at ``threads`` threads: ``stream`` bytes read from memory per second and
+    ``gemm`` float32 FLOP/s (``measure_rates``)."""
+
+    threads: int
+    stream: float
+    gemm: float
+
+    def describe(self) -> str:
+        return (f"{self.threads} thread(s): memory streaming {self.stream / 1e9:.1f} GB/s, "
+                f"float32 GEMM {self.gemm / 1e9:.0f} GFLOP/s")
+
+
+def product_shapes(cfg: Any) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(in, out) of every product by a weight matrix in an exact float32 decode, as ``ProductFloor`` runs them:
+    the encoder's (per layer Q|K|V, W^O, W_1, W_2, then each decoder layer's cross-attention K|V), run over every
+    source token, and one step's (per decoder layer Q|K|V, W^O, cross-attention W^Q and W^O, W_1, W_2, then the
+    vocabulary projection)."""
+    d, f, L = cfg.d_model, cfg.d_ff, cfg.n_layers
+    encoder = [(d, 3 * d), (d, d), (d, f), (f, d)] * L + [(d, 2 * d)] * L
+    step = [(d, 3 * d), (d, d), (d, d), (d, d), (d, f), (f, d)] * L + [(d, cfg.tgt_vocab)]
+    return encoder, step
+
+
+def products_estimate(cfg: Any, cell: Cell, rates: MachineRates, new_tokens: int, src_len: int = SRC_LEN) -> float:
+    """Seconds the products of one decode of ``cell`` would take at ``rates``: each product the longer of its float32
+    weights read once at ``rates.stream`` and its 2 x rows x in x out FLOPs at ``rates.gemm``; the encoder's at
+    B x S rows, the first step's at B rows, the others' at B x K."""
+    encoder, step = product_shapes(cfg)
+
+    def seconds(shapes: list[tuple[int, int]], rows: int) -> float:
+        return sum(max(4 * i * o / rates.stream, 2 * rows * i * o / rates.gemm) for i, o in shapes)
+
+    B = cell.batch
+    return (seconds(encoder, B * src_len) + seconds(step, B)
+            + (new_tokens - 1) * seconds(step, B * cell.beam))
+
+
+def _rates_worker(conn: Any, threads: int, nbytes: int, repeats: int, gemm_n: int) -> None:
+    """In a fresh process: the best of ``repeats`` reads of an ``nbytes`` array by ``threads`` threads (np.dot of its
+    part with itself, one BLAS thread each), then ``matmul_peak`` of ``gemm_n`` x ``gemm_n`` at ``threads``."""
+    import os
+
+    for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        os.environ[var] = "1"  # before numpy loads its BLAS: the threads below are the only parallelism
+    try:
+        from concurrent.futures import ThreadPoolExecutor
+
+        import numpy as np
+
+        from benchmarks.perf import matmul_peak
+
+        a = np.random.default_rng(0).random(nbytes // 4, dtype=np.float32)
+        parts = np.array_split(a, threads)
+        best = float("inf")
+        with ThreadPoolExecutor(threads) as pool:
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                list(pool.map(lambda x: float(np.dot(x, x)), parts))
+                best = min(best, time.perf_counter() - t0)
+        conn.send(("ok", (a.nbytes / best, matmul_peak(gemm_n, threads=threads))))
+    except Exception as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def measure_rates(threads: int, *, nbytes: int = 256 << 20, repeats: int = 7, gemm_n: int = 2048) -> MachineRates:
+    """This machine's memory streaming rate and float32 GEMM rate at ``threads``, measured in a worker process of its
+    own (so that no runtime's thread pool in this process takes part). RuntimeError with the reason on failure."""
+    import multiprocessing
+
+    if threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
+    ctx = multiprocessing.get_context("spawn")
+    conn, child = ctx.Pipe()
+    process = ctx.Process(target=_rates_worker, args=(child, threads, nbytes, repeats, gemm_n), daemon=True)
+    process.start()
+    child.close()
+    try:
+        status, value = conn.recv()
+    except EOFError:
+        status, value = "error", "its worker process ended without an answer"
+    finally:
+        process.join(timeout=30)
+        conn.close()
+    if status != "ok":
+        raise RuntimeError(f"measuring the machine's rates failed: {value}")
+    return MachineRates(threads, *value)
+
+
 @dataclass
 class Result:
     cell: Cell
     times: dict[str, list[float]] = field(default_factory=dict)
     same: dict[str, bool] = field(default_factory=dict)  # tokens equal CTranslate2's (baseline absent: not set)
     errors: dict[str, str] = field(default_factory=dict)
+    estimate: float | None = None  # seconds: the products at the machine's rates (``products_estimate``)
+    rates: MachineRates | None = None  # the rates that estimate used
 
     def median(self, name: str) -> float:
         t = self.times.get(name)
@@ -111,6 +211,12 @@ class Result:
         if not self.times.get(name) or not self.times.get(BASELINE):
             return None
         return self.median(name) / self.median(BASELINE)
+
+    def estimate_ratio(self) -> float | None:
+        """The products at the machine's rates over CTranslate2's median, in this cell; None when either is missing."""
+        if self.estimate is None or not self.times.get(BASELINE):
+            return None
+        return self.estimate / self.median(BASELINE)
 
     def best(self, names: Sequence[str]) -> tuple[str, float] | None:
         """The fastest of ``names`` relative to CTranslate2, among those whose tokens equal CTranslate2's."""
@@ -161,14 +267,18 @@ def report(results: Sequence[Result], names: Sequence[str], *, header: str, new_
            rounds: int) -> list[str]:
     """A markdown table (one row per cell: CTranslate2's median, each decoder's ratio, the verdicts) and a summary."""
     ours = [n for n in names if n != BASELINE]
+    estimated = any(res.estimate is not None for res in results)
+    extra = [ESTIMATE] if estimated else []
     out = [header, "",
            f"Time relative to CTranslate2 in the same cell (median of {rounds} interleaved rounds each; below 1 = "
            f"faster; target <= {TARGET_RATIO:g}, i.e. >= 1.5x CTranslate2's tokens/s). '≠' marks a decoder whose "
-           f"tokens differ from CTranslate2's. {new_tokens} new tokens per source.", "",
-           "| vocab | threads | batch | search | ctranslate2 s | " + " | ".join(ours) +
+           f"tokens differ from CTranslate2's. {new_tokens} new tokens per source." +
+           (f" '{ESTIMATE}' is computed from the machine's measured rates (below the table), not run." if estimated
+            else ""), "",
+           "| vocab | threads | batch | search | ctranslate2 s | " + " | ".join([*ours, *extra]) +
            " | best PyTorch | best | target |",
-           "|---" * (8 + len(ours)) + "|"]
-    misses, unequal, above = [], [], []
+           "|---" * (8 + len(ours) + len(extra)) + "|"]
+    misses, unequal, above, machine_above = [], [], [], []
     for res in results:
         c = res.cell
         cells = []
@@ -183,6 +293,11 @@ def report(results: Sequence[Result], names: Sequence[str], *, header: str, new_
                 cells.append(f"{r:.2f}{mark}")
             if res.same.get(n) is False:
                 unequal.append(f"{n} at vocab {c.vocab}, {c.threads} thread(s), batch {c.batch}, {c.search}")
+        if estimated:
+            e = res.estimate_ratio()
+            cells.append("-" if e is None else f"{e:.2f}")
+            if e is not None and e > TARGET_RATIO:
+                machine_above.append(f"vocab {c.vocab}, {c.threads} thread(s), batch {c.batch}, {c.search}: {e:.2f}")
         base = f"{res.median(BASELINE):.3f}" if res.times.get(BASELINE) else (res.errors.get(BASELINE) or "-")
         best_pt, best = res.best([n for n in ours if n in PYTORCH]), res.best(ours)
         bp = f"{best_pt[1]:.2f} ({best_pt[0]})" if best_pt else "-"
@@ -209,6 +324,13 @@ def report(results: Sequence[Result], names: Sequence[str], *, header: str, new_
                 for r in results if (x := r.ratio(TORCH_FLOOR)) is not None and x > 1]
         out.append(f"Cells where the PyTorch path's matrix products alone ({TORCH_FLOOR}) take longer than "
                    f"CTranslate2's whole decode: {len(slow)}" + (f": {'; '.join(slow)}" if slow else ""))
+    if estimated and any(r.estimate_ratio() is not None for r in results):
+        out.append(f"Cells where the products at the machine's rates ({ESTIMATE}) would take more than "
+                   f"{TARGET_RATIO:g} of CTranslate2's time: {len(machine_above)}" +
+                   (f": {'; '.join(machine_above)}" if machine_above else ""))
+        rates = {(r.cell.vocab, r.rates.threads): r.rates for r in results if r.rates is not None}
+        out.append("Machine rates, measured before each vocabulary's cells at each thread count: " +
+                   "; ".join(f"vocab {v}, {m.describe()}" for (v, _), m in rates.items()))
     out.append("Tokens equal to CTranslate2's in every cell and decoder" if not unequal and judged else
                f"Tokens DIFFER from CTranslate2's: {'; '.join(unequal)}" if unequal else
                "Tokens not compared (CTranslate2 not measured)")
@@ -598,11 +720,11 @@ def bench(cfg_for_vocab: Callable[[int], Any], vocabs: Sequence[int], threads: S
         cfg = cfg_for_vocab(vocab)
         with tempfile.TemporaryDirectory() as tmp:
             models = Models(cfg, Path(tmp), names, new_tokens)
-            notes += models.notes
             try:
                 results += _grid(models, cfg, threads, batches, beams, rounds)
             finally:
                 models.close()
+                notes += models.notes
     return results, notes
 
 
@@ -615,12 +737,21 @@ def _grid(models: Models, cfg: Any, threads: Sequence[int], batches: Sequence[in
     sources = {b: torch.randint(3, cfg.src_vocab, (b, SRC_LEN), generator=g) for b in batches}
     results = []
     for n_threads in threads:
+        rates = None
+        try:  # before this thread count's workers start: nothing else runs meanwhile
+            rates = measure_rates(n_threads)
+        except RuntimeError as exc:
+            models.notes.append(f"vocab {cfg.tgt_vocab}, {n_threads} thread(s): no {ESTIMATE} ({exc})")
         decoders = models.decoders(n_threads)
         for batch in batches:
             for beam in beams:
                 cell = Cell(cfg.tgt_vocab, n_threads, batch, beam)
                 t0 = time.perf_counter()
-                results.append(run_cell(cell, decoders, sources[batch], rounds))
+                result = run_cell(cell, decoders, sources[batch], rounds)
+                if rates is not None:
+                    result.rates = rates
+                    result.estimate = products_estimate(cfg, cell, rates, models.n)
+                results.append(result)
                 _say(f"vocab {cell.vocab}, {n_threads} thread(s), batch {batch}, {cell.search}: "
                      f"{time.perf_counter() - t0:.0f} s")
     return results

@@ -11,7 +11,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.decode_interleaved import BASELINE, Cell, Result, report, rotation, run_cell
+from benchmarks.decode_interleaved import (
+    BASELINE,
+    ESTIMATE,
+    Cell,
+    MachineRates,
+    Result,
+    measure_rates,
+    product_shapes,
+    products_estimate,
+    report,
+    rotation,
+    run_cell,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -144,6 +156,12 @@ def test_product_floor_runs_exactly_the_decodes_products(tmp_path):
         graph.run = lambda out, feed, run=run: rows.append(feed["x"].shape[0]) or run(out, feed)  # type: ignore
     assert floor(torch.zeros(2, 7, dtype=torch.long), 4) is None  # not a decoder: no tokens
     assert rows == [2 * 7, 2, 8, 8]  # the encoder over every source token, then B rows, then B x K
+    # the machine-rate estimate counts exactly these products: the graphs' weights [in, out], in order
+    encoder, step = product_shapes(TINY)
+    for name, shapes in (("encoder_products.onnx", encoder), ("step_products.onnx", step)):
+        graph = onnx.load(str(tmp_path / name)).graph
+        weights = {w.name: tuple(w.dims) for w in graph.initializer}
+        assert [weights[n.input[1]] for n in graph.node if n.op_type == "MatMul"] == shapes, name
 
 
 def test_torch_product_floor_multiplies_with_the_fused_steps_own_weights(monkeypatch):
@@ -186,3 +204,45 @@ def test_a_decoder_whose_worker_cannot_build_it_fails_its_cells_with_the_reason(
     finally:
         broken.close()
     assert not broken.process.is_alive()
+
+
+def test_products_estimate_takes_each_product_at_the_slower_of_the_machines_two_rates():
+    from aiayn_conformance.spec import TINY
+
+    encoder, step = product_shapes(TINY)
+    d, f, L, V = TINY.d_model, TINY.d_ff, TINY.n_layers, TINY.tgt_vocab
+    assert sum(i * o for i, o in step) == L * (3 * d * d + 3 * d * d + 2 * d * f) + d * V
+    assert sum(i * o for i, o in encoder) == L * (3 * d * d + d * d + 2 * d * f) + L * 2 * d * d
+    memory_bound = MachineRates(1, stream=4.0, gemm=1e30)  # 1 weight per second, FLOPs free
+    compute_bound = MachineRates(1, stream=1e30, gemm=2.0)  # weights free, 1 multiply-add per second
+    cell = Cell(V, 1, 2, 3)  # batch 2, beam 3
+    weights = sum(i * o for i, o in encoder) + 5 * sum(i * o for i, o in step)  # the encoder's, then 5 steps'
+    assert products_estimate(TINY, cell, memory_bound, 5, src_len=7) == pytest.approx(weights)
+    macs = 2 * 7 * sum(i * o for i, o in encoder) + (2 + 4 * 6) * sum(i * o for i, o in step)
+    assert products_estimate(TINY, cell, compute_bound, 5, src_len=7) == pytest.approx(macs)
+
+
+def test_report_adds_the_machine_rate_estimate_and_names_the_cells_it_puts_above_the_target():
+    names = [BASELINE, "onnxruntime cached"]
+    rates = MachineRates(1, stream=30e9, gemm=90e9)
+    low = result(Cell(8000, 1, 1, 1), {BASELINE: 1.0, "onnxruntime cached": 0.6}, {"onnxruntime cached": True})
+    high = result(Cell(8000, 1, 8, 4), {BASELINE: 1.0, "onnxruntime cached": 0.9}, {"onnxruntime cached": True})
+    low.estimate, low.rates, high.estimate, high.rates = 0.3, rates, 0.7, rates
+    out = "\n".join(report([low, high], names, header="H", new_tokens=50, rounds=3))
+    assert f"| ctranslate2 s | onnxruntime cached | {ESTIMATE} | best PyTorch |" in out
+    assert "| 8000 | 1 | 1 | greedy | 1.000 | 0.60 | 0.30 | - | 0.60 (onnxruntime cached) | met |" in out
+    assert "| 8000 | 1 | 8 | beam 4 | 1.000 | 0.90 | 0.70 | - | 0.90 (onnxruntime cached) | MISSED |" in out
+    assert (f"Cells where the products at the machine's rates ({ESTIMATE}) would take more than 0.67 of "
+            "CTranslate2's time: 1: vocab 8000, 1 thread(s), batch 8, beam 4: 0.70") in out
+    assert "vocab 8000, 1 thread(s): memory streaming 30.0 GB/s, float32 GEMM 90 GFLOP/s" in out
+    assert ESTIMATE not in "\n".join(report([result(Cell(8000, 1, 1, 1), {BASELINE: 1.0})], names, header="H",
+                                            new_tokens=50, rounds=3))  # no estimate: no column
+
+
+def test_machine_rates_are_measured_in_a_worker_and_a_failure_says_why():
+    rates = measure_rates(1, nbytes=4 << 20, repeats=2, gemm_n=128)
+    assert rates.threads == 1 and rates.stream > 0 and rates.gemm > 0
+    with pytest.raises(RuntimeError, match="measuring the machine's rates failed: ValueError: negative dimensions"):
+        measure_rates(1, nbytes=-4, repeats=1, gemm_n=64)  # the worker's own error, sent back in one line
+    with pytest.raises(ValueError, match="threads must be at least 1, got 0"):
+        measure_rates(0)
