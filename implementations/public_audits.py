@@ -235,8 +235,9 @@ Findings:
   that depend on it skip as blocked; docs/plugins.md says to return the other table to audit it.
 - **The scaffold's gaps.** Fixed since: a dotted `MODULE` found only in the directory `aiayn` runs in is imported
   from there, as `python -m` would, and the plugin puts that folder on `sys.path` with a CHECK; gordic's argument
-  names (`model_dimension`, `number_of_heads`, `number_of_layers`, `dropout_probability`) are synonyms. Remaining: a
-  file importing from the checkout's root still needs `PYTHONPATH=.`; a model whose forward flattens its output
-  defeats the mask probe; a factory taking an options object (`get_model(opt, ...)`) gets the ModelConfig as `opt`;
-  the recipe methods are never proposed.
+  names (`model_dimension`, `number_of_heads`, `number_of_layers`, `dropout_probability`) are synonyms; a `.py` file
+  that imports a package from the checkout's root (gordic's `utils`) is imported with the file's nearest ancestor
+  holding that package on `sys.path`, and the plugin inserts that folder with a CHECK (no `PYTHONPATH=.`).
+  Remaining: a model whose forward flattens its output defeats the mask probe; a factory taking an options object
+  (`get_model(opt, ...)`) gets the ModelConfig as `opt`; the recipe methods are never proposed.
 """

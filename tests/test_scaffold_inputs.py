@@ -369,6 +369,51 @@ def test_a_dotted_module_in_the_directory_aiayn_runs_in_is_found_and_the_plugin_
     compile(text, str(out), "exec")
 
 
+def test_a_file_importing_from_its_checkouts_root_is_imported_and_the_plugin_says_where(tmp_path, monkeypatch):
+    """gordicaleksa's layout: models/definitions/transformer_model.py imports ``utils.constants``, a package at the
+    checkout's root. The scaffold finds it in the file's nearest ancestor that holds it; the plugin puts that folder
+    on sys.path with a CHECK and imports as written, with no PYTHONPATH."""
+    checkout = tmp_path / "checkout"
+    (checkout / "utils").mkdir(parents=True)
+    (checkout / "utils" / "__init__.py").write_text("")
+    (checkout / "utils" / "constants.py").write_text("SCALE = 1.0\n")
+    definitions = checkout / "models" / "definitions"
+    definitions.mkdir(parents=True)
+    model = (ROOT / "tests/fixtures/scaffold_styles/factory_model.py").read_text()
+    importer = "\nfrom utils.constants import SCALE  # noqa: E402,F401\n"  # after the file's __future__ import
+    (definitions / "root_import_model.py").write_text(model + importer)
+    elsewhere = tmp_path / "elsewhere"  # aiayn runs outside the checkout: only the ancestor search finds utils
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(checkout))])
+    for name in ("utils", "utils.constants"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    out = tmp_path / "plugin.py"
+    target = f"{definitions / 'root_import_model.py'}:make_model"
+    assert main(["scaffold", target, "--name", "rooted", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert (f"sys.path.insert(0, {str(checkout)!r})  # CHECK: where root_import_model.py imports utils from"
+            in text)
+    probe = "import importlib.util, sys\n" \
+            f"spec = importlib.util.spec_from_file_location('rooted_plugin', {str(out)!r})\n" \
+            "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n" \
+            "print(module.make_model.__name__)"
+    res = subprocess.run([sys.executable, "-c", probe], cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and res.stdout.strip() == "make_model", res.stderr[-1500:]
+
+
+def test_a_file_whose_import_is_found_nowhere_says_so_in_one_line(tmp_path, monkeypatch):
+    path = tmp_path / "lonely.py"
+    path.write_text("import no_such_package_anywhere\n")
+    monkeypatch.chdir(tmp_path)
+    from aiayn_conformance.scaffold import ScaffoldError
+    from aiayn_conformance.scaffold.target import load_target
+    with pytest.raises(ScaffoldError, match=r"cannot import .*lonely.py: .*no_such_package_anywhere.*not found "
+                                            r"beside the file or in a folder above it; put the folder that holds "
+                                            r"it on PYTHONPATH"):
+        load_target(f"{path}:Model")
+
+
 @pytest.mark.parametrize("name, field", [("model_dimension", "config.d_model"), ("number_of_heads", "config.n_heads"),
                                          ("number_of_layers", "config.n_layers"),
                                          ("dropout_probability", "config.dropout")])

@@ -34,6 +34,8 @@ class Loaded:
     location: str  # the dotted module name, or the file's resolved path
     notes: list[str] = field(default_factory=list)  # what loading left out (a notebook's skipped cells), one a line
     path_entry: str | None = None  # a folder the module imports only from (the directory aiayn ran in)
+    roots: list[tuple[str, str]] = field(default_factory=list)  # a file's (folder above it, top package it imports
+    # from there): found by the scaffold in the file's ancestors, such as a checkout's root
 
     @property
     def header(self) -> list[str]:
@@ -56,7 +58,9 @@ class Loaded:
                          lines[0] + "  # noqa: E402"]
         elif self.kind == "file":
             path = Path(self.location)
-            lines = [f"sys.path.insert(0, {str(path.parent)!r})  # CHECK: where {path.name} lives",
+            lines = [*(f"sys.path.insert(0, {root!r})  # CHECK: where {path.name} imports {top} from"
+                       for root, top in self.roots),
+                     f"sys.path.insert(0, {str(path.parent)!r})  # CHECK: where {path.name} lives",
                      f"from {path.stem} import {names}  # noqa: E402"]
         else:
             path = Path(self.location)
@@ -80,22 +84,25 @@ def load_target(target: str) -> Loaded:
         raise ScaffoldError(f"{target!r} is not MODULE:CLASS (e.g. my_package.model:Transformer, "
                             "path/to/model.py:Transformer, notebook.ipynb:make_model)")
     notes: list[str] = []
+    roots: list[tuple[str, str]] = []
     if module_name.endswith(".ipynb"):
         module, notes = notebook_module(module_name)
         kind, location = "notebook", str(Path(module_name).expanduser().resolve())
     elif module_name.endswith(".py") or "/" in module_name or "\\" in module_name:
-        module = _import_file(module_name)
+        module, roots = _import_file(module_name)
         kind, location = "file", str(Path(module_name).expanduser().resolve())
     else:
         module, entry = _import_module(module_name)
         kind, location = "module", module_name
     obj = _module_object(module, module_name, class_name)
     return Loaded(obj, module, f"{module_name}:{class_name}", kind, location, notes,
-                  entry if kind == "module" else None)
+                  entry if kind == "module" else None, roots)
 
 
-def _import_file(module_name: str) -> ModuleType:
-    """The module at the file path ``module_name`` (its folder on sys.path while it imports)."""
+def _import_file(module_name: str) -> tuple[ModuleType, list[tuple[str, str]]]:
+    """The module at the file path ``module_name`` (its folder on sys.path while it imports), and the folders above
+    it that it imports from: a top-level package it imports that is found nowhere else but in one of the file's
+    ancestor folders (a checkout's root, where ``python -m`` would have been run) is imported from there."""
     path = Path(module_name).expanduser().resolve()
     if not path.is_file():
         raise ScaffoldError(f"cannot import {module_name}: no such file")
@@ -103,17 +110,43 @@ def _import_file(module_name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ScaffoldError(f"cannot import {module_name}: not a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.parent))  # its own sibling imports
-    sys.modules[name] = module  # its classes' __module__ resolves (sub-modules are found through it)
+    roots: list[tuple[str, str]] = []
+    while True:
+        module = importlib.util.module_from_spec(spec)
+        folders = [str(path.parent), *(root for root, _ in roots)]
+        sys.path[:0] = folders  # its own sibling imports, then the packages found above it
+        sys.modules[name] = module  # its classes' __module__ resolves (sub-modules are found through it)
+        try:
+            spec.loader.exec_module(module)
+            return module, roots
+        except ModuleNotFoundError as exc:
+            sys.modules.pop(name, None)
+            top = (exc.name or "").split(".")[0]
+            root = _ancestor_with(top, path.parent) if top else None
+            if root is None or any(r == root for r, _ in roots):
+                raise ScaffoldError(f"cannot import {module_name}: {short(exc)} (not found beside the file or in "
+                                    f"a folder above it; put the folder that holds it on PYTHONPATH)") from None
+            roots.append((root, top))
+        except Exception as exc:
+            sys.modules.pop(name, None)
+            raise ScaffoldError(f"cannot import {module_name}: {short(exc)}") from None
+        finally:
+            for folder in folders:
+                sys.path.remove(folder)
+
+
+def _ancestor_with(top: str, folder: Path) -> str | None:
+    """The nearest folder above ``folder`` holding the package or module ``top``, when it is not importable as
+    things are; else None."""
     try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        sys.modules.pop(name, None)
-        raise ScaffoldError(f"cannot import {module_name}: {short(exc)}") from None
-    finally:
-        sys.path.remove(str(path.parent))
-    return module
+        if importlib.util.find_spec(top) is not None:
+            return None
+    except (ImportError, ValueError):
+        return None
+    for parent in folder.parents:
+        if (parent / top).is_dir() or (parent / f"{top}.py").is_file():
+            return str(parent)
+    return None
 
 
 def _import_module(module_name: str) -> tuple[ModuleType, str | None]:
