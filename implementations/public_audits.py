@@ -237,7 +237,8 @@ Findings:
   from there, as `python -m` would, and the plugin puts that folder on `sys.path` with a CHECK; gordic's argument
   names (`model_dimension`, `number_of_heads`, `number_of_layers`, `dropout_probability`) are synonyms; a `.py` file
   that imports a package from the checkout's root (gordic's `utils`) is imported with the file's nearest ancestor
-  holding that package on `sys.path`, and the plugin inserts that folder with a CHECK (no `PYTHONPATH=.`).
-  Remaining: a model whose forward flattens its output defeats the mask probe; a factory taking an options object
-  (`get_model(opt, ...)`) gets the ModelConfig as `opt`; the recipe methods are never proposed.
+  holding that package on `sys.path`, and the plugin inserts that folder with a CHECK (no `PYTHONPATH=.`); a
+  forward that returns its scores flattened to (B * T, V) is probed through a view as (B, T, V), and the plugin's
+  call views them back, with a CHECK on the order (gordic's hand edit 1). Remaining: a factory taking an options
+  object (`get_model(opt, ...)`) gets the ModelConfig as `opt`; the recipe methods are never proposed.
 """

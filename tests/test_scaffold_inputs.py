@@ -17,6 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+import torch
 from scaffolded import plugin_module, reproduces_the_reference
 from torch import nn
 
@@ -367,6 +368,28 @@ def test_a_dotted_module_in_the_directory_aiayn_runs_in_is_found_and_the_plugin_
     assert f"sys.path.insert(0, {str(tmp_path)!r})  # CHECK: the folder checkout_pkg.model imports from" in text
     assert "from checkout_pkg.model import make_model" in text
     compile(text, str(out), "exec")
+
+
+def test_a_forward_that_flattens_its_scores_is_probed_and_viewed_back_as_b_t_v():
+    """A forward returning (B * T, V) for a loss (gordicaleksa's) no longer defeats the mask probe: the probe views
+    the scores as (B, T, V), finds the model's 4-D boolean masks, and the plugin's forward views them back, with a
+    CHECK on the order. The adapter returns exactly what the same model returns unflattened."""
+    from tests.fixtures.scaffold_styles.factory_model import EncoderDecoder
+
+    target = f"{PACKAGE}.flat_output:make_flat_model"
+    text = render(scaffold(target, "flat"))
+    assert "return self.model(src, tgt, src_mask, tgt_mask).view(src.size(0), tgt.size(1), -1)  # CHECK:" in text
+    assert "masks found by probing the forward: source 4-D, boolean, True = may attend" in text
+    assert "got [10, 37] (the scores flattened to (B * T, V), viewed here as (B, T, V)" in text
+    adapter = plugin_module(target, "flat").Adapter(TINY.replace(dropout=0.0)).eval()
+    src = torch.tensor([[5, 6, 7, 8, 0, 0], [9, 10, 11, 12, 13, 14]])
+    tgt = torch.tensor([[1, 2, 3, 0], [4, 5, 6, 7]])
+    with torch.no_grad():
+        flat = adapter(src, tgt)
+        adapter.model.__class__ = EncoderDecoder  # the same model and weights, its scores not flattened
+        plain = adapter(src, tgt)
+    assert flat.shape == (2, 4, TINY.tgt_vocab)
+    torch.testing.assert_close(flat, plain, rtol=0, atol=0)
 
 
 def test_a_file_importing_from_its_checkouts_root_is_imported_and_the_plugin_says_where(tmp_path, monkeypatch):

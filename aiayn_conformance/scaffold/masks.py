@@ -144,7 +144,14 @@ def run_call(model: nn.Module, config: ModelConfig, lines: list[str], call: str,
         out = out[0]
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"returned {type(out).__name__}")
+    if flattened(out, src, tgt):  # (B * T, V), as a loss takes it: the adapter views it as (B, T, V) (probe.py)
+        out = out.view(src.size(0), tgt.size(1), -1)
     return out.double()
+
+
+def flattened(out: torch.Tensor, src: torch.Tensor, tgt: torch.Tensor) -> bool:
+    """Whether a forward's output is its (B, T, V) scores flattened to (B * T, V)."""
+    return out.dim() == 2 and out.size(0) == src.size(0) * tgt.size(1)
 
 
 def _try(model: nn.Module, config: ModelConfig, lines: list[str], call: str) -> str:
@@ -180,4 +187,5 @@ def _try(model: nn.Module, config: ModelConfig, lines: list[str], call: str) -> 
     return ""
 
 
-__all__ = ["Convention", "Found", "find_convention", "mask_lines", "mask_roles", "probe_batch", "run_call"]
+__all__ = ["Convention", "Found", "find_convention", "flattened", "mask_lines", "mask_roles", "probe_batch",
+           "run_call"]

@@ -16,6 +16,7 @@ from torch import nn
 from aiayn_conformance.spec.config import TINY, ModelConfig
 
 from .construct import Constructor, build, constructors
+from .masks import flattened
 from .target import short
 
 PROBE: ModelConfig = TINY.replace(d_ff=48)
@@ -99,8 +100,14 @@ def probe_forward(model: nn.Module, config: ModelConfig,
         return Forward([*body, f"return {call}"], f"the probe call {call} returned {type(out).__name__}, not a tensor",
                        "logits", "unknown")
     shape = list(out.shape)
-    ok = shape == [2, 5, config.tgt_vocab]
-    note = (f"the scaffold called {call} on src [2, 7], tgt [2, 5] and got {shape}"
+    flat = ""
+    if flattened(out, src, tgt):  # scores flattened for a loss: the adapter returns them as (B, T, V)
+        flat = (" (the scores flattened to (B * T, V), viewed here as (B, T, V) in batch-major order: check that "
+                "your model flattens (B, T) and not (T, B))")
+        call = f"{call}.view(src.size(0), tgt.size(1), -1)"
+        out = out.view(2, 5, -1)
+    ok = list(out.shape) == [2, 5, config.tgt_vocab]
+    note = (f"the scaffold called {call} on src [2, 7], tgt [2, 5] and got {shape}{flat}"
             + ("" if ok else f", not [2, 5, {config.tgt_vocab}] (B, T, tgt_vocab)")
             + "; check that padding (config.pad_id) and the causal mask are handled as your model expects")
     return Forward([*body, f"return {call}"], note, *_output_kind(out))
