@@ -239,6 +239,8 @@ Findings:
   that imports a package from the checkout's root (gordic's `utils`) is imported with the file's nearest ancestor
   holding that package on `sys.path`, and the plugin inserts that folder with a CHECK (no `PYTHONPATH=.`); a
   forward that returns its scores flattened to (B * T, V) is probed through a view as (B, T, V), and the plugin's
-  call views them back, with a CHECK on the order (gordic's hand edit 1). Remaining: a factory taking an options
-  object (`get_model(opt, ...)`) gets the ModelConfig as `opt`; the recipe methods are never proposed.
+  call views them back, with a CHECK on the order (gordic's hand edit 1); a factory taking an options object beside
+  other arguments (`get_model(opt, src_vocab, trg_vocab)`) gets a `ConfigNamespace` of the attributes it read, an
+  attribute no field matches (`opt.load_weights`) as None with a CHECK. Remaining: the recipe methods are never
+  proposed.
 """

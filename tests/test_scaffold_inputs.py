@@ -185,6 +185,34 @@ def test_a_constructor_that_reads_attributes_of_a_namespace():
     reproduces_the_reference(target)
 
 
+def test_a_factory_taking_an_options_object_and_the_vocabularies():
+    """``get_model(opt, src_vocab, trg_vocab)`` (SamLynnEvans'): ``opt`` gets exactly the attributes the factory read,
+    each from its field, ``opt.load_weights`` (no field) None with a CHECK, and the vocabularies their fields. The
+    plugin computes what the keyword factory's plugin computes on the same canonical weights."""
+    from aiayn_conformance.conformance.transplant import visible_state
+
+    target = f"{PACKAGE}.options_factory:get_model"
+    text = render(scaffold(target))
+    call = text[text.index("self.model = get_model("):text.index("def forward")]
+    assert re.findall(r"(\w+)=(config\.\w+|None)", call) == [
+        ("d_model", "config.d_model"), ("heads", "config.n_heads"), ("n_layers", "config.n_layers"),
+        ("d_ff", "config.d_ff"), ("dropout", "config.dropout"), ("load_weights", "None"),
+        ("src_vocab", "config.src_vocab"), ("trg_vocab", "config.tgt_vocab")]
+    assert "opt=ConfigNamespace(  # CHECK: the attributes the constructor read" in call
+    assert "load_weights=None,  # CHECK: load_weights is no ModelConfig field" in call
+    config = TINY.replace(dropout=0.0)
+    state = visible_state(config, seed=6)
+    src = torch.tensor([[5, 6, 7, 8, 0, 0], [9, 10, 11, 12, 13, 14]])
+    tgt = torch.tensor([[1, 2, 3, 0], [4, 5, 6, 7]])
+    outputs = []
+    for each in (target, f"{PACKAGE}.factory_model:make_model"):
+        adapter = plugin_module(each).Adapter(config).eval()
+        adapter.load_reference_state(state)
+        with torch.no_grad():
+            outputs.append(adapter(src, tgt))
+    torch.testing.assert_close(outputs[0], outputs[1], rtol=0, atol=0)
+
+
 def test_a_hugging_face_model_is_built_from_its_own_config():
     pytest.importorskip("transformers")
     text = render(scaffold("transformers:MarianMTModel"))

@@ -12,6 +12,10 @@ gets, in this order:
   itself built by these rules;
 - nothing, when it has a default.
 
+When the ``ModelConfig`` does not suit a parameter named like a configuration (``Model(args)`` reading
+``args.encoder_embed_dim``, ``get_model(opt, src_vocab, trg_vocab)`` reading ``opt.heads``), the call passes a
+``ConfigNamespace`` of exactly the attributes the target read (:func:`_read_config`).
+
 A required parameter none of these fills makes that call impossible; :func:`build` names every call tried.
 """
 
@@ -40,7 +44,7 @@ def _value(expr: str, config: ModelConfig) -> Any:
         return config
     if expr.startswith("config."):
         return getattr(config, expr.split(".", 1)[1])
-    return {'"cpu"': "cpu"}.get(expr, expr if not expr.isdigit() else int(expr))
+    return {'"cpu"': "cpu", "None": None}.get(expr, expr if not expr.isdigit() else int(expr))
 
 
 @dataclass
@@ -262,17 +266,24 @@ class ConfigNamespace(SimpleNamespace):
 
 class _Reader:
     """A stand-in config object: it answers every attribute the synonym table knows (``args.encoder_embed_dim``,
-    ``opt.d_word_vec``) from the ``ModelConfig``, and records what the constructor read."""
+    ``opt.d_word_vec``) from the ``ModelConfig``, and records what the constructor read. An attribute no field
+    matches raises AttributeError (so ``getattr(opt, name, default)`` keeps its default) unless it is one of
+    ``absent``, which read as None (``opt.load_weights``, read bare by a factory)."""
 
-    def __init__(self, config: ModelConfig):
-        self._config = config
+    def __init__(self, config: ModelConfig, absent: frozenset[str] = frozenset()):
+        self._config, self._absent = config, absent
         self._read: dict[str, tuple[str, str]] = {}
+        self._missed: str | None = None  # the last attribute no field matches
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
+        if name in self._absent:
+            self._read[name] = ("None", f"{name} is no ModelConfig field: the scaffold built the model with None")
+            return None
         found = meaning(name)
         if found is None:
+            self._missed = name
             raise AttributeError(f"the config has no {name!r} (no ModelConfig field matches it)")
         self._read[name] = found
         return _value(found[0], self._config)
@@ -287,25 +298,45 @@ class _Reader:
         return getattr(self, name, default)
 
 
-def _read_config(target: Any, config: ModelConfig) -> Constructor | None:
-    """For a target taking one config-like argument (``Model(args)``) that ``ModelConfig`` does not suit: the call
-    that passes a ``SimpleNamespace`` of exactly the attributes it read, each from the field its name means."""
+MAX_ABSENT = 8  # attributes no field matches that a read_config call may answer with None
+
+
+def _read_config(target: Any, config: ModelConfig, depth: int = 0) -> Constructor | None:
+    """For a target taking one config-like argument (``Model(args)``, ``get_model(opt, src_vocab, trg_vocab)``) that
+    ``ModelConfig`` does not suit: the call that passes a ``SimpleNamespace`` of exactly the attributes it read, each
+    from the field its name means, the other required arguments filled as ``_argument`` fills them. An attribute it
+    reads bare that no field matches (``opt.load_weights``) is passed as None, with a CHECK."""
     named = _parameters(target) or []
     required = [p for p in named if p.default is p.empty]
-    if len(required) != 1 or required[0].name not in CONFIG_PARAMETERS:
+    holders = [p for p in required if p.name in CONFIG_PARAMETERS]
+    if len(holders) != 1:
         return None
-    reader = _Reader(config)
-    try:
-        torch.manual_seed(0)
-        target(reader)
-    except Exception:  # noqa: BLE001 - not buildable this way either: the caller reports the other calls
+    holder = holders[0]
+    others = [a for a in (_argument(target, p, depth, config) for p in required if p is not holder) if a is not None]
+    rest = Constructor(others, target)
+    if rest.missing():
         return None
+    absent: frozenset[str] = frozenset()
+    while True:
+        reader = _Reader(config, absent)
+        try:
+            torch.manual_seed(0)
+            args, kwargs = rest.call(config)
+            target(*args, **{holder.name: reader}, **kwargs)
+            break
+        except AttributeError:
+            if reader._missed is None or reader._missed in absent or len(absent) >= MAX_ABSENT:
+                return None
+            absent |= {reader._missed}
+        except Exception:  # noqa: BLE001 - not buildable this way either: the caller reports the other calls
+            return None
     if not reader._read:
         return None
     fields = Constructor([(k, e, note) for k, (e, note) in reader._read.items()], ConfigNamespace, "ConfigNamespace")
-    return Constructor([(None, fields, "the attributes the constructor read, each from the ModelConfig field its "
-                                      "name means (what it reads with a default under another name keeps that "
-                                      "default)")], target, getattr(target, "__name__", "model"))
+    note = ("the attributes the constructor read, each from the ModelConfig field its name means (what it reads with "
+            "a default under another name keeps that default)")
+    return Constructor([(None if len(required) == 1 else holder.name, fields, note), *others], target,
+                       getattr(target, "__name__", "model"))
 
 
 def build(target: Any, config: ModelConfig) -> tuple[nn.Module, Constructor]:
