@@ -49,7 +49,7 @@ time ratio of at most 0.67, in every cell.
 Usage: ``python3 -m benchmarks.decode_interleaved [--quick] [--preset base] [--vocabs 8000,37000]
 [--threads 1,2] [--batches 1,8] [--searches greedy,beam] [--rounds 5] [--new-tokens 50]
 [--decoders NAME,...]``. ``--quick`` is a smoke test: the tiny preset, small vocabularies, 8 new
-tokens, 2 rounds, one thread.
+tokens, 2 rounds, one thread, the machine's rates measured on small arrays.
 
 Where the time goes inside one decode: ``python3 -m benchmarks.decode_interleaved --profile`` prints
 torch.profiler's operator table for the eager and fused decoders and cProfile's for onnxruntime's loop
@@ -714,14 +714,16 @@ def machine() -> str:
 
 
 def bench(cfg_for_vocab: Callable[[int], Any], vocabs: Sequence[int], threads: Sequence[int], batches: Sequence[int],
-          beams: Sequence[int], rounds: int, new_tokens: int, names: Sequence[str]) -> tuple[list[Result], list[str]]:
+          beams: Sequence[int], rounds: int, new_tokens: int, names: Sequence[str],
+          measure: Callable[[int], MachineRates] = measure_rates) -> tuple[list[Result], list[str]]:
+    """Every cell of every vocabulary; ``measure`` gives the machine's rates at a thread count."""
     results, notes = [], []
     for vocab in vocabs:
         cfg = cfg_for_vocab(vocab)
         with tempfile.TemporaryDirectory() as tmp:
             models = Models(cfg, Path(tmp), names, new_tokens)
             try:
-                results += _grid(models, cfg, threads, batches, beams, rounds)
+                results += _grid(models, cfg, threads, batches, beams, rounds, measure)
             finally:
                 models.close()
                 notes += models.notes
@@ -729,7 +731,7 @@ def bench(cfg_for_vocab: Callable[[int], Any], vocabs: Sequence[int], threads: S
 
 
 def _grid(models: Models, cfg: Any, threads: Sequence[int], batches: Sequence[int], beams: Sequence[int],
-          rounds: int) -> list[Result]:
+          rounds: int, measure: Callable[[int], MachineRates] = measure_rates) -> list[Result]:
     """One vocabulary's cells, a thread count at a time (its workers made once for its cells)."""
     import torch
 
@@ -739,7 +741,7 @@ def _grid(models: Models, cfg: Any, threads: Sequence[int], batches: Sequence[in
     for n_threads in threads:
         rates = None
         try:  # before this thread count's workers start: nothing else runs meanwhile
-            rates = measure_rates(n_threads)
+            rates = measure(n_threads)
         except RuntimeError as exc:
             models.notes.append(f"vocab {cfg.tgt_vocab}, {n_threads} thread(s): no {ESTIMATE} ({exc})")
         decoders = models.decoders(n_threads)
@@ -810,7 +812,12 @@ def main(argv: list[str] | None = None) -> int:
             print(line, flush=True)
         return 0
     t0 = time.perf_counter()
-    results, notes = bench(cfg_for_vocab, vocabs, threads, batches, beams, rounds, new_tokens, names)
+    def measure(threads: int) -> MachineRates:
+        if args.quick:  # a smoke run: the rates' code runs, on small arrays
+            return measure_rates(threads, nbytes=16 << 20, repeats=2, gemm_n=256)
+        return measure_rates(threads)
+
+    results, notes = bench(cfg_for_vocab, vocabs, threads, batches, beams, rounds, new_tokens, names, measure)
     header = (f"{preset} preset, source length {SRC_LEN}, {machine()}; {datetime.date.today().isoformat()}; "
               f"whole grid {time.perf_counter() - t0:.0f} s")
     for line in report(results, names, header=header, new_tokens=new_tokens, rounds=rounds):
