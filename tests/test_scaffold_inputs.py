@@ -172,11 +172,16 @@ def test_a_constructor_that_takes_a_library_config_object(cls):
     reproduces_the_reference(target)
 
 
+def constructor_call(target: str, name: str) -> str:
+    """The constructor call the scaffold's plugin for ``target`` writes (``self.model = NAME(...)``)."""
+    text = render(scaffold(target))
+    return text[text.index(f"self.model = {name}("):text.index("def forward")]
+
+
 def test_a_constructor_that_reads_attributes_of_a_namespace():
     """``Model(args)`` reading ``args.encoder_embed_dim``: exactly the attributes it read, from their fields."""
     target = f"{PACKAGE}.library_config:ArgsTransformer"
-    text = render(scaffold(target))
-    call = text[text.index("self.model = ArgsTransformer("):text.index("def forward")]
+    call = constructor_call(target, "ArgsTransformer")
     assert re.findall(r"(\w+)=config\.(\w+)", call) == [
         ("src_vocab_size", "src_vocab"), ("tgt_vocab_size", "tgt_vocab"), ("encoder_embed_dim", "d_model"),
         ("encoder_layers", "n_layers"), ("encoder_attention_heads", "n_heads"), ("encoder_ffn_embed_dim", "d_ff"),
@@ -192,8 +197,7 @@ def test_a_factory_taking_an_options_object_and_the_vocabularies():
     from aiayn_conformance.conformance.transplant import visible_state
 
     target = f"{PACKAGE}.options_factory:get_model"
-    text = render(scaffold(target))
-    call = text[text.index("self.model = get_model("):text.index("def forward")]
+    call = constructor_call(target, "get_model")
     assert re.findall(r"(\w+)=(config\.\w+|None)", call) == [
         ("d_model", "config.d_model"), ("heads", "config.n_heads"), ("n_layers", "config.n_layers"),
         ("d_ff", "config.d_ff"), ("dropout", "config.dropout"), ("load_weights", "None"),

@@ -273,7 +273,7 @@ class _Reader:
     def __init__(self, config: ModelConfig, absent: frozenset[str] = frozenset()):
         self._config, self._absent = config, absent
         self._read: dict[str, tuple[str, str]] = {}
-        self._missed: str | None = None  # the last attribute no field matches
+        self._missed: tuple[str, AttributeError] | None = None  # the last attribute no field matches, and the error
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -283,8 +283,9 @@ class _Reader:
             return None
         found = meaning(name)
         if found is None:
-            self._missed = name
-            raise AttributeError(f"the config has no {name!r} (no ModelConfig field matches it)")
+            error = AttributeError(f"the config has no {name!r} (no ModelConfig field matches it)")
+            self._missed = (name, error)
+            raise error
         self._read[name] = found
         return _value(found[0], self._config)
 
@@ -324,10 +325,10 @@ def _read_config(target: Any, config: ModelConfig, depth: int = 0) -> Constructo
             args, kwargs = rest.call(config)
             target(*args, **{holder.name: reader}, **kwargs)
             break
-        except AttributeError:
-            if reader._missed is None or reader._missed in absent or len(absent) >= MAX_ABSENT:
+        except AttributeError as exc:  # the reader's own, not caught by getattr(opt, name, default): read bare
+            if reader._missed is None or exc is not reader._missed[1] or len(absent) >= MAX_ABSENT:
                 return None
-            absent |= {reader._missed}
+            absent |= {reader._missed[0]}
         except Exception:  # noqa: BLE001 - not buildable this way either: the caller reports the other calls
             return None
     if not reader._read:
