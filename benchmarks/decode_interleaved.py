@@ -169,18 +169,25 @@ def _rates_worker(conn: Any, threads: int, nbytes: int, repeats: int, gemm_n: in
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
+def _spawn(target: Callable[..., None], *args: Any) -> tuple[Any, Any]:
+    """``target(conn, *args)`` started in a fresh process (``multiprocessing``'s spawn, a daemon): the process and
+    this side's end of the pipe it answers on."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    conn, child = ctx.Pipe()
+    process = ctx.Process(target=target, args=(child, *args), daemon=True)
+    process.start()
+    child.close()
+    return process, conn
+
+
 def measure_rates(threads: int, *, nbytes: int = 256 << 20, repeats: int = 7, gemm_n: int = 2048) -> MachineRates:
     """This machine's memory streaming rate and float32 GEMM rate at ``threads``, measured in a worker process of its
     own (so that no runtime's thread pool in this process takes part). RuntimeError with the reason on failure."""
-    import multiprocessing
-
     if threads < 1:
         raise ValueError(f"threads must be at least 1, got {threads}")
-    ctx = multiprocessing.get_context("spawn")
-    conn, child = ctx.Pipe()
-    process = ctx.Process(target=_rates_worker, args=(child, threads, nbytes, repeats, gemm_n), daemon=True)
-    process.start()
-    child.close()
+    process, conn = _spawn(_rates_worker, threads, nbytes, repeats, gemm_n)
     try:
         status, value = conn.recv()
     except EOFError:
@@ -474,14 +481,8 @@ class Isolated:
     per call (a few kB each way) to decodes of 0.1 s and more. A failure in the worker raises RuntimeError."""
 
     def __init__(self, name: str, cfg: Any, tmp: Path, n: int, threads: int):
-        import multiprocessing
-
-        ctx = multiprocessing.get_context("spawn")
         self.name = name
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_serve, args=(child, name, cfg, tmp, n, threads), daemon=True)
-        self.process.start()
-        child.close()
+        self.process, self.conn = _spawn(_serve, name, cfg, tmp, n, threads)
         self.failed = ""
         try:
             self._reply()  # built, or the error that stopped it: raised at each call, so each cell reports it

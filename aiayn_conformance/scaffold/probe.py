@@ -105,7 +105,7 @@ def probe_forward(model: nn.Module, config: ModelConfig,
         flat = (" (the scores flattened to (B * T, V), viewed here as (B, T, V) in batch-major order: check that "
                 "your model flattens (B, T) and not (T, B))")
         call = f"{call}.view(src.size(0), tgt.size(1), -1)"
-        out = out.view(2, 5, -1)
+        out = out.view(src.size(0), tgt.size(1), -1)
     ok = list(out.shape) == [2, 5, config.tgt_vocab]
     note = (f"the scaffold called {call} on src [2, 7], tgt [2, 5] and got {shape}{flat}"
             + ("" if ok else f", not [2, 5, {config.tgt_vocab}] (B, T, tgt_vocab)")
