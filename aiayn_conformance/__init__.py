@@ -57,7 +57,14 @@ PUBLIC: dict[str, str] = {
     "parametrize_with_checks": ".checks",
 }
 
-__all__ = ["PUBLIC", "__version__", *PUBLIC]
+__all__ = [
+    "PUBLIC", "__version__",
+    "hookimpl", "Implementation", "Component", "ComponentUnavailable", "unavailable_reason", "ModelConfig", "TINY",
+    "BASE", "BIG", "DecodeConfig", "TRANSLATION", "TrainConfig", "CanonicalKey", "Target", "load_canonical",
+    "parameter_schema", "has_capability", "Transformer", "sinusoid_table", "padding_mask", "causal_mask",
+    "generate", "greedy_search", "beam_search", "PrefixDecoding", "PaperRecipe", "adam", "lrate_scheduler",
+    "label_smoothed_cross_entropy", "parametrize_with_checks",
+]
 
 
 def __getattr__(name: str) -> Any:
