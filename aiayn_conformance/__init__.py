@@ -24,6 +24,7 @@ PUBLIC: dict[str, str] = {
     "hookimpl": ".implementations",
     "Implementation": ".implementations",
     "Component": ".implementations",
+    "Checkpoint": ".implementations",
     "ComponentUnavailable": ".implementations",
     "unavailable_reason": ".implementations.availability",
     # what build() and the recipe methods receive
@@ -59,7 +60,8 @@ PUBLIC: dict[str, str] = {
 
 __all__ = [
     "PUBLIC", "__version__",
-    "hookimpl", "Implementation", "Component", "ComponentUnavailable", "unavailable_reason", "ModelConfig", "TINY",
+    "hookimpl", "Implementation", "Component", "Checkpoint", "ComponentUnavailable", "unavailable_reason",
+    "ModelConfig", "TINY",
     "BASE", "BIG", "DecodeConfig", "TRANSLATION", "TrainConfig", "CanonicalKey", "Target", "load_canonical",
     "parameter_schema", "has_capability", "Transformer", "sinusoid_table", "padding_mask", "causal_mask",
     "generate", "greedy_search", "beam_search", "PrefixDecoding", "PaperRecipe", "adam", "lrate_scheduler",
@@ -82,7 +84,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from .checks import parametrize_with_checks
-    from .implementations import Component, ComponentUnavailable, Implementation, hookimpl
+    from .implementations import Checkpoint, Component, ComponentUnavailable, Implementation, hookimpl
     from .implementations.availability import unavailable_reason
     from .reference.decoding import PrefixDecoding, beam_search, generate, greedy_search
     from .reference.model import Transformer, causal_mask, padding_mask, sinusoid_table

@@ -362,13 +362,15 @@ def _audit_configuration(args: argparse.Namespace, registry, impl_sel: str | Non
     if args.weights and (args.impl is None or args.component is not None):
         return "--weights audits one implementation: give --impl NAME (and no --component)", ""
     try:
-        config, weights, sizes = resolve(args.config, args.weights, CONFIG)
-    except (ConfigError, WeightsError) as exc:
+        impls = registry.select(impl_sel) if args.weights else None
+        config, weights, sizes = resolve(args.config, args.weights, CONFIG, impls)
+    except (ConfigError, WeightsError, UnknownNameError) as exc:
         return str(exc), ""
     at = f"audit configuration (sizes from {sizes}): {config or CONFIG}"
     if weights is None:
         return "", at
-    return fit_problem(registry.select(impl_sel), config or CONFIG, weights), f"{at}; weights: {weights.path}"
+    described = f" ({weights.describes})" if weights.describes else ""
+    return fit_problem(impls or [], config or CONFIG, weights), f"{at}; weights: {weights.path}{described}"
 
 
 def _merge(args: argparse.Namespace) -> int:

@@ -45,6 +45,7 @@ by a declaration: it is reported as an error.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import threading
@@ -199,8 +200,9 @@ def _audit_configuration(config: pytest.Config) -> None:
     spec, path = config.getoption("--config"), config.getoption("--weights")
     if not spec and not path:
         return
+    impls = [] if components_only(config) or not path else selected_implementations(config)
     try:
-        new, weights, sizes = resolve(spec, path, configs.CONFIG)
+        new, weights, sizes = resolve(spec, path, configs.CONFIG, impls)
     except (ConfigError, WeightsError) as exc:
         raise pytest.UsageError(str(exc)) from None
     if new is not None:
@@ -208,12 +210,13 @@ def _audit_configuration(config: pytest.Config) -> None:
     config.stash[AUDIT_AT] = f"audit configuration (sizes from {sizes}): {configs.CONFIG}"
     if weights is None:
         return
-    impls = [] if components_only(config) else selected_implementations(config)
     problem = fit_problem(impls, configs.CONFIG, weights)
     if problem:
         raise pytest.UsageError(problem)
+    if weights.build is not None:  # a toolkit checkpoint: the model is built with its own options
+        impls[0] = dataclasses.replace(impls[0], build=weights.build)
     harness.USER_WEIGHTS[impls[0].name] = weights
-    config.stash[AUDIT_AT] += f"; weights: {weights.path}"
+    config.stash[AUDIT_AT] += f"; weights: {weights.path}" + (f" ({weights.describes})" if weights.describes else "")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

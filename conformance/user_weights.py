@@ -35,7 +35,7 @@ from .user_config import ConfigError, from_hf, read_config
 if TYPE_CHECKING:
     from aiayn_conformance.implementations import Implementation
 
-__all__ = ["ACCEPTED", "UserWeights", "WeightsError", "fit_problem", "read_weights", "resolve"]
+__all__ = ["ACCEPTED", "UserWeights", "WeightsError", "fit_problem", "read_checkpoint", "read_weights", "resolve"]
 
 ACCEPTED = ("accepted: a torch state_dict (.pt, .pth, .bin), a .safetensors file, or a Hugging Face model "
             "directory (config.json with model.safetensors or pytorch_model.bin)")
@@ -58,6 +58,8 @@ class UserWeights:
     path: str
     state: dict[str, torch.Tensor]
     hf_config: dict[str, Any] | None = None
+    build: Any = None  # a toolkit checkpoint's own build (Checkpoint.build), used instead of the registration's
+    describes: str = ""  # what a toolkit's checkpoint reader found
 
     def target(self, model: torch.nn.Module) -> tuple[str, torch.nn.Module]:
         """(prefix, module): the module of ``model`` whose state_dict keys share most with the weights', the
@@ -169,22 +171,48 @@ def read_weights(spec: str) -> UserWeights:
     return UserWeights(str(found), _load_file(found), hf_config if isinstance(hf_config, dict) else None)
 
 
-def resolve(config_spec: str | None, weights_path: str | None,
-            base: ModelConfig) -> tuple[ModelConfig | None, UserWeights | None, str]:
+def read_checkpoint(impl: Implementation, spec: str) -> tuple[UserWeights, ModelConfig]:
+    """The weights and sizes of a checkpoint as ``impl``'s toolkit saved it (``impl.read_checkpoint``)."""
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise WeightsError(f"{spec}: no such file or directory")
+    reader = impl.read_checkpoint
+    assert reader is not None
+    try:
+        found = reader(str(path))
+    except Exception as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise WeightsError(f"{spec}: {text}" if isinstance(exc, ValueError) else
+                           f"{spec}: {impl.name}'s checkpoint reader raised {type(exc).__name__}: {text}") from None
+    state = _tensors(dict(found.state), str(path))
+    return UserWeights(str(path), state, build=found.build, describes=found.describes), found.config
+
+
+def resolve(config_spec: str | None, weights_path: str | None, base: ModelConfig,
+            impls: list[Implementation] | None = None) -> tuple[ModelConfig | None, UserWeights | None, str]:
     """(the audit configuration, or None for the suite's own; the weights, or None; where the sizes come from)
-    for ``--config`` and ``--weights``; a ConfigError or WeightsError, one line prefixed with the option, else."""
+    for ``--config`` and ``--weights``; a ConfigError or WeightsError, one line prefixed with the option, else.
+    With one implementation that reads its toolkit's checkpoints (``read_checkpoint``), ``--weights`` is read by
+    it, and the sizes come from the checkpoint unless ``--config`` gives them."""
     try:
         config = read_config(config_spec, base) if config_spec else None
     except ConfigError as exc:
         raise ConfigError(f"--config: {exc}") from None
+    reader = impls[0] if impls is not None and len(impls) == 1 and impls[0].read_checkpoint is not None else None
+    from_checkpoint = False
     try:
-        weights = read_weights(weights_path) if weights_path else None
+        if weights_path and reader is not None:
+            weights, saved = read_checkpoint(reader, weights_path)
+            if config is None:
+                config, from_checkpoint = saved, True
+        else:
+            weights = read_weights(weights_path) if weights_path else None
         if config is None and weights is not None and weights.hf_config is not None:
             config = from_hf(weights.hf_config, base, f"{weights_path}/config.json")
     except (ConfigError, WeightsError) as exc:
         raise WeightsError(f"--weights: {exc}") from None
-    sizes = ("--config" if config_spec else "the weights' config.json" if config is not None
-             else "the suite's own sizes")
+    sizes = ("--config" if config_spec else "the checkpoint" if from_checkpoint
+             else "the weights' config.json" if config is not None else "the suite's own sizes")
     return config, weights, sizes
 
 
@@ -196,10 +224,11 @@ def fit_problem(impls: list[Implementation], config: ModelConfig, weights: UserW
     impl = impls[0]
     if impl.unavailable:
         return f"--weights: {impl.name} is unavailable: {impl.unavailable}"
+    build = weights.build if weights.build is not None else impl.build
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
-            model = impl.build(config)
+            model = build(config)
     except Exception as exc:
         text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
         return f"--weights: {impl.name}.build(audit configuration) raised {type(exc).__name__}: {text}"

@@ -6,7 +6,7 @@ Plugin authors need only ``hookimpl``, ``Implementation`` and ``Component`` (and
 docs/plugins.md. ``python -m aiayn_conformance.implementations`` writes docs/audits.md from what is registered.
 """
 
-from .declarations import COMPONENT_KINDS, Component, ComponentUnavailable, Implementation, validated
+from .declarations import COMPONENT_KINDS, Checkpoint, Component, ComponentUnavailable, Implementation, validated
 from .hookspecs import hookimpl, hookspec
 from .registry import (
     DEFAULT_PLUGINS,
@@ -21,7 +21,7 @@ from .registry import (
 )
 
 __all__ = [
-    "COMPONENT_KINDS", "DEFAULT_PLUGINS", "ENTRY_POINT_GROUP", "Component", "ComponentUnavailable",
+    "COMPONENT_KINDS", "Checkpoint", "DEFAULT_PLUGINS", "ENTRY_POINT_GROUP", "Component", "ComponentUnavailable",
     "Implementation", "PluginError", "Registry", "UnknownComponentError", "UnknownImplementationError",
     "UnknownNameError", "get_registry", "hookimpl", "hookspec", "reset_registry", "validated",
 ]

@@ -18,11 +18,29 @@ from aiayn_conformance.spec.contract import OUTPUT_KINDS
 
 from .availability import parse_written_for
 
-__all__ = ["COMPONENT_KINDS", "Component", "ComponentUnavailable", "Implementation", "validated"]
+__all__ = ["COMPONENT_KINDS", "Checkpoint", "Component", "ComponentUnavailable", "Implementation", "validated"]
 
 COMPONENT_KINDS: tuple[str, ...] = ("attention", "positional_encoding", "layer_norm", "feed_forward",
                                      "length_penalty", "search", "optimizer", "lr_schedule", "criterion")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=\-]*$")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What an implementation's ``read_checkpoint`` found in a file its toolkit saved.
+
+    config      the sizes the model was trained at (ModelConfig); ``--config`` is then not needed
+    state       the weights, in the parameter names of the model ``build`` returns (or of the toolkit model the
+                adapter wraps), loaded into every model the suite builds at ``config``
+    build       ``ModelConfig -> adapter`` built with the checkpoint's own options (its norm placement, its
+                activation...); None keeps the registration's ``build``
+    describes   one line on what was read, shown in the report header ("OpenNMT-py checkpoint, step 200")
+    """
+
+    config: Any
+    state: Mapping[str, Any]
+    build: Callable[[Any], Any] | None = None
+    describes: str = ""
 
 
 @dataclass(frozen=True)
@@ -41,6 +59,9 @@ class Implementation:
                 the listing, the suite's header and the audit say which version the declarations describe
     unavailable why it cannot be built on this machine, with the install command (e.g. its package is not
                 installed); non-empty: listed as unavailable, skipped by the suite with this reason
+    read_checkpoint
+                optional ``path -> Checkpoint``: reads a checkpoint as the implementation's toolkit saves it
+                (``--weights PATH``); raises ValueError, one line naming what it found and what it accepts
     plugin      the plugin that registered it (filled in by the registry)
     """
 
@@ -53,6 +74,7 @@ class Implementation:
     notes: str = ""
     written_for: str = ""
     unavailable: str = ""
+    read_checkpoint: Callable[[str], Checkpoint] | None = None
     plugin: str = ""
 
 
@@ -92,6 +114,9 @@ def validated(item: Declared, plugin: str = "") -> Declared:
         _check_name("implementation", item.name)
         if item.name == "all":
             raise ValueError("implementation name 'all' is reserved (it selects every implementation)")
+        if item.read_checkpoint is not None and not callable(item.read_checkpoint):
+            raise ValueError(f"{owner}: read_checkpoint must be callable (path -> Checkpoint) or None, got "
+                             f"{type(item.read_checkpoint).__name__}")
         if not callable(item.build):
             raise ValueError(f"{owner}: build must be callable (config -> adapter)")
         if item.output not in OUTPUT_KINDS:

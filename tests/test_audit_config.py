@@ -255,3 +255,38 @@ def test_ffn_dropout_is_caught_at_a_large_d_ff(tmp_path):
                          "-k", "feed_forward", "--config=d_ff=2048")
     outcome = {r["subject"].split(":", 1)[1]: r["outcome"] for r in records.get("dropout.extra-sites", [])}
     assert outcome == {"reference": "passed", "broken-ffn-inner-dropout": "xfailed"}, (outcome, res.stdout[-2000:])
+
+
+# -- --weights: a toolkit's own checkpoint, read by its registration ----------------------------------------------
+def test_a_toolkits_checkpoint_gives_the_sizes_the_weights_and_the_model(tmp_path, user_state):
+    """toy-toolkit (tests/user_sized_models.py) reads its checkpoints: no --config, its build refuses, so every check
+    that runs ran on the checkpoint's model, holding the checkpoint's weights (NaN weights make an error)."""
+    sizes = dict(src_vocab=40, tgt_vocab=40, d_model=64, n_heads=4, d_ff=96, n_layers=2, max_len=32)
+    torch.save({"format": "toy-toolkit", "step": 7, "sizes": sizes, "model": user_state}, tmp_path / "t.ckpt")
+    key = "decoder.0.ffn.w1.weight"
+    nan = {**user_state, key: torch.full_like(user_state[key], float("nan"))}
+    torch.save({"format": "toy-toolkit", "step": 7, "sizes": sizes, "model": nan}, tmp_path / "nan.ckpt")
+    args = (f"--plugin={PLUGIN}", "--impl=toy-toolkit", "--clause=model.eval-determinism")
+    res, runs = suite(tmp_path, *args, f"--weights={tmp_path / 't.ckpt'}")
+    assert res.returncode == 0 and {r["outcome"] for r in runs["model.eval-determinism"]} == {"passed"}, \
+        res.stdout[-2000:]
+    from aiayn_conformance.implementations import get_registry
+
+    toy = get_registry([str(ROOT / PLUGIN)]).select("toy-toolkit")
+    config, weights, where = resolve(None, str(tmp_path / "t.ckpt"), TINY, toy)
+    assert (config, where) == (ModelConfig(**sizes), "the checkpoint") and weights is not None
+    assert weights.describes == "toy-toolkit checkpoint, step 7" and weights.build is Transformer
+    _, on_nan = suite(tmp_path, *args, f"--weights={tmp_path / 'nan.ckpt'}")
+    assert "error" in {r["outcome"] for r in on_nan["model.eval-determinism"]}, on_nan
+
+
+def test_a_checkpoint_of_another_format_is_one_line_naming_what_was_found(tmp_path, user_state, capsys):
+    torch.save(user_state, tmp_path / "plain.pt")
+    res, _ = suite(tmp_path, f"--plugin={PLUGIN}", "--impl=toy-toolkit", f"--weights={tmp_path / 'plain.pt'}")
+    assert res.returncode == 4
+    line = next(ln for ln in res.stderr.splitlines() if "--weights:" in ln)
+    assert "not a toy-toolkit checkpoint (its 'format' is None); accepted: a file saved by toy-toolkit" in line
+    assert main(["audit", f"--plugin={ROOT / PLUGIN}", "--impl", "toy-toolkit", "--weights",
+                 str(tmp_path / "plain.pt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not a toy-toolkit checkpoint" in err

@@ -30,3 +30,30 @@ def register_implementations(register: Callable[[Implementation], None]) -> None
     register(Implementation(name="user-sized", build=build_user_sized, output="logits",
                             summary="the reference at fixed sizes (vocabulary 40, d_model 64)",
                             source="tests/user_sized_models.py"))
+    register(Implementation(name="toy-toolkit", build=_refuse, output="logits", read_checkpoint=read_toy_checkpoint,
+                            summary="a toolkit read from its own checkpoints", source="tests/user_sized_models.py"))
+
+
+# A toolkit that saves its own checkpoints: {"format": "toy-toolkit", "sizes": {...}, "model": state_dict}. Its
+# registration reads them (read_checkpoint); the registration's own build refuses to build, so a check that runs
+# at all ran on the model the checkpoint's build made.
+TOY_FORMAT = "toy-toolkit"
+
+
+def _refuse(config: ModelConfig) -> Transformer:
+    raise RuntimeError("toy-toolkit builds only from its checkpoint (--weights)")
+
+
+def read_toy_checkpoint(path: str):
+    import torch
+
+    from aiayn_conformance.implementations import Checkpoint
+
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    found = saved.get("format") if isinstance(saved, dict) else type(saved).__name__
+    if found != TOY_FORMAT:
+        raise ValueError(f"not a toy-toolkit checkpoint (its 'format' is {found!r}); accepted: a file saved by "
+                         "toy-toolkit's trainer, format 'toy-toolkit'")
+    return Checkpoint(config=ModelConfig(**saved["sizes"]), state=saved["model"], build=Transformer,
+                      describes=f"toy-toolkit checkpoint, step {saved['step']}")
+
