@@ -244,7 +244,7 @@ def audit(jobs: list[Job], *, plugins: list[str], extra: list[str], jobs_n: int,
         jobs = group(jobs, jobs_n)
         timeout = timeout * max(len(j.parts) for j in jobs) if any(j.parts for j in jobs) else timeout
     progress.total = len(jobs)
-    from aiayn_conformance.conformance import threads
+    from aiayn_conformance.conformance.helpers import threads
 
     env = threads.environment_for(min(max(1, jobs_n), len(jobs)))  # each concurrent run's share of the CPUs
     with tempfile.TemporaryDirectory(prefix="aiayn-audit-") as tmp:
@@ -351,13 +351,13 @@ def _emit(result: AuditResult, args: argparse.Namespace, *, clause_ids: Sequence
 
 def _audit_configuration(args: argparse.Namespace, registry, impl_sel: str | None) -> tuple[str, str]:
     """(why --config / --weights cannot be used, "" when they can; what the audit runs at, "" for the suite's
-    own): checked here, before the suite runs, as the suite's plugin checks them again (conformance.user_config,
-    conformance.user_weights)."""
+    own): checked here, before the suite runs, as the suite's plugin checks them again (conformance.helpers.user_config,
+    conformance.helpers.user_weights)."""
     if not args.config and not args.weights:
         return "", ""
-    from aiayn_conformance.conformance.configs import CONFIG
-    from aiayn_conformance.conformance.user_config import ConfigError
-    from aiayn_conformance.conformance.user_weights import WeightsError, fit_problem, resolve
+    from aiayn_conformance.conformance.helpers.user_config import ConfigError
+    from aiayn_conformance.conformance.helpers.user_weights import WeightsError, fit_problem, resolve
+    from aiayn_conformance.spec.config import TINY as CONFIG
 
     if args.weights and (args.impl is None or args.component is not None):
         return "--weights audits one implementation: give --impl NAME (and no --component)", ""

@@ -63,7 +63,7 @@ class _SuiteRun:
             return self._subjects
 
     def _run(self) -> dict[str, SubjectResult]:
-        from aiayn_conformance.conformance import threads
+        from aiayn_conformance.conformance.helpers import threads
         from aiayn_conformance.implementations import get_registry
 
         from .audit import Progress, plan, run_job

@@ -54,7 +54,7 @@ def figures_for(name: str, *, plugins: list[str], workdir: Path) -> tuple[dict[s
 
 # -- measurements (in the subprocess) ------------------------------------------------------------------------
 def _model(impl, config):
-    from aiayn_conformance.conformance.harness import build_model, checking
+    from aiayn_conformance.conformance.helpers.harness import build_model, checking
 
     with checking("model.shape"):  # a failure to build reads as the suite's "could not be checked"
         return build_model(impl, config)
@@ -79,8 +79,8 @@ def target_influence(impl, config, length: int = 10):
     """[i, j] = largest change of output position i's log-probabilities when target token j changes."""
     import torch
 
-    from aiayn_conformance.conformance.harness import as_log_probs, checking, run_forward
-    from aiayn_conformance.conformance.inputs import random_tokens
+    from aiayn_conformance.conformance.helpers.harness import as_log_probs, checking, run_forward
+    from aiayn_conformance.conformance.helpers.inputs import random_tokens
 
     model = _model(impl, config)
     src = random_tokens(config, [7, 7], 7, vocab=config.src_vocab, seed=1)
@@ -101,7 +101,7 @@ def encoder_statistics(impl, config):
     """(mean, std) of the encoder output per position, averaged over a batch without padding: [S] each."""
     import torch
 
-    from aiayn_conformance.conformance.inputs import random_tokens
+    from aiayn_conformance.conformance.helpers.inputs import random_tokens
 
     model = _model(impl, config)
     if not has_capability(model, "encode"):
@@ -119,8 +119,8 @@ def draw(name: str, out: Path, plugins: list[str]) -> dict:
     import matplotlib.pyplot as plt
     import torch
 
-    from aiayn_conformance.conformance.inputs import CONFIG
     from aiayn_conformance.implementations import get_registry
+    from aiayn_conformance.spec.config import TINY as CONFIG
 
     impl = get_registry(plugins).get(name)
     figures: dict[str, str] = {}
@@ -195,7 +195,7 @@ def draw(name: str, out: Path, plugins: list[str]) -> dict:
 def draw_learning_curves(curves: list[dict], title: str):
     """One panel per run: loss per update (left axis), teacher-forced token accuracy per update and greedy
     exact-match accuracy on held-out sources (right axis), the pass threshold dashed. ``curves`` are
-    ``conformance.learning.LearningCurve.to_json()`` dicts. Returns a matplotlib Figure (Agg)."""
+    ``conformance.helpers.learning.LearningCurve.to_json()`` dicts. Returns a matplotlib Figure (Agg)."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -55,7 +55,7 @@ def summary_line(result: AuditResult) -> str:
 
 
 # -- terminal --------------------------------------------------------------------------------------------------
-FINDING_FIELDS = ("measured", "expected", "call", "hint")  # the lines of a violation (conformance.harness)
+FINDING_FIELDS = ("measured", "expected", "call", "hint")  # the lines of a violation (conformance.helpers.harness)
 
 
 def finding_fields(detail: str) -> list[tuple[str, str]]:

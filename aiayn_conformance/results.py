@@ -43,7 +43,7 @@ class SubjectResult:
     seconds: float = 0.0
     figures: dict[str, str] = field(default_factory=dict)  # title -> base64 PNG (HTML report)
     figure_errors: list[str] = field(default_factory=list)
-    learning_curves: list[dict] = field(default_factory=list)  # train.learns runs (conformance.learning)
+    learning_curves: list[dict] = field(default_factory=list)  # train.learns runs (conformance.helpers.learning)
     unavailable: str = ""  # why the implementation cannot be built here (not audited; see Implementation)
     note: str = ""  # e.g. "declarations written for transformers 5.24.0; 5.25.1 is installed"
     # Where the subject is written: {"file", "line", "deviations": {clause: line of its declaration}}
@@ -120,7 +120,7 @@ class AuditResult:
 
 # -- folding test records into clause statuses ---------------------------------------------------------------
 def fold(records: list[dict], deviations: dict[str, str]) -> dict[str, ClauseResult]:
-    """One status per clause from the suite's per-test records (see ``conformance/results.py``)."""
+    """One status per clause from the suite's per-test records (see ``conformance/helpers/results.py``)."""
     by_clause: dict[str, list[dict]] = {}
     for rec in records:
         if rec.get("clause") in CLAUSES:

@@ -5,7 +5,7 @@
     aiayn train --impl NAME --recipe reference     # the paper's recipe even where NAME exposes its own
 
 The task, the model size and the budget are those of the ``train.learns`` check
-(``conformance.learning``); the recipe is the implementation's own where it exposes the recipe
+(``conformance.helpers.learning``); the recipe is the implementation's own where it exposes the recipe
 capabilities of ``spec.contract`` and the paper's (``reference/training.py``) for the rest, and
 the output says which. Exit status: 0 when greedy decoding reaches the check's threshold on the
 held-out sources, 1 when it does not or the implementation fails, 2 for usage errors (an unknown
@@ -21,7 +21,7 @@ from pathlib import Path
 
 
 def add_parser(sub) -> None:
-    from aiayn_conformance.conformance.learning import TASKS
+    from aiayn_conformance.conformance.helpers.learning import TASKS
 
     p = sub.add_parser("train", help="train a tiny model of an implementation on a copy or reversal task, "
                                      "with a progress bar and a plot of its learning curves",
@@ -68,9 +68,9 @@ class ProgressBar:
 
 def _recipe_line(impl, config) -> str:
     """Which recipe pieces are the implementation's own, without training (a throwaway build)."""
-    from aiayn_conformance.conformance.harness import seeded
-    from aiayn_conformance.conformance.learning import PAD
-    from aiayn_conformance.conformance.recipe import recipe_for
+    from aiayn_conformance.conformance.helpers.harness import seeded
+    from aiayn_conformance.conformance.helpers.learning import PAD
+    from aiayn_conformance.conformance.helpers.recipe import recipe_for
     from aiayn_conformance.spec.training import TrainConfig
 
     with seeded(0):
@@ -80,8 +80,8 @@ def _recipe_line(impl, config) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aiayn_conformance.conformance.harness import checking
-    from aiayn_conformance.conformance.learning import (
+    from aiayn_conformance.conformance.helpers.harness import checking
+    from aiayn_conformance.conformance.helpers.learning import (
         BOS,
         EOS,
         PAD,

@@ -4,7 +4,7 @@ split and merge (attention.heads) and what cross-attention reads (attention.cros
 Three techniques, one room:
 
 * variant attribution: the implementation holding the visible canonical weights is matched against the
-  reference variants (``conformance.variants``); the clause fails when the variant that reproduces the
+  reference variants (``conformance.helpers.variants``); the clause fails when the variant that reproduces the
   implementation departs from it in this clause's part, and the message names what it does instead;
 * metamorphic probes: the implementation against itself under weight changes whose effect the paper fixes,
   so bugs in other clauses cannot make them fail;
@@ -24,104 +24,109 @@ from aiayn_conformance.implementations import Component, Implementation
 from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.tolerance import Comparison, compare
 
-from . import oracles
-from .census import blocked_by_layers
-from .components import DK, B, H, Kernel, call_kernel, from_factory, qkv
-from .configs import OTHER_CONFIGS
-from .diagnosis import fail_on_variant_departure
-from .harness import describe_call, run_forward, seeded, violation
-from .inputs import CONFIG, witness_batch
-from .outputs import compare_real, log_probs
-from .transplant import STATE_SEED, transplanted, visible_state
+from .helpers import oracles
+from .helpers.census import blocked_by_layers
+from .helpers.components import DK, B, H, Kernel, call_kernel, from_factory, qkv
+from .helpers.diagnosis import fail_on_variant_departure
+from .helpers.harness import describe_call, run_forward, seeded, violation
+from .helpers.inputs import witness_batch
+from .helpers.outputs import compare_real, log_probs
+from .helpers.settings import AuditSettings
+from .helpers.transplant import STATE_SEED, transplanted, visible_state
 
 
 @pytest.mark.clause("attention.scale")
-def test_scale_variant(impl: Implementation) -> None:
+def test_scale_variant(impl: Implementation, config: ModelConfig) -> None:
     """§3.2.1, Eq. (1): the variant that reproduces the implementation divides scores by sqrt(d_k)."""
     fail_on_variant_departure(
-        impl, hint="scores divided by sqrt(d_model) instead of sqrt(d_k) is an extra factor 1/sqrt(h); "
+        impl, config, hint="scores divided by sqrt(d_model) instead of sqrt(d_k) is an extra factor 1/sqrt(h); "
                    "`scale = d ** -0.5` used as a divisor inverts it; forgetting the sqrt or the scale changes it")
 
 
 @pytest.mark.clause("attention.softmax-over-keys")
-def test_softmax_axis_variant(impl: Implementation) -> None:
+def test_softmax_axis_variant(impl: Implementation, config: ModelConfig) -> None:
     """§3.2.1, Eq. (1): the softmax runs over the keys (the last axis of Q K^T)."""
     fail_on_variant_departure(
-        impl, hint="softmax(dim=-2) or dim=2 on (B, h, Lq, Lk) scores normalizes over the queries; in "
+        impl, config, hint="softmax(dim=-2) or dim=2 on (B, h, Lq, Lk) scores normalizes over the queries; in "
                    "einsum('bhqk,bkhd->bqhd', weights, v) the key letter must be the same in both operands")
 
 
 @pytest.mark.clause("attention.heads")
-def test_heads_variant(impl: Implementation) -> None:
+def test_heads_variant(impl: Implementation, config: ModelConfig) -> None:
     """§3.2.2: heads split and concatenated per position."""
     fail_on_variant_departure(
-        impl, hint="(B, L, h, d_k) must be transposed to (B, h, L, d_k) before attention and back before the "
+        impl, config, hint="(B, L, h, d_k) must be transposed to (B, h, L, d_k) before attention and back before the "
                    "reshape to (B, L, d_model); view/reshape alone mixes positions")
 
 
 @pytest.mark.clause("attention.cross-source")
-def test_cross_source_variant(impl: Implementation) -> None:
+def test_cross_source_variant(impl: Implementation, config: ModelConfig) -> None:
     """§3.2.3: cross-attention queries from the previous decoder sub-layer, keys/values from the final encoder."""
     fail_on_variant_departure(
-        impl, hint="pass the output of the self-attention sub-layer (after its add & norm) as the query, and the "
+        impl, config, hint="pass the output of the self-attention sub-layer (after its add & norm) as the query, and "
+                           "the "
                    "output of the LAST encoder layer as memory")
 
 
 # --------------------------------------------------------------------------------------------------
 # Metamorphic probes: the implementation against itself
 # --------------------------------------------------------------------------------------------------
-ATTENTION_PREFIXES = tuple(f"encoder.{i}.self_attn" for i in range(CONFIG.n_layers)) + tuple(
-    f"decoder.{i}.{kind}" for i in range(CONFIG.n_layers) for kind in ("self_attn", "cross_attn"))
-D_K = CONFIG.d_model // CONFIG.n_heads
+def attention_prefixes(config: ModelConfig) -> tuple[str, ...]:
+    """The canonical prefix of every attention of the model."""
+    return tuple(f"encoder.{i}.self_attn" for i in range(config.n_layers)) + tuple(
+        f"decoder.{i}.{kind}" for i in range(config.n_layers) for kind in ("self_attn", "cross_attn"))
 
 
-def outputs(impl: Implementation, state: dict[str, torch.Tensor], config: ModelConfig = CONFIG) -> torch.Tensor:
+def outputs(impl: Implementation, state: dict[str, torch.Tensor], config: ModelConfig) -> torch.Tensor:
     """Log-probabilities [B, T, V] on the witness batch of the implementation built for config holding state."""
-    model = transplanted(impl, state, config, cache=False)
-    src, tgt = witness_batch()
+    model = transplanted(impl, config, state, cache=False)
+    src, tgt = witness_batch(config)
     return log_probs(model, impl, src, tgt, config)
 
 
-def only_head_zero(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def only_head_zero(state: dict[str, torch.Tensor], config: ModelConfig) -> dict[str, torch.Tensor]:
     """Every attention keeps head 0 alone: rows d_k.. of W^Q, W^K, W^V and columns d_k.. of W^O are zero."""
     out = dict(state)
-    for prefix in ATTENTION_PREFIXES:
+    d_k = config.d_model // config.n_heads
+    for prefix in attention_prefixes(config):
         for p in "qkv":
             w = out[f"{prefix}.{p}.weight"].clone()
-            w[D_K:] = 0.0
+            w[d_k:] = 0.0
             out[f"{prefix}.{p}.weight"] = w
         w = out[f"{prefix}.o.weight"].clone()
-        w[:, D_K:] = 0.0
+        w[:, d_k:] = 0.0
         out[f"{prefix}.o.weight"] = w
     return out
 
 
 # How the scale depends on the head size, inferred from the factor c that makes the h-head model (head 0 only)
 # equal the 1-head model whose W^Q is multiplied by c (d_k = d_model / h there, d_model in the 1-head model).
-SCALE_LAWS = {
-    "1/sqrt(d_k)": (CONFIG.n_heads ** 0.5, "the paper's 1/sqrt(d_k)"),
-    "independent of d_k": (1.0, "a scale that does not depend on the head size: 1/sqrt(d_model), or none"),
-    "sqrt(d_k)": (CONFIG.n_heads ** -0.5, "sqrt(d_k): the scale inverted"),
-    "1/d_k": (float(CONFIG.n_heads), "1/d_k: the square root forgotten"),
-}
+def scale_laws(h: int) -> dict[str, tuple[float, str]]:
+    return {
+        "1/sqrt(d_k)": (h ** 0.5, "the paper's 1/sqrt(d_k)"),
+        "independent of d_k": (1.0, "a scale that does not depend on the head size: 1/sqrt(d_model), or none"),
+        "sqrt(d_k)": (h ** -0.5, "sqrt(d_k): the scale inverted"),
+        "1/d_k": (float(h), "1/d_k: the square root forgotten"),
+    }
 
 
 @pytest.mark.clause("attention.scale")
-def test_scale_follows_head_size(impl: Implementation) -> None:
+def test_scale_follows_head_size(impl: Implementation, settings: AuditSettings, config: ModelConfig) -> None:
     """§3.2.1: with only head 0 active, the h-head model equals the 1-head model (same d_model) whose W^Q is
     multiplied by sqrt(h): d_k shrinks by h, so 1/sqrt(d_k) grows by sqrt(h). Bugs elsewhere act alike in
     both models; merged-heads bugs make the probe inconclusive (attention.heads judges them)."""
-    state = only_head_zero(visible_state(CONFIG, seed=STATE_SEED))
-    many = outputs(impl, state)
-    one_cfg = OTHER_CONFIGS["one-head"]
-    _, tgt = witness_batch()
+    state = only_head_zero(visible_state(config, seed=STATE_SEED), config)
+    many = outputs(impl, state, config)
+    laws = scale_laws(config.n_heads)
+    one_cfg = settings.others["one-head"]
+    _, tgt = witness_batch(config)
     found: list[str] = []
     gaps: dict[str, float] = {}
-    for law, (factor, _) in SCALE_LAWS.items():
+    for law, (factor, _) in laws.items():
         one_state = dict(state)
-        for prefix in ATTENTION_PREFIXES:
+        for prefix in attention_prefixes(config):
             one_state[f"{prefix}.q.weight"] = state[f"{prefix}.q.weight"] * factor
-        cmp = compare_real(outputs(impl, one_state, one_cfg), many, tgt, CONFIG.pad_id)
+        cmp = compare_real(outputs(impl, one_state, one_cfg), many, tgt, config.pad_id)
         gaps[law] = cmp.max_abs
         if cmp.ok:
             found.append(law)
@@ -132,107 +137,110 @@ def test_scale_follows_head_size(impl: Implementation) -> None:
         pytest.skip(f"attention.scale head-size probe inconclusive: the outputs do not depend on the scale (laws "
                     f"{', '.join(found)} all fit): attention scores do not reach the output")
     if "1/sqrt(d_k)" not in found:
-        violation(measured=f"the scale behaves as {SCALE_LAWS[found[0]][1]}: the {CONFIG.n_heads}-head model with only "
+        violation(measured=f"the scale behaves as {laws[found[0]][1]}: the {config.n_heads}-head model with only "
                            f"head 0 active equals the 1-head model with W^Q multiplied by "
-                           f"{SCALE_LAWS[found[0]][0]:.4g}",
-                  expected=f"W^Q multiplied by sqrt(h) = {CONFIG.n_heads ** 0.5:.4g} (scores scaled by 1/sqrt(d_k), "
-                           f"d_k = {DK} with h = {CONFIG.n_heads}, d_k = {CONFIG.d_model} with h = 1)",
-                  call=f"witness batch, d_model {CONFIG.d_model}, n_heads {CONFIG.n_heads} vs 1, load_reference_state "
+                           f"{laws[found[0]][0]:.4g}",
+                  expected=f"W^Q multiplied by sqrt(h) = {config.n_heads ** 0.5:.4g} (scores scaled by 1/sqrt(d_k), "
+                           f"d_k = {config.d_model // config.n_heads} with h = {config.n_heads}, d_k = "
+                           f"{config.d_model} with h = 1)",
+                  call=f"witness batch, d_model {config.d_model}, n_heads {config.n_heads} vs 1, load_reference_state "
                        f"of visible weights with heads 1.. zeroed in every attention",
                   hint="divide by math.sqrt(d_k) with d_k = d_model // h (the per-head size), not sqrt(d_model); "
                        "multiply by d_k ** -0.5, do not divide by it")
 
 
 @pytest.mark.clause("attention.heads")
-def test_head_order_is_irrelevant(impl: Implementation) -> None:
+def test_head_order_is_irrelevant(impl: Implementation, config: ModelConfig) -> None:
     """§3.2.2: heads are independent and concatenated per position, so permuting the heads (row blocks of
     W^Q, W^K, W^V together with the column blocks of W^O) leaves every output unchanged."""
-    state = visible_state(CONFIG, seed=STATE_SEED)
-    perm = torch.arange(CONFIG.n_heads).roll(1)  # head j takes head j-1's weights
-    rows = (perm[:, None] * D_K + torch.arange(D_K)).reshape(-1)  # (d_model,)
+    state = visible_state(config, seed=STATE_SEED)
+    d_k = config.d_model // config.n_heads
+    perm = torch.arange(config.n_heads).roll(1)  # head j takes head j-1's weights
+    rows = (perm[:, None] * d_k + torch.arange(d_k)).reshape(-1)  # (d_model,)
     permuted = dict(state)
-    for prefix in ATTENTION_PREFIXES:
+    for prefix in attention_prefixes(config):
         for p in "qkv":
             permuted[f"{prefix}.{p}.weight"] = state[f"{prefix}.{p}.weight"][rows]
         permuted[f"{prefix}.o.weight"] = state[f"{prefix}.o.weight"][:, rows]
-    _, tgt = witness_batch()
-    cmp = compare_real(outputs(impl, permuted), outputs(impl, state), tgt, CONFIG.pad_id)
+    _, tgt = witness_batch(config)
+    cmp = compare_real(outputs(impl, permuted, config), outputs(impl, state, config), tgt, config.pad_id)
     if not cmp.ok:
-        src, tgt = witness_batch()
+        src, tgt = witness_batch(config)
         violation(measured=f"rotating the heads' weights changed the outputs: {cmp.describe()}",
                   expected="identical outputs: heads attend separately and are concatenated per position before W^O",
-                  call=f"{describe_call(src, tgt, CONFIG.pad_id)}, visible weights vs the same with heads rotated "
-                       f"(rows j*d_k..(j+1)*d_k of W^Q, W^K, W^V and the same columns of W^O, d_k = {DK})",
+                  call=f"{describe_call(src, tgt, config.pad_id)}, visible weights vs the same with heads rotated "
+                       f"(rows j*d_k..(j+1)*d_k of W^Q, W^K, W^V and the same columns of W^O, d_k = {d_k})",
                   hint="heads split or merged with view/reshape but without transpose(1, 2) mix positions into "
                        "heads; or head j does not use rows j*d_k..(j+1)*d_k")
 
 
 @pytest.mark.clause("attention.cross-source")
-def test_cross_attention_reads_the_last_encoder_layer(impl: Implementation) -> None:
+def test_cross_attention_reads_the_last_encoder_layer(impl: Implementation, config: ModelConfig) -> None:
     """§3.2.3: keys and values come from the final encoder output, so changing only the last encoder layer's
     FFN output bias must change the decoder's outputs."""
-    blocked = blocked_by_layers(impl)
+    blocked = blocked_by_layers(impl, config)
     if blocked:
         pytest.skip(blocked)
-    state = visible_state(CONFIG, seed=STATE_SEED)
+    state = visible_state(config, seed=STATE_SEED)
     changed = dict(state)
-    name = f"encoder.{CONFIG.n_layers - 1}.ffn.w2.bias"
+    name = f"encoder.{config.n_layers - 1}.ffn.w2.bias"
     with seeded(3):
-        changed[name] = state[name] + torch.randn(CONFIG.d_model)
-    src, tgt = witness_batch()
+        changed[name] = state[name] + torch.randn(config.d_model)
+    src, tgt = witness_batch(config)
 
     def raw(weights: dict[str, torch.Tensor]) -> torch.Tensor:  # any change counts, whatever the output kind
-        model = transplanted(impl, weights, cache=False)
-        log_probs(model, impl, src, tgt)  # skips a non-deterministic model
-        return run_forward(model, src, tgt, vocab=CONFIG.tgt_vocab, pad_id=CONFIG.pad_id).double()
+        model = transplanted(impl, config, weights, cache=False)
+        log_probs(model, impl, src, tgt, config)  # skips a non-deterministic model
+        return run_forward(model, src, tgt, vocab=config.tgt_vocab, pad_id=config.pad_id).double()
 
-    cmp = compare_real(raw(changed), raw(state), tgt, CONFIG.pad_id)
+    cmp = compare_real(raw(changed), raw(state), tgt, config.pad_id)
     if cmp.ok:
         violation(measured=f"changing {name} by N(0, 1) left every output unchanged ({cmp.describe()})",
                   expected="different outputs: cross-attention reads the output of the last encoder layer",
-                  call=f"{describe_call(src, tgt, CONFIG.pad_id)} with visible weights vs the same with {name} changed",
+                  call=f"{describe_call(src, tgt, config.pad_id)} with visible weights vs the same with {name} changed",
                   hint="memory taken from the first or an intermediate encoder layer, or the encoder stack's output "
                        "discarded")
 
 
-def positions_equal(impl: Implementation, state: dict[str, torch.Tensor]) -> tuple[bool, Comparison]:
+def positions_equal(impl: Implementation, state: dict[str, torch.Tensor],
+                    config: ModelConfig) -> tuple[bool, Comparison]:
     """(every real target position of each row has position 0's log-probabilities, the worst comparison)."""
-    src, tgt = witness_batch()
-    model = transplanted(impl, state, cache=False)
-    lp = log_probs(model, impl, src, tgt)
+    src, tgt = witness_batch(config)
+    model = transplanted(impl, config, state, cache=False)
+    lp = log_probs(model, impl, src, tgt, config)
     first = lp[:, :1].expand_as(lp)  # (B, T, V)
-    cmp = compare_real(lp, first, tgt, CONFIG.pad_id)
+    cmp = compare_real(lp, first, tgt, config.pad_id)
     return cmp.ok, cmp
 
 
-def constant_norm(state: dict[str, torch.Tensor], name: str) -> dict[str, torch.Tensor]:
+def constant_norm(state: dict[str, torch.Tensor], name: str, config: ModelConfig) -> dict[str, torch.Tensor]:
     """The state with norm ``name`` at gain 0 (its output is its bias, the same at every position)."""
     out = dict(state)
-    out[f"{name}.weight"] = torch.zeros(CONFIG.d_model)
+    out[f"{name}.weight"] = torch.zeros(config.d_model)
     return out
 
 
 @pytest.mark.clause("attention.cross-source")
-def test_cross_attention_queries_come_from_the_previous_sublayer(impl: Implementation) -> None:
+def test_cross_attention_queries_come_from_the_previous_sublayer(impl: Implementation, config: ModelConfig) -> None:
     """§3.2.3: the queries are the self-attention sub-layer's output. With decoder layer 0's first norm at gain 0
     that output is the same vector at every position, and so (keys and values being the encoder's) is everything
     after it: all target positions get the same distribution. Queries taken from the layer input (embedding +
     PE) keep the positions apart. Gate: with the second norm at gain 0 instead the positions must already
     agree (post-norm around the cross-attention, per-position heads); otherwise the probe is inconclusive."""
-    state = visible_state(CONFIG, seed=STATE_SEED)
-    gate_ok, gate = positions_equal(impl, constant_norm(state, "decoder.0.norm2"))
+    state = visible_state(config, seed=STATE_SEED)
+    gate_ok, gate = positions_equal(impl, constant_norm(state, "decoder.0.norm2", config), config)
     if not gate_ok:
         pytest.skip("cross-attention query probe inconclusive: with decoder.0.norm2 at gain 0 the target positions "
                     f"still differ ({gate.describe()}), so the layer is not post-norm around its cross-attention "
                     "(norm.post-norm, attention.heads and layers.independent judge that)")
-    ok, cmp = positions_equal(impl, constant_norm(state, "decoder.0.norm1"))
+    ok, cmp = positions_equal(impl, constant_norm(state, "decoder.0.norm1", config), config)
     if not ok:
-        src, tgt = witness_batch()
+        src, tgt = witness_batch(config)
         violation(measured=f"with decoder.0.norm1 at gain 0 the target positions still get different distributions "
                            f"({cmp.describe()}, position vs position 0 of its row)",
                   expected="the same distribution at every real target position: the cross-attention queries are the "
                            "self-attention sub-layer's (constant) output",
-                  call=f"{describe_call(src, tgt, CONFIG.pad_id)} after load_reference_state(visible weights, "
+                  call=f"{describe_call(src, tgt, config.pad_id)} after load_reference_state(visible weights, "
                        "decoder.0.norm1.weight = 0); with decoder.0.norm2.weight = 0 instead, all positions agree",
                   hint="the cross-attention query is taken from the decoder layer's input (x) instead of the "
                        "output of the masked self-attention sub-layer after its add & norm")

@@ -8,12 +8,11 @@ import pytest
 import torch
 
 from aiayn_conformance.implementations import Implementation
-from aiayn_conformance.spec.config import BASE, ModelConfig
+from aiayn_conformance.spec.config import BASE, TINY, ModelConfig
 from aiayn_conformance.spec.schema import parameter_count, parameter_schema, tied_groups
 
-from .configs import OTHER_CONFIGS
-from .harness import build_model, violation
-from .inputs import CONFIG
+from .helpers.harness import build_model, violation
+from .helpers.settings import AuditSettings, others_for
 
 TABLE_3_BASE = 65e6
 
@@ -31,37 +30,37 @@ def schema_shapes(config: ModelConfig) -> Counter[tuple[int, ...]]:
     return Counter(shape for name, shape in parameter_schema(config).items() if name not in tied)
 
 
-def ignored_d_ff(impl: Implementation, params: list[torch.Tensor]) -> str:
+def ignored_d_ff(impl: Implementation, params: list[torch.Tensor], config: ModelConfig) -> str:
     """"; d_ff=N requested, the model's FFN is W wide whatever d_ff says" when the implementation built at another
     d_ff has the very same parameter shapes (the width read from its [W, d_model] / [d_model, W] pairs), else ""."""
-    other = CONFIG.replace(d_ff=2 * CONFIG.d_ff)
+    other = config.replace(d_ff=2 * config.d_ff)
     try:
         shapes = Counter(tuple(p.shape) for p in distinct_parameters(build_model(impl, other)))
     except Exception:
         return ""
     if shapes != Counter(tuple(p.shape) for p in params):
         return ""
-    d = CONFIG.d_model
+    d = config.d_model
     widths = [s[0] for s in shapes if len(s) == 2 and s[1] == d and (d, s[0]) in shapes and s[0] > 3 * d]
     width = f"{max(widths)} wide" if widths else "the same size"
-    return f"; d_ff={CONFIG.d_ff} requested, the model's FFN is {width} whatever d_ff says (built at d_ff=" \
+    return f"; d_ff={config.d_ff} requested, the model's FFN is {width} whatever d_ff says (built at d_ff=" \
            f"{other.d_ff} too: the same shapes)"
 
 
 @pytest.mark.clause("config.parameters")
-def test_parameter_count_matches_the_schema(impl: Implementation) -> None:
-    model = build_model(impl, CONFIG)
+def test_parameter_count_matches_the_schema(impl: Implementation, config: ModelConfig) -> None:
+    model = build_model(impl, config)
     params = distinct_parameters(model)
     got = sum(p.numel() for p in params)
-    expected = parameter_count(CONFIG)
+    expected = parameter_count(config)
     if got != expected:
-        extra = Counter(tuple(p.shape) for p in params) - schema_shapes(CONFIG)
-        missing = schema_shapes(CONFIG) - Counter(tuple(p.shape) for p in params)
+        extra = Counter(tuple(p.shape) for p in params) - schema_shapes(config)
+        missing = schema_shapes(config) - Counter(tuple(p.shape) for p in params)
         violation(measured=f"{got:,} parameters ({got - expected:+,} against the schema); shapes beyond the "
                   f"schema: {dict(extra) or 'none'}; schema shapes absent: {dict(missing) or 'none'}"
-                  f"{ignored_d_ff(impl, params)}",
-                  expected=f"{expected:,} parameters, the canonical schema for d_model={CONFIG.d_model}, "
-                           f"h={CONFIG.n_heads}, d_ff={CONFIG.d_ff}, N={CONFIG.n_layers}, tied embeddings",
+                  f"{ignored_d_ff(impl, params, config)}",
+                  expected=f"{expected:,} parameters, the canonical schema for d_model={config.d_model}, "
+                           f"h={config.n_heads}, d_ff={config.d_ff}, N={config.n_layers}, tied embeddings",
                   call=f"{impl.name}.build(config) distinct parameters",
                   hint="biases on the attention projections (+4*d_model per attention), extra layer norms "
                        "(+2*d_model each), untied embeddings (+vocab*d_model each) or scalar norm gains")
@@ -85,9 +84,9 @@ def test_base_model_size_matches_table_3(impl: Implementation) -> None:
 
 
 @pytest.mark.clause("config.parameters")
-@pytest.mark.parametrize("which", list(OTHER_CONFIGS))
-def test_builds_the_other_configurations(impl: Implementation, which: str) -> None:
+@pytest.mark.parametrize("which", list(others_for(TINY)))
+def test_builds_the_other_configurations(impl: Implementation, which: str, settings: AuditSettings) -> None:
     """The configurations other checks build (two vocabularies, one head, a wider model): an implementation that
     refuses one fails here, once, with its own error, and the checks that needed it are skipped as blocked by
     config.parameters."""
-    build_model(impl, OTHER_CONFIGS[which])
+    build_model(impl, settings.others[which])

@@ -3,7 +3,7 @@ default maximum output length, each checked through the adapter's optional decod
 (``spec.contract``); an adapter without them skips with the reason naming the missing method.
 
 The searches are judged against the reference searches (``reference.decoding``) driven by the
-implementation's *own* full forward on each prefix (``conformance.decoding.ForwardScores``), with the
+implementation's *own* full forward on each prefix (``conformance.helpers.decoding.ForwardScores``), with the
 weights it holds: a forward-pass bug belongs to the forward-pass clauses, and a decoding bug shows here
 even in an implementation whose forward differs from the reference's. An adapter that loads canonical
 weights holds the visible weights with embeddings (hence, tied, the logits) three times larger: sharp
@@ -31,15 +31,15 @@ import torch
 
 from aiayn_conformance.implementations import Component, Implementation
 from aiayn_conformance.reference.decoding import beam_search, output_limits
+from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import has_capability
 from aiayn_conformance.spec.tolerance import compare
 
-from . import oracles, shapes
-from .components import from_factory
-from .decoding import (
+from .helpers import oracles, shapes
+from .helpers.components import from_factory
+from .helpers.decoding import (
     BEAM_VARIANTS,
     CACHE_VARIANTS,
-    DECODE_CONFIG,
     NEVER_ENDING_SOURCES,
     NEVER_ENDS,
     PAPER,
@@ -72,12 +72,13 @@ from .decoding import (
     scripted_witnesses,
     table_cases,
 )
-from .harness import CheckTimeout, ImplementationError, build_model, could_not_check, held_weights, violation
-from .outputs import log_probs, require_deterministic
-from .transplant import STATE_SEED, load_into, reference_twin, visible_state
+from .helpers.harness import CheckTimeout, ImplementationError, build_model, could_not_check, held_weights, violation
+from .helpers.outputs import log_probs, require_deterministic
+from .helpers.settings import AuditSettings
+from .helpers.settings import current as current_settings
+from .helpers.transplant import STATE_SEED, load_into, reference_twin, visible_state
 
-CFG = DECODE_CONFIG
-PAD, BOS, V = CFG.pad_id, PAPER.bos_id, CFG.tgt_vocab
+BOS = PAPER.bos_id
 GREEDY_MAX = 10  # output tokens in the greedy check (the default limit is decode.max-length's)
 BEAM_MAX = 8  # output tokens in the beam checks
 SHARPEN = 3.0
@@ -90,6 +91,7 @@ def _sharpen(name: str, tensor: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class Subject:
+    config: ModelConfig  # the decode checks' configuration: the audit's, with room for §6.1's output lengths
     model: Any
     twin: Any  # the reference holding the same weights, or None
     weights: str
@@ -109,16 +111,18 @@ class History:
     scores: ForwardScores
 
 
-# Keyed by id(model): each entry holds its model, so no later model can take the same id.
-_SUBJECTS: dict[int, Subject] = {}
+@pytest.fixture(scope="module")
+def decode_config(settings: AuditSettings) -> ModelConfig:
+    """The audit configuration with max_len long enough for §6.1's limits (the longest witness source + 50)."""
+    return settings.others["longer"]
 
 
 @pytest.fixture(scope="module")
-def model(impl: Implementation) -> Any:
-    return build_model(impl, CFG)
+def model(impl: Implementation, decode_config: ModelConfig) -> Any:
+    return build_model(impl, decode_config)
 
 
-def subject(impl: Implementation, model: Any) -> Subject:
+def subject(impl: Implementation, model: Any, cfg: ModelConfig) -> Subject:
     """The model ready for the decode checks (transplanted once, when it can load canonical weights).
 
     Decoding feeds the model every target length from 1 to the output limit, batches of several sources and
@@ -127,23 +131,24 @@ def subject(impl: Implementation, model: Any) -> Subject:
     if contract is not None and not contract.complete:
         pytest.skip(contract.need("decoding runs the forward at every target length from 1 to the output limit, "
                                   "on batches of several sources"))
+    subjects = current_settings().cache("decode-subjects")  # keyed by id(model): each entry holds its model
     key = id(model)
-    if key not in _SUBJECTS:
+    if key not in subjects:
         if has_capability(model, "load_reference_state"):
-            state = visible_state(CFG, seed=STATE_SEED, adjust=_sharpen)
+            state = visible_state(cfg, seed=STATE_SEED, adjust=_sharpen)
             load_into(model, state, impl.name)
             model.eval()
-            _SUBJECTS[key] = Subject(model, reference_twin(CFG, state),
-                                     f"visible weights (seed {STATE_SEED}) with the embeddings x{SHARPEN:g}")
+            subjects[key] = Subject(cfg, model, reference_twin(cfg, state),
+                                    f"visible weights (seed {STATE_SEED}) with the embeddings x{SHARPEN:g}")
         else:
-            held = held_weights(impl, CFG)
-            _SUBJECTS[key] = Subject(model, None, f"the weights given with --weights ({held})" if held
-                                     else "its own initialization (seed 0)")
-    subj = _SUBJECTS[key]
-    src = decode_sources([4, 2], seed=1)
-    require_deterministic(model, src, torch.full((2, 3), BOS), CFG)
+            held = held_weights(impl, cfg)
+            subjects[key] = Subject(cfg, model, None, f"the weights given with --weights ({held})" if held
+                                    else "its own initialization (seed 0)")
+    subj: Subject = subjects[key]
+    src = decode_sources([4, 2], seed=1, config=cfg)
+    require_deterministic(model, src, torch.full((2, 3), BOS), cfg)
     if subj.scores is None:
-        subj.scores = ForwardScores(model, impl.output)
+        subj.scores = ForwardScores(model, impl.output, cfg)
     return subj
 
 
@@ -152,14 +157,14 @@ def history(impl: Implementation, subj: Subject) -> History:
     canonical weights; the model itself otherwise (its own initialization is not sharpened)."""
     if subj.history is None:
         if subj.twin is None:
-            subj.history = History(subj.model, None, subj.weights, ForwardScores(subj.model, impl.output))
+            subj.history = History(subj.model, None, subj.weights, ForwardScores(subj.model, impl.output, subj.config))
         else:
-            unsharp = build_model(impl, CFG)
-            state = visible_state(CFG, seed=STATE_SEED)
+            unsharp = build_model(impl, subj.config)
+            state = visible_state(subj.config, seed=STATE_SEED)
             load_into(unsharp, state, impl.name)
             unsharp.eval()
-            subj.history = History(unsharp, reference_twin(CFG, state), f"visible weights (seed {STATE_SEED}), "
-                                   "not sharpened", ForwardScores(unsharp, impl.output))
+            subj.history = History(unsharp, reference_twin(subj.config, state), f"visible weights (seed {STATE_SEED}), "
+                                   "not sharpened", ForwardScores(unsharp, impl.output, subj.config))
     return subj.history
 
 
@@ -170,7 +175,7 @@ def needs_generate(impl: Implementation, model: Any) -> None:
 
 # -- decode.incremental ----------------------------------------------------------------------------------------
 @pytest.mark.clause("decode.incremental")
-def test_cached_steps_equal_the_full_forward(impl: Implementation, model: Any) -> None:
+def test_cached_steps_equal_the_full_forward(impl: Implementation, model: Any, decode_config: ModelConfig) -> None:
     """Every step of the step-level decoder equals the full forward on the same prefix, at every position the
     model has (max_len steps, far past any window a cache might keep): three padded sources expanded to beams,
     rows finished early (fed padding), reorders across sources in the middle."""
@@ -178,12 +183,13 @@ def test_cached_steps_equal_the_full_forward(impl: Implementation, model: Any) -
     if missing:
         pytest.skip(f"{impl.name} has no {', '.join(missing)} (spec.contract step-level decoding): no "
                     "incremental decoder to check")
-    subj = subject(impl, model)
-    schedule = incremental_schedule()
-    rep = replay(schedule, PAD)
-    got = drive(model, schedule, impl.output, V)
+    cfg = decode_config
+    subj = subject(impl, model, cfg)
+    schedule = incremental_schedule(cfg)
+    rep = replay(schedule, cfg.pad_id)
+    got = drive(model, schedule, impl.output, cfg.tgt_vocab)
     for t, (scores, src_rows, prefix, active) in enumerate(zip(got, rep.src_rows, rep.prefixes, rep.active)):
-        full = log_probs(model, impl, src_rows, prefix, CFG)[:, -1]  # (N, V)
+        full = log_probs(model, impl, src_rows, prefix, cfg)[:, -1]  # (N, V)
         cmp = compare(scores[active], full[active], dtype=torch.float32, scope="model")
         if cmp.ok:
             continue
@@ -194,7 +200,7 @@ def test_cached_steps_equal_the_full_forward(impl: Implementation, model: Any) -
                   f"{t - 1} agreed" + (f"; the cached decoder matches the reference with {named}" if named else ""),
                   expected="decode_step(state, tokens)[0] == forward(src, prefix)[:, -1] at every step, the new "
                            "token at position t (the prefix length)",
-                  call=f"{schedule.describe(PAD)}; held {subj.weights}",
+                  call=f"{schedule.describe(cfg.pad_id)}; held {subj.weights}",
                   hint="positions restarted at 0 for each new token, a cross- or self-attention cache computed "
                        "from the wrong memory or not reordered with the beams, a self-attention cache not appended "
                        "or cut to a window of recent positions")
@@ -206,7 +212,7 @@ def _cache_variant(subj: Subject, schedule: Schedule, got: list[torch.Tensor], r
     if subj.twin is None:
         return ""
     for knob, what in CACHE_VARIANTS.items():
-        theirs = drive(CacheVariant(subj.twin, knob, window=first), schedule, "logits", V)
+        theirs = drive(CacheVariant(subj.twin, knob, window=first), schedule, "logits", subj.config.tgt_vocab)
         if all(compare(g[a], x[a], dtype=torch.float32, scope="model").ok
                for g, x, a in zip(got, theirs, rep.active)):
             return what.format(window=first)
@@ -221,11 +227,12 @@ def greedy_witness(scores: ForwardScores, max_len: int = GREEDY_MAX) -> tuple[in
     """(end symbol, rows of the pool, their trajectories with no end symbol) such that under that symbol rows
     finish at different steps (preferably some after >= 2 tokens) while others go on: the witness of
     stopping at EOS while the batch goes on. None when no symbol gives two different finishing steps."""
-    pool = decode_sources(GREEDY_POOL, seed=31)
+    cfg = scores.config
+    pool = decode_sources(GREEDY_POOL, seed=31, config=cfg)
     free = greedy_rows(scores, pool, eos_id=-1, max_len=max_len)
     best: tuple[int, tuple[int, int], list[int]] | None = None
-    for eos in range(V):
-        if eos in (PAD, BOS):
+    for eos in range(cfg.tgt_vocab):
+        if eos in (cfg.pad_id, BOS):
             continue
         ends = [row.index(eos) if eos in row else None for row in free]
         late: dict[int, int] = {}
@@ -243,11 +250,11 @@ def greedy_witness(scores: ForwardScores, max_len: int = GREEDY_MAX) -> tuple[in
 
 
 @pytest.mark.clause("decode.greedy")
-def test_greedy_is_the_argmax_trajectory(impl: Implementation, model: Any) -> None:
+def test_greedy_is_the_argmax_trajectory(impl: Implementation, model: Any, decode_config: ModelConfig) -> None:
     """generate(beam_size=1) emits the argmax of the full forward at every step, stops each row at its end
     symbol and keeps a finished row finished (padding) while the others go on."""
     needs_generate(impl, model)
-    subj = subject(impl, model)
+    subj = subject(impl, model, decode_config)
     assert subj.scores is not None
     check_greedy(impl, model, subj.scores, subj.weights)
 
@@ -259,7 +266,7 @@ def untied_lengths(scores: ForwardScores, src: torch.Tensor, rows: list[list[int
     for b, row in enumerate(rows):
         prefix = torch.tensor([[BOS] + row])
         steps = torch.stack([scores.log_probs(src[b:b + 1], prefix[:, :t + 1])[0] for t in range(len(row))])
-        steps[:, PAD] = float("-inf")
+        steps[:, scores.config.pad_id] = float("-inf")
         top2 = steps.topk(2, dim=1).values
         tied = ((top2[:, 0] - top2[:, 1]) < NEAR_TIE).nonzero()
         out.append(int(tied[0]) if len(tied) else None)
@@ -274,10 +281,12 @@ def check_greedy(impl: Implementation, model: Any, scores: ForwardScores, weight
         pytest.skip(f"no end symbol makes the greedy trajectories of {impl.name} ({weights}) finish at "
                     f"different steps on {len(GREEDY_POOL)} sources: no witness of early stopping")
     eos, rows, free = witness
-    src = decode_sources(GREEDY_POOL, seed=31)[rows]
+    cfg = scores.config
+    src = decode_sources(GREEDY_POOL, seed=31, config=cfg)[rows]
     expected = greedy_rows(scores, src, eos_id=eos, max_len=GREEDY_MAX)
-    out, call = call_generate(model, src, eos_id=eos, beam_size=1, alpha=PAPER.alpha, max_len=GREEDY_MAX)
-    got = rows_of(out, PAD)
+    out, call = call_generate(model, src, eos_id=eos, beam_size=1, alpha=PAPER.alpha, max_len=GREEDY_MAX,
+                              config=cfg)
+    got = rows_of(out, cfg.pad_id)
     ties = untied_lengths(scores, src, expected)
     bad = [b for b, (g, e, n) in enumerate(zip(got, expected, ties)) if (g != e if n is None else g[:n] != e[:n])]
     if not bad:
@@ -293,7 +302,7 @@ def check_greedy(impl: Implementation, model: Any, scores: ForwardScores, weight
         named = "a row that goes on after its end symbol (finished rows must stay finished: padding only)"
     elif any(len(row) > GREEDY_MAX for row in got):
         named = f"outputs longer than max_len={GREEDY_MAX}"
-    elif PAD in sum(got, []):
+    elif cfg.pad_id in sum(got, []):
         named = "the padding id generated as a token (it is never generated)"
     elif got == [r[:stop + 1] for r in free]:
         named = "every row stopped when the first row emitted its end symbol (the batch stops together)"
@@ -316,8 +325,8 @@ HISTORY_LIMIT = max(HISTORY_SOURCES) + 50  # one int for the batch (the per-sour
 NEAR_TIE = 1e-4  # log-probability gap under which two tokens count as tied (a cache's rounding may swap them)
 
 
-def history_sources() -> torch.Tensor:
-    return decode_sources(HISTORY_SOURCES, seed=51)
+def history_sources(cfg: ModelConfig) -> torch.Tensor:
+    return decode_sources(HISTORY_SOURCES, seed=51, config=cfg)
 
 
 def _history_variant(twin: Any, src: torch.Tensor, got: list[list[int]], first: int, **kw: Any) -> str:
@@ -357,12 +366,13 @@ def beam_witnesses(impl: Implementation, subj: Subject) -> list[Witness]:
     if subj.beam_witnesses is not None:
         return subj.beam_witnesses
     assert subj.scores is not None
-    src = decode_sources(BEAM_SOURCES, seed=5)
+    cfg = subj.config
+    src = decode_sources(BEAM_SOURCES, seed=5, config=cfg)
     kw = dict(bos_id=BOS, beam_size=PAPER.beam_size, alpha=PAPER.alpha, max_len=BEAM_MAX)
     found: list[Witness] = []
     told: set[str] = set()
-    for eos in range(V):
-        if eos in (PAD, BOS):
+    for eos in range(cfg.tgt_vocab):
+        if eos in (cfg.pad_id, BOS):
             continue
         expected = expected_beam(subj.scores, src, eos_id=eos, **kw)
         variants = beam_variant_outputs(subj.scores, src, list(BEAM_VARIANTS), eos_id=eos, **kw)
@@ -379,11 +389,12 @@ def beam_witnesses(impl: Implementation, subj: Subject) -> list[Witness]:
 
 
 def check_beam(impl: Implementation, subj: Subject, witnesses: list[Witness], purpose: str) -> None:
-    src = decode_sources(BEAM_SOURCES, seed=5)
+    cfg = subj.config
+    src = decode_sources(BEAM_SOURCES, seed=5, config=cfg)
     for w in witnesses:
         out, call = call_generate(subj.model, src, eos_id=w.eos, beam_size=PAPER.beam_size,
-                                  alpha=PAPER.alpha, max_len=BEAM_MAX)
-        got = rows_of(out, PAD)
+                                  alpha=PAPER.alpha, max_len=BEAM_MAX, config=cfg)
+        got = rows_of(out, cfg.pad_id)
         if got == w.expected:
             continue
         b = next(i for i, (g, e) in enumerate(zip(got, w.expected)) if g != e)
@@ -404,11 +415,11 @@ def check_beam(impl: Implementation, subj: Subject, witnesses: list[Witness], pu
 
 
 @pytest.mark.clause("decode.beam")
-def test_beam_length_penalty_witnesses(impl: Implementation, model: Any) -> None:
+def test_beam_length_penalty_witnesses(impl: Implementation, model: Any, decode_config: ModelConfig) -> None:
     """Beam 4, α = 0.6, on witnesses where no penalty (α = 0), |Y|^α, or |Y| counted without the end symbol
     would choose another output than GNMT's ((5 + |Y|) / 6)^α."""
     needs_generate(impl, model)
-    subj = subject(impl, model)
+    subj = subject(impl, model, decode_config)
     witnesses = [w for w in beam_witnesses(impl, subj) if any(w.rows[n] for n in PENALTY_VARIANTS)]
     if not any(w.rows["no-penalty"] for w in witnesses):
         pytest.skip(f"no witness source where alpha = 0 and alpha = 0.6 choose different outputs on "
@@ -420,11 +431,11 @@ def test_beam_length_penalty_witnesses(impl: Implementation, model: Any) -> None
 
 
 @pytest.mark.clause("decode.beam")
-def test_beam_early_finished_hypothesis_wins(impl: Implementation, model: Any) -> None:
+def test_beam_early_finished_hypothesis_wins(impl: Implementation, model: Any, decode_config: ModelConfig) -> None:
     """A hypothesis that ended with EOS while live ones went on must still win when its score is best: the
     finished set is kept aside, not left to compete for the K beam slots."""
     needs_generate(impl, model)
-    subj = subject(impl, model)
+    subj = subject(impl, model, decode_config)
     witnesses = [w for w in beam_witnesses(impl, subj) if w.rows["finished-in-beam"]]
     if not witnesses:
         pytest.skip(f"no witness source where a hypothesis pushed out of the beam after it finished must win, on "
@@ -448,25 +459,25 @@ def long_end_symbol(scores: ForwardScores, src: torch.Tensor) -> int:
     """The end symbol least likely at the first step on every source (its highest log-probability over the sources
     is the lowest): hypotheses live long, scored over the whole output, while some still finish."""
     first = scores.log_probs(src, torch.full((src.size(0), 1), BOS)).clone()
-    first[:, [PAD, BOS]] = float("inf")
+    first[:, [scores.config.pad_id, BOS]] = float("inf")
     return int(first.max(dim=0).values.argmin())
 
 
 @pytest.mark.clause("decode.beam")
-def test_beam_follows_the_whole_prefix(impl: Implementation, model: Any) -> None:
+def test_beam_follows_the_whole_prefix(impl: Implementation, model: Any, decode_config: ModelConfig) -> None:
     """Beam 4, alpha 0.6 on unsharpened weights (the next token depends on more than the last one) at §6.1's output
     length (longest source + 50): hypotheses are ranked by log-probabilities summed over the whole output and
     reordered at every step, so a cache inside generate that restarts positions, keeps a window or is left out of
     the reorder chooses other outputs than the §6.1 search on the model's own full forward."""
     needs_generate(impl, model)
-    hist = history(impl, subject(impl, model))
-    src = history_sources()
+    hist = history(impl, subject(impl, model, decode_config))
+    src = history_sources(decode_config)
     eos = long_end_symbol(hist.scores, src)
     kw = dict(bos_id=BOS, eos_id=eos, beam_size=PAPER.beam_size, alpha=PAPER.alpha, max_len=HISTORY_LIMIT)
     expected = expected_beam(hist.scores, src, **kw)
     out, call = call_generate(hist.model, src, eos_id=eos, beam_size=PAPER.beam_size, alpha=PAPER.alpha,
-                              max_len=HISTORY_LIMIT)
-    got = rows_of(out, PAD)
+                              max_len=HISTORY_LIMIT, config=decode_config)
+    got = rows_of(out, decode_config.pad_id)
     if got == expected:
         return
     b = next(i for i, (g, e) in enumerate(zip(got, expected)) if g != e)
@@ -490,8 +501,8 @@ def test_beam_follows_the_whole_prefix(impl: Implementation, model: Any) -> None
 MAX_SOURCES = [6, 3, 1]  # padded width 6: the default limits are 56, 53 and 51
 
 
-def _length_rule(lengths: dict[int, int], src: torch.Tensor) -> str:
-    real = (src != PAD).sum(dim=1).tolist()
+def _length_rule(lengths: dict[int, int], src: torch.Tensor, pad_id: int) -> str:
+    real = (src != pad_id).sum(dim=1).tolist()
     width = src.size(1)
     rules = {
         "each source's real length + 50": lambda b: real[b] + 50,
@@ -516,7 +527,7 @@ def _candidate_end_symbols(subj: Subject, src: torch.Tensor) -> list[int]:
     if not subj.scores.memo:
         subj.scores.log_probs(src, torch.full((src.size(0), 1), BOS))
     table = torch.stack(list(subj.scores.memo.values()))  # (prefixes, V)
-    table[:, [PAD, BOS]] = float("inf")
+    table[:, [subj.config.pad_id, BOS]] = float("inf")
     return table.max(dim=0).values.argsort().tolist()[:3]
 
 
@@ -524,12 +535,13 @@ def check_default_limit(impl: Implementation, subj: Subject, beam_size: int) -> 
     """Rows whose output holds no end symbol must be exactly their source's real length + 50 long; rows
     that end with it must be no longer. The end symbol is one the model hardly ever chooses (up to three
     tried, until a source shorter than the batch's padded width runs to its limit)."""
-    src = decode_sources(MAX_SOURCES, seed=41)
-    limits = output_limits(src, PAD).tolist()
+    pad = subj.config.pad_id
+    src = decode_sources(MAX_SOURCES, seed=41, config=subj.config)
+    limits = output_limits(src, pad).tolist()
     for eos in _candidate_end_symbols(subj, src):
         out, call = call_generate(subj.model, src, eos_id=eos, beam_size=beam_size, alpha=PAPER.alpha,
-                                  max_len=None)
-        got = rows_of(out, PAD)
+                                  max_len=None, config=subj.config)
+        got = rows_of(out, pad)
         unended = {b: len(r) for b, r in enumerate(got) if r[-1:] != [eos]}
         if any(limits[b] != src.size(1) + 50 for b in unended):
             break
@@ -540,9 +552,9 @@ def check_default_limit(impl: Implementation, subj: Subject, beam_size: int) -> 
     bad.update({b: len(r) for b, r in enumerate(got) if b not in unended and len(r) > limits[b]})
     if not bad:
         return
-    rule = _length_rule(unended, src)
+    rule = _length_rule(unended, src, pad)
     b = next(iter(bad))
-    violation(measured=f"row {b} (real source length {int((src[b] != PAD).sum())}) has {bad[b]} output "
+    violation(measured=f"row {b} (real source length {int((src[b] != pad).sum())}) has {bad[b]} output "
               f"tokens; lengths of the rows with no end symbol: {unended}" + (f"; they match {rule}" if rule else ""),
               expected=f"max_len=None limits each output to its source's real (non-pad) length + 50 tokens, the "
                        f"end symbol included: {limits}",
@@ -552,17 +564,17 @@ def check_default_limit(impl: Implementation, subj: Subject, beam_size: int) -> 
 
 
 @pytest.mark.clause("decode.max-length")
-def test_default_max_length_greedy(impl: Implementation, model: Any) -> None:
+def test_default_max_length_greedy(impl: Implementation, model: Any, decode_config: ModelConfig) -> None:
     """Greedy search with no end symbol in sight stops at each source's real length + 50 (§6.1)."""
     needs_generate(impl, model)
-    check_default_limit(impl, subject(impl, model), beam_size=1)
+    check_default_limit(impl, subject(impl, model, decode_config), beam_size=1)
 
 
 @pytest.mark.clause("decode.max-length")
-def test_default_max_length_beam(impl: Implementation, model: Any) -> None:
+def test_default_max_length_beam(impl: Implementation, model: Any, decode_config: ModelConfig) -> None:
     """Beam search (beam 4, α = 0.6) with no end symbol in sight stops at each source's real length + 50."""
     needs_generate(impl, model)
-    check_default_limit(impl, subject(impl, model), beam_size=PAPER.beam_size)
+    check_default_limit(impl, subject(impl, model, decode_config), beam_size=PAPER.beam_size)
 
 
 # -- components alone: length penalties and beam searches (--component) -----------------------------------------
@@ -739,7 +751,7 @@ def test_search_component_default_max_length(search_fn: Any) -> None:
     if list(lengths.values()) == limits:
         return
     b = next(i for i, n in lengths.items() if n != limits[i])
-    rule = _length_rule(lengths, src)
+    rule = _length_rule(lengths, src, S_PAD)
     violation(measured=f"row {b} (real source length {int((src[b] != S_PAD).sum())}) has {lengths[b]} output tokens; "
               f"all rows: {list(lengths.values())}" + (f"; they match {rule}" if rule else ""),
               expected=f"max_len=None limits each output to its source's real (non-pad) length + 50 tokens: {limits}",

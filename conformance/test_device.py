@@ -9,13 +9,12 @@ import pytest
 import torch
 
 from aiayn_conformance.implementations import Implementation
+from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.tolerance import compare
 
-from .harness import CheckTimeout, ImplementationError, build_model, describe_call, run_forward, violation
-from .inputs import CONFIG, witness_batch
-from .outputs import compare_real, log_probs
-
-PAD = CONFIG.pad_id
+from .helpers.harness import CheckTimeout, ImplementationError, build_model, describe_call, run_forward, violation
+from .helpers.inputs import witness_batch
+from .helpers.outputs import compare_real, log_probs
 
 
 def plain_tensor_attributes(model: torch.nn.Module) -> list[str]:
@@ -29,8 +28,8 @@ def plain_tensor_attributes(model: torch.nn.Module) -> list[str]:
 
 
 @pytest.mark.clause("device.portable")
-def test_no_tensor_is_left_behind_by_to(impl: Implementation) -> None:
-    model = build_model(impl, CONFIG)
+def test_no_tensor_is_left_behind_by_to(impl: Implementation, config: ModelConfig) -> None:
+    model = build_model(impl, config)
     stranded = plain_tensor_attributes(model)
     if stranded:
         violation(measured=f"tensors kept as plain attributes: {', '.join(stranded[:4])}",
@@ -40,11 +39,11 @@ def test_no_tensor_is_left_behind_by_to(impl: Implementation) -> None:
 
 
 @pytest.mark.clause("device.portable")
-def test_forward_on_the_meta_device(impl: Implementation) -> None:
+def test_forward_on_the_meta_device(impl: Implementation, config: ModelConfig) -> None:
     """module.to('meta') and meta inputs: a tensor met on the CPU was left behind or created in forward
     without the input's device (e.g. torch.ones(T, T) for the causal mask)."""
-    model = build_model(impl, CONFIG).to("meta")
-    src, tgt = witness_batch()
+    model = build_model(impl, config).to("meta")
+    src, tgt = witness_batch(config)
     try:
         with torch.no_grad():
             model(src.to("meta"), tgt.to("meta"))
@@ -64,16 +63,16 @@ def test_forward_on_the_meta_device(impl: Implementation) -> None:
 
 
 @pytest.mark.clause("device.portable")
-def test_float64_agrees_with_float32(impl: Implementation) -> None:
+def test_float64_agrees_with_float32(impl: Implementation, config: ModelConfig) -> None:
     """The same model after model.double(): a crash there (in the conversion or in the forward after it) is this
     clause's failure, not an unchecked clause, since running in another dtype is the property under test."""
-    model = build_model(impl, CONFIG)
-    src, tgt = witness_batch()
-    a = log_probs(model, impl, src, tgt)
-    call = f"{describe_call(src, tgt, PAD)} in float32, then after model.double()"
+    model = build_model(impl, config)
+    src, tgt = witness_batch(config)
+    a = log_probs(model, impl, src, tgt, config)
+    call = f"{describe_call(src, tgt, config.pad_id)} in float32, then after model.double()"
     try:
         model64 = model.double()
-        b = log_probs(model64, impl, src, tgt)
+        b = log_probs(model64, impl, src, tgt, config)
     except CheckTimeout:
         raise
     except Exception as exc:  # ImplementationError included: the forward after the conversion crashed
@@ -82,7 +81,7 @@ def test_float64_agrees_with_float32(impl: Implementation) -> None:
                   expected="the model converts to float64 and runs there", call=call,
                   hint="a tensor kept or cast to a fixed dtype (x.float(), torch.float32 tables or masks, a norm "
                        "computed in float32 and not cast back to the input's dtype)")
-    cmp = compare_real(a, b, tgt, PAD)
+    cmp = compare_real(a, b, tgt, config.pad_id)
     if not cmp.ok:
         violation(measured=f"float64 differs from float32 beyond rounding: {cmp.describe()}",
                   expected="float64 and float32 agree within the float32 model tolerance",
@@ -125,21 +124,22 @@ def gradients(model: torch.nn.Module, src: torch.Tensor, tgt: torch.Tensor) -> d
 @pytest.mark.clause("device.parity")
 @pytest.mark.parametrize("device", accelerators() or [pytest.param("none", marks=pytest.mark.skip(
     reason="no CUDA or MPS device on this machine: CPU/accelerator parity cannot be checked here"))])
-def test_accelerator_matches_cpu(impl: Implementation, device: str) -> None:
-    cfg = CONFIG.replace(dropout=0.0)  # the training step below must be deterministic
+def test_accelerator_matches_cpu(impl: Implementation, device: str, config: ModelConfig) -> None:
+    cfg = config.replace(dropout=0.0)  # the training step below must be deterministic
     with tf32_off(device):
         model = build_model(impl, cfg)
         accel = build_model(impl, cfg)
         accel.load_state_dict(model.state_dict())
         accel = accel.to(device)
-        src, tgt = witness_batch()
-        a = run_forward(model, src, tgt, vocab=CONFIG.tgt_vocab, pad_id=PAD)
-        b = run_forward(accel, src.to(device), tgt.to(device), vocab=CONFIG.tgt_vocab, pad_id=PAD)
-        cmp = compare_real(torch.log_softmax(a.double(), -1), torch.log_softmax(b.cpu().double(), -1), tgt, PAD)
+        src, tgt = witness_batch(config)
+        a = run_forward(model, src, tgt, vocab=config.tgt_vocab, pad_id=config.pad_id)
+        b = run_forward(accel, src.to(device), tgt.to(device), vocab=config.tgt_vocab, pad_id=config.pad_id)
+        cmp = compare_real(torch.log_softmax(a.double(), -1), torch.log_softmax(b.cpu().double(), -1), tgt,
+                           config.pad_id)
         if not cmp.ok:
             violation(measured=f"{device} differs from CPU: {cmp.describe()}",
                       expected="the same outputs within the float32 model tolerance (TF32 off)",
-                      call=f"{describe_call(src, tgt, PAD)} on cpu and {device}",
+                      call=f"{describe_call(src, tgt, config.pad_id)} on cpu and {device}",
                       hint="device-dependent kernels or masks")
         on_cpu = gradients(model.train(), src, tgt)
         on_device = gradients(accel.train(), src.to(device), tgt.to(device))

@@ -12,19 +12,19 @@ from aiayn_conformance.implementations import Implementation
 from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import has_capability
 
-from . import readout_probes as ro
-from .harness import build_model, describe_call, run_forward, violation
-from .inputs import CONFIG, witness_batch
-from .outputs import log_probs
-from .transplant import load_into, visible_state
+from .helpers import readout_probes as ro
+from .helpers.harness import build_model, describe_call, run_forward, violation
+from .helpers.inputs import witness_batch
+from .helpers.outputs import log_probs
+from .helpers.transplant import load_into, visible_state
 
 
 @pytest.mark.clause("dropout.residual")
-def test_no_randomness_when_p_drop_is_zero(impl: Implementation) -> None:
-    model = build_model(impl, CONFIG.replace(dropout=0.0), train=True)
-    src, tgt = witness_batch()
-    a = run_forward(model, src, tgt, vocab=CONFIG.tgt_vocab, pad_id=CONFIG.pad_id)
-    b = run_forward(model, src, tgt, vocab=CONFIG.tgt_vocab, pad_id=CONFIG.pad_id)
+def test_no_randomness_when_p_drop_is_zero(impl: Implementation, config: ModelConfig) -> None:
+    model = build_model(impl, config.replace(dropout=0.0), train=True)
+    src, tgt = witness_batch(config)
+    a = run_forward(model, src, tgt, vocab=config.tgt_vocab, pad_id=config.pad_id)
+    b = run_forward(model, src, tgt, vocab=config.tgt_vocab, pad_id=config.pad_id)
     if not torch.equal(a, b):
         diff = (a - b).abs().max().item()
         violation(measured=f"two train-mode calls with dropout=0 differ by up to {diff:.3g}",
@@ -47,18 +47,18 @@ def dropped_fraction(h: torch.Tensor) -> float:
 
 
 @pytest.mark.clause("dropout.residual")
-def test_embedding_sum_dropout_rate(impl: Implementation) -> None:
+def test_embedding_sum_dropout_rate(impl: Implementation, config: ModelConfig) -> None:
     """Sub-layers off, unit norms, train mode at P_drop = 0.5: about half of each position's embedding+PE
     features are dropped before the (first) norm."""
     p = 0.5
-    cfg = CONFIG.replace(dropout=p)
+    cfg = config.replace(dropout=p)
     model = build_model(impl, cfg, train=True)
     if not has_capability(model, "load_reference_state"):
         pytest.skip(f"{impl.name} has no load_reference_state")
     state = ro.sublayers_off(visible_state(cfg, seed=71, unit_norms=True), "decoder")
     load_into(model, state, impl.name)
     torch.manual_seed(72)
-    logp = log_probs(model, impl, *ro.witness(), cfg)
+    logp = log_probs(model, impl, *ro.witness(config), cfg)
     h, residual = ro.readout(logp, state["generator.weight"])
     if residual > 1e-3:
         pytest.skip("the hidden state cannot be read back")
@@ -134,7 +134,7 @@ def _read(model: Any, impl: Implementation, stack: str, state: dict[str, torch.T
 def _read_or_none(model: Any, impl: Implementation, stack: str, state: dict[str, torch.Tensor], config: ModelConfig,
                   seed: int, first: bool) -> torch.Tensor | None:
     torch.manual_seed(seed)
-    src, tgt = ro.witness()
+    src, tgt = ro.witness(config)
     if stack == "decoder":
         h, residual = ro.readout(log_probs(model, impl, src, tgt, config), state["generator.weight"])
         if residual > 1e-3:
@@ -264,7 +264,7 @@ class SublayerFindings:
 def probe_sublayers(impl: Implementation, stack: str, config: ModelConfig) -> SublayerFindings:
     model = probe_model(impl, stack, config)
     s, d_k = signs(config.d_model), config.d_model // config.n_heads
-    base = lifted_state(config, *ro.witness())
+    base = lifted_state(config, *ro.witness(config))
     found = SublayerFindings()
     for layer in range(config.n_layers):
         for sublayer in SUBLAYERS[stack]:
@@ -289,7 +289,8 @@ def probe_sublayers(impl: Implementation, stack: str, config: ModelConfig) -> Su
 
 @pytest.mark.clause("dropout.residual")
 @pytest.mark.parametrize("stack", ["decoder", "encoder"])
-def test_sublayer_output_dropped_before_the_residual_addition(impl: Implementation, stack: str) -> None:
+def test_sublayer_output_dropped_before_the_residual_addition(impl: Implementation, stack: str,
+                                                              config: ModelConfig) -> None:
     """Every sub-layer's output (self-attention and FFN in the encoder; self-attention, cross-attention and FFN in
     the decoder; in every layer) is dropped at P_drop before the residual addition: about P_drop of its features
     are lost in train mode (none in eval mode), and a lost feature leaves the residual x_j behind
@@ -297,7 +298,7 @@ def test_sublayer_output_dropped_before_the_residual_addition(impl: Implementati
     coincide mean the dropout came after the addition, taking the residual with it. A sub-layer whose constant
     does not reach the output (another structure, or a saturated readout) is left out; the check passes only when
     each kind of sub-layer of the stack was observed in at least one layer."""
-    config = CONFIG.replace(dropout=P)
+    config = config.replace(dropout=P)
     found = probe_sublayers(impl, stack, config)
     if not found.rates:
         pytest.skip(f"no {stack} sub-layer could be made to output a large constant (the eval-mode output does not "
@@ -330,20 +331,20 @@ def test_sublayer_output_dropped_before_the_residual_addition(impl: Implementati
 
 
 @pytest.mark.clause("dropout.residual")
-def test_post_norm_outputs_stay_normalized_in_train_mode(impl: Implementation) -> None:
+def test_post_norm_outputs_stay_normalized_in_train_mode(impl: Implementation, config: ModelConfig) -> None:
     """§5.4 drops each sub-layer's output "before it is added to the sub-layer input and normalized": with unit
     norms the decoder's output is a layer norm's output, mean 0 and variance 1 per position, in train mode as in
     eval mode. Dropout after the add & norm (Dropout(LayerNorm(x + F(x)))) zeroes some of those features and
     scales the rest by 1/(1 - P_drop)."""
     p = 0.5
-    cfg = CONFIG.replace(dropout=p)
+    cfg = config.replace(dropout=p)
     model = build_model(impl, cfg, train=True)
     if not has_capability(model, "load_reference_state"):
         pytest.skip(f"{impl.name} has no load_reference_state")
     state = visible_state(cfg, seed=75, unit_norms=True)
     load_into(model, state, impl.name)
 
-    src, tgt = ro.witness()
+    src, tgt = ro.witness(config)
 
     def hidden(train: bool) -> torch.Tensor | None:
         model.train(train)
@@ -487,10 +488,10 @@ def extra_site(site: str, measured: str, hint: str) -> None:
 
 
 @pytest.mark.clause("dropout.extra-sites")
-def test_no_dropout_inside_the_feed_forward_network(impl: Implementation) -> None:
+def test_no_dropout_inside_the_feed_forward_network(impl: Implementation, config: ModelConfig) -> None:
     """Output dropout alone leaves two levels per sign of the constant (dropped, kept); dropout between W1 and W2
     adds levels (a feature whose units were partly dropped)."""
-    config = CONFIG.replace(dropout=P)
+    config = config.replace(dropout=P)
     state = chosen_state(impl, [inner_ffn_state(config)], config, "feed-forward network")
     several = share_with_several_levels(stack_output(impl, "decoder", state, config, train=True), signs(config.d_model))
     if several < 0.15:
@@ -511,13 +512,13 @@ RUNS = 32  # train-mode calls (dropout draws) for the head-block statistic
 
 
 @pytest.mark.clause("dropout.extra-sites")
-def test_no_dropout_on_the_attention_weights(impl: Implementation) -> None:
+def test_no_dropout_on_the_attention_weights(impl: Implementation, config: ModelConfig) -> None:
     """At the first target position the decoder self-attention has one admissible key, weight 1: dropping the
     attention weights zeroes a whole head's block of features (d_k of them) with probability P_drop, while dropout
     on features (the sub-layer output, or anything upstream or after the norm) drops a block only when each of its
     d_k features is dropped on its own, as often whichever head wrote them. The control spreads each head over
     every block: whole-block drops that the head layout alone explains are the attention weights'."""
-    config = CONFIG.replace(dropout=P)
+    config = config.replace(dropout=P)
     aligned = attention_states(config)
     state = chosen_state(impl, aligned, config, "self-attention")
     scrambled = attention_states(config, scrambled=True)[next(i for i, st in enumerate(aligned) if st is state)]

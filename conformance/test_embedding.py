@@ -1,7 +1,7 @@
 """Embeddings (§3.4): scaled by sqrt(d_model) (embedding.scale), one matrix for both embeddings and the
 pre-softmax projection (embedding.shared-weights).
 
-embedding.scale is judged by variant attribution (``conformance.variants``) and by a readout probe of each
+embedding.scale is judged by variant attribution (``conformance.helpers.variants``) and by a readout probe of each
 stack's input path (``readout_probes.check_input_path``); embedding.shared-weights by a parameter census of
 the built model.
 """
@@ -13,24 +13,25 @@ from typing import Any
 import pytest
 
 from aiayn_conformance.implementations import Implementation
+from aiayn_conformance.spec.config import ModelConfig
 
-from .configs import OTHER_CONFIGS
-from .diagnosis import fail_on_variant_departure
-from .harness import build_model, violation
-from .readout_probes import check_input_path
+from .helpers.diagnosis import fail_on_variant_departure
+from .helpers.harness import build_model, violation
+from .helpers.readout_probes import check_input_path
+from .helpers.settings import AuditSettings
 
 
 @pytest.mark.clause("embedding.scale")
-def test_embedding_scale_variant(impl: Implementation) -> None:
+def test_embedding_scale_variant(impl: Implementation, config: ModelConfig) -> None:
     """§3.4: the embedding lookup is multiplied by sqrt(d_model) before PE is added."""
-    fail_on_variant_departure(impl, hint="x = embedding(tokens) * math.sqrt(d_model), in both stacks")
+    fail_on_variant_departure(impl, config, hint="x = embedding(tokens) * math.sqrt(d_model), in both stacks")
 
 
 @pytest.mark.clause("embedding.scale")
 @pytest.mark.parametrize("stack", ["decoder", "encoder"])
-def test_embeddings_multiplied_by_sqrt_d_model(impl: Implementation, stack: str) -> None:
+def test_embeddings_multiplied_by_sqrt_d_model(impl: Implementation, stack: str, config: ModelConfig) -> None:
     """Every sub-layer output zeroed, unit norms: the stack's input in closed form."""
-    check_input_path(impl, stack, part="scale", hint="multiply the embedding lookup by sqrt(d_model) (§3.4)")
+    check_input_path(impl, config, stack, part="scale", hint="multiply the embedding lookup by sqrt(d_model) (§3.4)")
 
 
 def vocab_parameters(model: Any, vocab: int, d_model: int) -> dict[int, list[str]]:
@@ -43,8 +44,8 @@ def vocab_parameters(model: Any, vocab: int, d_model: int) -> dict[int, list[str
 
 
 @pytest.mark.clause("embedding.shared-weights")
-def test_shared_when_configured(impl: Implementation) -> None:
-    cfg = OTHER_CONFIGS["shared-vocabulary"]  # the audit configuration, unless --config gave separate vocabularies
+def test_shared_when_configured(impl: Implementation, settings: AuditSettings) -> None:
+    cfg = settings.others["shared-vocabulary"]  # the audit configuration, unless --config gave separate vocabularies
     model = build_model(impl, cfg)
     mats = vocab_parameters(model, cfg.tgt_vocab, cfg.d_model)
     if len(mats) != 1:
@@ -62,8 +63,8 @@ def test_shared_when_configured(impl: Implementation) -> None:
 
 
 @pytest.mark.clause("embedding.shared-weights")
-def test_separate_when_not_configured(impl: Implementation) -> None:
-    cfg = OTHER_CONFIGS["separate-vocabularies"]
+def test_separate_when_not_configured(impl: Implementation, settings: AuditSettings) -> None:
+    cfg = settings.others["separate-vocabularies"]
     model = build_model(impl, cfg)
     src = vocab_parameters(model, cfg.src_vocab, cfg.d_model)
     tgt = vocab_parameters(model, cfg.tgt_vocab, cfg.d_model)

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from aiayn_conformance.implementations import Implementation
+from aiayn_conformance.spec.config import ModelConfig
 
-from . import shapes
-from .harness import build_model, violation
-from .inputs import CONFIG, shape_need
+from .helpers import shapes
+from .helpers.harness import build_model, violation
+from .helpers.inputs import shape_need
 
 MISSING = [m for m in ("onnx", "onnxruntime", "onnxscript") if importlib.util.find_spec(m) is None]
 
@@ -19,17 +20,17 @@ MISSING = [m for m in ("onnx", "onnxruntime", "onnxscript") if importlib.util.fi
 @pytest.mark.clause("export.onnx")
 @pytest.mark.skipif(bool(MISSING), reason=f"the onnx extra is not installed (missing: {', '.join(MISSING)}); "
                                           "pip install 'aiayn-conformance[onnx]'")
-def test_exports_and_onnxruntime_agrees(impl: Implementation, tmp_path: Path) -> None:
+def test_exports_and_onnxruntime_agrees(impl: Implementation, tmp_path: Path, config: ModelConfig) -> None:
     from aiayn_conformance.export import ExportError, export_onnx, verify
 
     contract = shapes.current()
     if contract is not None and not contract.complete:  # a finding of model.shape, not of the export
         pytest.skip(shape_need("the export is dynamic in the batch size and every length up to max_len"))
-    model = build_model(impl, CONFIG)
+    model = build_model(impl, config)
     path = tmp_path / f"{impl.name}.onnx"
     try:
-        export_onnx(model, path, CONFIG)
-        result = verify(path, model, CONFIG)
+        export_onnx(model, path, config)
+        result = verify(path, model, config)
     except ExportError as exc:
         violation(measured=str(exc), expected="torch.onnx.export(dynamo=True) with dynamic batch and "
                   "lengths succeeds, onnx.checker accepts it and onnxruntime runs it",

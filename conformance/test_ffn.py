@@ -1,7 +1,7 @@
 """The position-wise feed-forward network (§3.3, Eq. 2): max(0, x W1 + b1) W2 + b2 (ffn.formula).
 
-Three techniques, one room: variant attribution (``conformance.variants``), a readout probe of the last
-decoder layer in closed form (``conformance.readout_probes``), and feed-forward components alone
+Three techniques, one room: variant attribution (``conformance.helpers.variants``), a readout probe of the last
+decoder layer in closed form (``conformance.helpers.readout_probes``), and feed-forward components alone
 (``--component``, kind ``feed_forward``) against the float64 closed form.
 """
 
@@ -13,29 +13,31 @@ import pytest
 import torch
 
 from aiayn_conformance.implementations import Component, Implementation
+from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.tolerance import compare
 
-from . import oracles
-from . import readout_probes as ro
-from .components import from_factory
-from .diagnosis import fail_on_variant_departure
-from .harness import CheckTimeout, could_not_check, violation
+from .helpers import oracles
+from .helpers import readout_probes as ro
+from .helpers.components import from_factory
+from .helpers.diagnosis import fail_on_variant_departure
+from .helpers.harness import CheckTimeout, could_not_check, violation
 
 NAMES = {"gelu": "GELU instead of ReLU", "identity": "no activation", "relu-after-w2": "a ReLU after W2 as well"}
 
 
 @pytest.mark.clause("ffn.formula")
-def test_ffn_variant(impl: Implementation) -> None:
+def test_ffn_variant(impl: Implementation, config: ModelConfig) -> None:
     """§3.3, Eq. (2): ReLU between the two affine maps, and nowhere else."""
     fail_on_variant_departure(
-        impl, hint="nn.Sequential(Linear, ReLU, Linear): not GELU, not a missing activation, not ReLU after the "
+        impl, config, hint="nn.Sequential(Linear, ReLU, Linear): not GELU, not a missing activation, not ReLU after "
+                           "the "
                    "second Linear")
 
 
 @pytest.mark.clause("ffn.formula")
-def test_feed_forward_matches_equation_2(impl: Implementation) -> None:
+def test_feed_forward_matches_equation_2(impl: Implementation, config: ModelConfig) -> None:
     """The last decoder layer's FFN in closed form: with its norm2 at gain 0 the FFN's input is norm2's bias."""
-    matches, why = ro.last_sublayer_diagnosis(impl)
+    matches, why = ro.last_sublayer_diagnosis(impl, config)
     if why:
         pytest.skip(why)
     if not matches:

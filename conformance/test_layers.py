@@ -5,17 +5,17 @@ from __future__ import annotations
 import pytest
 
 from aiayn_conformance.implementations import Implementation
+from aiayn_conformance.spec.config import ModelConfig
 
-from .census import DEAD, census, shared_parameters
-from .diagnosis import fail_on_variant_departure
-from .harness import build_model, violation
-from .inputs import CONFIG
+from .helpers.census import DEAD, census, shared_parameters
+from .helpers.diagnosis import fail_on_variant_departure
+from .helpers.harness import build_model, violation
 
 
 @pytest.mark.clause("layers.independent")
-def test_no_parameter_is_shared_between_layers_or_sublayers(impl: Implementation) -> None:
-    model = build_model(impl, CONFIG)
-    shared = shared_parameters(model, {(CONFIG.src_vocab, CONFIG.d_model), (CONFIG.tgt_vocab, CONFIG.d_model)})
+def test_no_parameter_is_shared_between_layers_or_sublayers(impl: Implementation, config: ModelConfig) -> None:
+    model = build_model(impl, config)
+    shared = shared_parameters(model, {(config.src_vocab, config.d_model), (config.tgt_vocab, config.d_model)})
     if shared:
         violation(measured="one parameter tensor serves several modules: "
                   + "; ".join(" = ".join(n) for n in shared[:3]),
@@ -25,13 +25,13 @@ def test_no_parameter_is_shared_between_layers_or_sublayers(impl: Implementation
 
 
 @pytest.mark.clause("layers.independent")
-def test_every_layer_parameter_matters(impl: Implementation) -> None:
+def test_every_layer_parameter_matters(impl: Implementation, config: ModelConfig) -> None:
     """Perturbing any canonical parameter group of any layer changes the output (except those that
     only reach the decoder through the final encoder layer: attention.cross-source judges those)."""
-    effect, why = census(impl)
+    effect, why = census(impl, config)
     if why:
         pytest.skip(why)
-    last = f"encoder.{CONFIG.n_layers - 1}."
+    last = f"encoder.{config.n_layers - 1}."
     dead = [m for m, e in effect.items() if e <= DEAD and not m.startswith(last)]
     if dead:
         norms = [m for m in dead if m.rsplit(".", 1)[-1].startswith("norm")]
@@ -50,10 +50,11 @@ def test_every_layer_parameter_matters(impl: Implementation) -> None:
 
 
 @pytest.mark.clause("layers.independent")
-def test_each_sublayer_has_its_own_norm_variant(impl: Implementation) -> None:
+def test_each_sublayer_has_its_own_norm_variant(impl: Implementation, config: ModelConfig) -> None:
     """§3.1: LayerNorm(x + Sublayer(x)) with each sub-layer's own norm; the variant that reproduces the
     implementation does not reuse one sub-layer's norm for another."""
     fail_on_variant_departure(
-        impl, hint="one LayerNorm module applied after two sub-layers (the other never used): give every sub-layer "
+        impl, config, hint="one LayerNorm module applied after two sub-layers (the other never used): give every "
+                           "sub-layer "
                    "its own norm (norm1 after self-attention, norm2 after cross-attention or the encoder's FFN, norm3 "
                    "after the decoder's FFN)")

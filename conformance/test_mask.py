@@ -15,35 +15,35 @@ from typing import Any
 import pytest
 import torch
 from hypothesis import given
+from hypothesis import strategies as st
 
 from aiayn_conformance.implementations import Component, Implementation
+from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import has_capability
 from aiayn_conformance.spec.tolerance import compare
 
-from . import oracles, strategies
-from .components import DK, LK, B, H, Kernel, call_kernel, from_factory, key_padding, qkv
-from .diagnosis import fail_on_variant_departure
-from .harness import build_model, describe_call, first_nonfinite, run_forward, violation
-from .inputs import CONFIG, fitted, other_token, random_tokens, shape_need, witness_batch
-from .outputs import compare_real, log_probs
-from .transplant import STATE_SEED, load_into, sharp_or_own, transplanted, visible_state
-
-PAD = CONFIG.pad_id
+from .helpers import oracles, strategies
+from .helpers.components import DK, LK, B, H, Kernel, call_kernel, from_factory, key_padding, qkv
+from .helpers.diagnosis import fail_on_variant_departure
+from .helpers.harness import build_model, describe_call, first_nonfinite, run_forward, violation
+from .helpers.inputs import fitted, other_token, random_tokens, shape_need, witness_batch
+from .helpers.outputs import compare_real, log_probs
+from .helpers.transplant import STATE_SEED, load_into, sharp_or_own, transplanted, visible_state
 
 
 @pytest.fixture(scope="module")
-def model(impl: Implementation) -> Any:
-    """The implementation built once per module for CONFIG, in eval mode, at its own initialisation."""
-    return build_model(impl, CONFIG)
+def model(impl: Implementation, config: ModelConfig) -> Any:
+    """The implementation built once per module for config, in eval mode, at its own initialisation."""
+    return build_model(impl, config)
 
 
 @pytest.fixture(scope="module")
-def sharp(impl: Implementation, model: Any) -> tuple[Any, str]:
+def sharp(impl: Implementation, model: Any, config: ModelConfig) -> tuple[Any, str]:
     """(the model the mask witnesses run on, which weights it holds, as the messages say it): the witnesses of
     mask.causal, mask.source-padding and mask.target-padding must not depend on how sharp the implementation's
     own initialisation is, so they run on sharp transplanted weights where the adapter can load them
     (``transplant.sharp_or_own``)."""
-    return sharp_or_own(impl, model)
+    return sharp_or_own(impl, model, config)
 
 
 # Scores beyond any finite mask constant (B02): the query and key projections of every attention scaled so that
@@ -54,17 +54,17 @@ EXTREME = (f"on transplanted weights with every attention's W^Q and W^K multipli
            "(attention scores of order 1e5)")
 
 
-def extreme_state() -> dict[str, torch.Tensor]:
+def extreme_state(config: ModelConfig) -> dict[str, torch.Tensor]:
     def boost(name: str, t: torch.Tensor) -> torch.Tensor:
         return t * SCORE_BOOST if name.endswith(("attn.q.weight", "attn.k.weight")) else t
 
-    return visible_state(CONFIG, seed=STATE_SEED, adjust=boost)
+    return visible_state(config, seed=STATE_SEED, adjust=boost)
 
 
 @pytest.fixture(scope="module")
-def extreme(impl: Implementation) -> Any:
-    """The implementation holding ``extreme_state()`` (skips without load_reference_state)."""
-    return transplanted(impl, extreme_state(), cache=False)
+def extreme(impl: Implementation, config: ModelConfig) -> Any:
+    """The implementation holding ``extreme_state(config)`` (skips without load_reference_state)."""
+    return transplanted(impl, config, extreme_state(config), cache=False)
 
 
 FINITE_FILL_HINT = ("masked scores set to a finite constant (e.g. -1e4, -1e5, or a float16-safe -65504 kept in "
@@ -72,17 +72,17 @@ FINITE_FILL_HINT = ("masked scores set to a finite constant (e.g. -1e4, -1e5, or
                     "or torch.finfo(scores.dtype).min")
 
 
-def check_causal(model: Any, impl: Implementation, src: torch.Tensor, tgt: torch.Tensor, j: int,
+def check_causal(model: Any, impl: Implementation, config: ModelConfig, src: torch.Tensor, tgt: torch.Tensor, j: int,
                  weights: str = "", hint: str = "") -> None:
     """Changing target token j leaves positions < j unchanged and changes position j."""
     changed = tgt.clone()
-    changed[:, j] = torch.tensor([other_token(int(t), CONFIG.tgt_vocab, PAD) for t in tgt[:, j]])
-    a = log_probs(model, impl, src, tgt)
-    b = log_probs(model, impl, src, changed)
-    call = f"{describe_call(src, tgt, PAD)}, then target token {j} changed in every row" + (
+    changed[:, j] = torch.tensor([other_token(int(t), config.tgt_vocab, config.pad_id) for t in tgt[:, j]])
+    a = log_probs(model, impl, src, tgt, config)
+    b = log_probs(model, impl, src, changed, config)
+    call = f"{describe_call(src, tgt, config.pad_id)}, then target token {j} changed in every row" + (
         f", {weights}" if weights else "")
     if j > 0:
-        before = compare_real(a, b, tgt, PAD, positions=slice(0, j))
+        before = compare_real(a, b, tgt, config.pad_id, positions=slice(0, j))
         if not before.ok:
             violation(measured=f"outputs before position {j} changed: {before.describe()}",
                       expected=f"outputs at positions 0..{j - 1} independent of target token {j}",
@@ -98,47 +98,47 @@ def check_causal(model: Any, impl: Implementation, src: torch.Tensor, tgt: torch
 
 @pytest.mark.clause("mask.causal")
 @pytest.mark.parametrize("j", [0, 2, 5])
-def test_causal_witness(impl: Implementation, sharp: tuple[Any, str], j: int) -> None:
-    src, tgt = fitted(random_tokens(CONFIG, [7, 4], 7, vocab=CONFIG.src_vocab, seed=3),
-                      random_tokens(CONFIG, [6, 6], 6, vocab=CONFIG.tgt_vocab, seed=4))
+def test_causal_witness(impl: Implementation, sharp: tuple[Any, str], j: int, config: ModelConfig) -> None:
+    src, tgt = fitted(random_tokens(config, [7, 4], 7, vocab=config.src_vocab, seed=3),
+                      random_tokens(config, [6, 6], 6, vocab=config.tgt_vocab, seed=4), config)
     if j >= tgt.size(1):
         pytest.skip(shape_need(f"changing target position {j} needs target length {j + 1}", "tgt"))
-    check_causal(sharp[0], impl, src, tgt, j, sharp[1])
+    check_causal(sharp[0], impl, config, src, tgt, j, sharp[1])
 
 
 @pytest.mark.clause("mask.causal")
-@given(case=strategies.causal_case(CONFIG))
-def test_causal_explored(impl: Implementation, sharp: tuple[Any, str],
-                         case: tuple[torch.Tensor, torch.Tensor, int]) -> None:
+@given(data=st.data())
+def test_causal_explored(impl: Implementation, sharp: tuple[Any, str], config: ModelConfig,
+                         data: st.DataObject) -> None:
     """Hypothesis over the lengths, the tokens and the changed position j (one unpadded sample)."""
-    check_causal(sharp[0], impl, *case, sharp[1])
+    check_causal(sharp[0], impl, config, *data.draw(strategies.causal_case(config), label="case"), sharp[1])
 
 
 @pytest.mark.clause("mask.causal")
-def test_causal_with_scores_beyond_1e4(impl: Implementation, extreme: Any) -> None:
+def test_causal_with_scores_beyond_1e4(impl: Implementation, extreme: Any, config: ModelConfig) -> None:
     """B02: with attention scores of order 1e5, a future key masked by a finite constant outscores the real keys
     of some queries; -inf keeps it out."""
-    src, tgt = fitted(random_tokens(CONFIG, [7, 4], 7, vocab=CONFIG.src_vocab, seed=3),
-                      random_tokens(CONFIG, [6, 6], 6, vocab=CONFIG.tgt_vocab, seed=4))
+    src, tgt = fitted(random_tokens(config, [7, 4], 7, vocab=config.src_vocab, seed=3),
+                      random_tokens(config, [6, 6], 6, vocab=config.tgt_vocab, seed=4), config)
     if tgt.size(1) < 4:
         pytest.skip(shape_need("changing target position 3 needs target length 4", "tgt"))
-    check_causal(extreme, impl, src, tgt, 3, EXTREME, hint=FINITE_FILL_HINT)
+    check_causal(extreme, impl, config, src, tgt, 3, EXTREME, hint=FINITE_FILL_HINT)
 
 
 @pytest.mark.clause("mask.causal")
-def test_causal_variant(impl: Implementation) -> None:
+def test_causal_variant(impl: Implementation, config: ModelConfig) -> None:
     """§3.2.3 "up to and including": the variant that reproduces the implementation keeps the diagonal."""
     keep_diagonal = ("the causal mask must keep the diagonal: torch.ones(T, T).tril() (or triu(..., diagonal=1) for "
                      "the masked part), not tril(..., -1) / triu(..., diagonal=0); position 0 must be able to "
                      "attend to itself")
-    fail_on_variant_departure(impl, hint={
+    fail_on_variant_departure(impl, config, hint={
         "causal=none": "the decoder self-attention has no causal mask: combine torch.ones(T, T).tril() with the "
                        "target padding mask and pass it to every decoder layer",
         "causal": keep_diagonal})
 
 
 @pytest.mark.clause("mask.causal")
-def test_position_zero_attends_to_itself(impl: Implementation) -> None:
+def test_position_zero_attends_to_itself(impl: Implementation, config: ModelConfig) -> None:
     """§3.2.3 "up to and including": decoder position 0 attends to key 0 (transplant probe).
 
     The residual path carries token 0 to position 0 even when the diagonal is
@@ -149,27 +149,27 @@ def test_position_zero_attends_to_itself(impl: Implementation) -> None:
     masked with -inf and no guard leaves position 0 with no admissible key: its
     output is NaN on an unpadded batch, which names the same bug.
     """
-    model = build_model(impl, CONFIG)
+    model = build_model(impl, config)
     if not has_capability(model, "load_reference_state"):
         pytest.skip("needs load_reference_state (the adapter lacks it)")
-    state = visible_state(CONFIG, seed=5)
+    state = visible_state(config, seed=5)
     zeroed = {k: (torch.zeros_like(v) if ".self_attn.v." in k and k.startswith("decoder") else v)
               for k, v in state.items()}
-    src, tgt = fitted(random_tokens(CONFIG, [7, 7], 7, vocab=CONFIG.src_vocab, seed=6),
-                      random_tokens(CONFIG, [4, 4], 4, vocab=CONFIG.tgt_vocab, seed=7))
-    call = f"{describe_call(src, tgt, PAD)} with canonical weights"
+    src, tgt = fitted(random_tokens(config, [7, 7], 7, vocab=config.src_vocab, seed=6),
+                      random_tokens(config, [4, 4], 4, vocab=config.tgt_vocab, seed=7), config)
+    call = f"{describe_call(src, tgt, config.pad_id)} with canonical weights"
     hint = "the causal mask excludes the diagonal (torch.triu(..., diagonal=0) / tril(..., -1))"
     load_into(model, state, impl.name)
-    out = run_forward(model, src, tgt, vocab=CONFIG.tgt_vocab, pad_id=PAD, check_finite=False)
-    bad = first_nonfinite(out, tgt, PAD)
+    out = run_forward(model, src, tgt, vocab=config.tgt_vocab, pad_id=config.pad_id, check_finite=False)
+    bad = first_nonfinite(out, tgt, config.pad_id)
     if bad is not None and bad[1][1] == 0:
         violation(measured=f"on an unpadded batch, decoder position 0 outputs {bad[2]} (non-finite) at "
                            f"[batch, position, token] = {bad[1]}: its self-attention row has no admissible key",
                   expected="position 0 attends to itself (up to and including), so every row of the causal mask "
                            "has at least one admissible key", call=call, hint=hint)
-    a = log_probs(model, impl, src, tgt)
+    a = log_probs(model, impl, src, tgt, config)
     load_into(model, zeroed, impl.name)
-    b = log_probs(model, impl, src, tgt)
+    b = log_probs(model, impl, src, tgt, config)
     moved = (a[:, 0] - b[:, 0]).abs().max().item()
     if moved <= 1e-6:
         violation(measured=f"zeroing W_v of every decoder self-attention moved position 0 by {moved:.2g}",
@@ -177,21 +177,22 @@ def test_position_zero_attends_to_itself(impl: Implementation) -> None:
                   call=f"{call}, then decoder self_attn.v zeroed", hint=hint)
 
 
-def appended(tokens: torch.Tensor, extra: int) -> torch.Tensor:
+def appended(tokens: torch.Tensor, extra: int, pad_id: int) -> torch.Tensor:
     """tokens with ``extra`` pad tokens appended to every row."""
-    return torch.cat([tokens, torch.full((tokens.size(0), extra), PAD, dtype=tokens.dtype)], dim=1)
+    return torch.cat([tokens, torch.full((tokens.size(0), extra), pad_id, dtype=tokens.dtype)], dim=1)
 
 
-def check_source_padding(model: Any, impl: Implementation, src: torch.Tensor, tgt: torch.Tensor, extra: int,
-                         weights: str, hint: str) -> None:
-    a = log_probs(model, impl, src, tgt)
-    longer = appended(src, extra)
-    b = log_probs(model, impl, longer, tgt)
-    cmp = compare_real(a, b, tgt, PAD)
+def check_source_padding(model: Any, impl: Implementation, config: ModelConfig, src: torch.Tensor, tgt: torch.Tensor,
+                         extra: int, weights: str, hint: str) -> None:
+    a = log_probs(model, impl, src, tgt, config)
+    longer = appended(src, extra, config.pad_id)
+    b = log_probs(model, impl, longer, tgt, config)
+    cmp = compare_real(a, b, tgt, config.pad_id)
     if not cmp.ok:
         violation(measured=f"appending {extra} source pad token(s) moved the outputs: "
                   f"{cmp.describe()}", expected="outputs at real target positions unchanged by source padding",
-                  call=f"{describe_call(src, tgt, PAD)} vs src padded to {longer.size(1)}, {weights}", hint=hint)
+                  call=f"{describe_call(src, tgt, config.pad_id)} vs src padded to {longer.size(1)}, {weights}",
+                  hint=hint)
 
 
 SOURCE_HINT = ("padded keys keep weight: the mask is missing (often in cross-attention), filled with a small value "
@@ -200,57 +201,58 @@ SOURCE_HINT = ("padded keys keep weight: the mask is missing (often in cross-att
 
 @pytest.mark.clause("mask.source-padding")
 @pytest.mark.parametrize("extra", [1, 5])
-def test_source_padding_witness(impl: Implementation, sharp: tuple[Any, str], extra: int) -> None:
-    check_source_padding(sharp[0], impl, *witness_batch(src_room=extra), extra, sharp[1], SOURCE_HINT)
+def test_source_padding_witness(impl: Implementation, sharp: tuple[Any, str], extra: int, config: ModelConfig) -> None:
+    check_source_padding(sharp[0], impl, config, *witness_batch(config, src_room=extra), extra, sharp[1], SOURCE_HINT)
 
 
 @pytest.mark.clause("mask.source-padding")
-def test_source_padding_with_scores_beyond_1e4(impl: Implementation, extreme: Any) -> None:
+def test_source_padding_with_scores_beyond_1e4(impl: Implementation, extreme: Any, config: ModelConfig) -> None:
     """B02: with scores of order 1e5, a padded key masked by a finite constant outscores the real keys of some
     queries (a short source has few)."""
-    check_source_padding(extreme, impl, *witness_batch(src_room=1), 1, EXTREME, FINITE_FILL_HINT)
+    check_source_padding(extreme, impl, config, *witness_batch(config, src_room=1), 1, EXTREME, FINITE_FILL_HINT)
 
 
 @pytest.mark.clause("mask.source-padding")
-@given(case=strategies.source_padding_case(CONFIG))
-def test_source_padding_explored(impl: Implementation, sharp: tuple[Any, str],
-                                 case: tuple[torch.Tensor, torch.Tensor, int]) -> None:
+@given(data=st.data())
+def test_source_padding_explored(impl: Implementation, sharp: tuple[Any, str], config: ModelConfig,
+                                 data: st.DataObject) -> None:
     """Hypothesis over the lengths, the tokens and how much source padding is appended (one sample)."""
-    src, tgt, extra = case
-    check_source_padding(sharp[0], impl, src, tgt, extra, sharp[1],
+    src, tgt, extra = data.draw(strategies.source_padding_case(config), label="case")
+    check_source_padding(sharp[0], impl, config, src, tgt, extra, sharp[1],
                          "padded keys keep weight in encoder self-attention or cross-attention")
 
 
-def check_target_padding(model: Any, impl: Implementation, extra: int, weights: str, hint: str) -> None:
-    src, tgt = witness_batch(tgt_room=extra)
-    a = log_probs(model, impl, src, tgt)
-    b = log_probs(model, impl, src, appended(tgt, extra))[:, : tgt.size(1)]
-    cmp = compare_real(a, b, tgt, PAD)
+def check_target_padding(model: Any, impl: Implementation, config: ModelConfig, extra: int, weights: str,
+                         hint: str) -> None:
+    src, tgt = witness_batch(config, tgt_room=extra)
+    a = log_probs(model, impl, src, tgt, config)
+    b = log_probs(model, impl, src, appended(tgt, extra, config.pad_id), config)[:, : tgt.size(1)]
+    cmp = compare_real(a, b, tgt, config.pad_id)
     if not cmp.ok:
         violation(measured=f"appending {extra} target pad token(s) moved earlier outputs: "
                   f"{cmp.describe()}", expected="outputs at real target positions unchanged by target padding",
-                  call=f"{describe_call(src, tgt, PAD)} vs tgt padded to {tgt.size(1) + extra}, {weights}",
+                  call=f"{describe_call(src, tgt, config.pad_id)} vs tgt padded to {tgt.size(1) + extra}, {weights}",
                   hint=hint)
 
 
 @pytest.mark.clause("mask.target-padding")
 @pytest.mark.parametrize("extra", [1, 4])
-def test_target_padding_witness(impl: Implementation, sharp: tuple[Any, str], extra: int) -> None:
-    check_target_padding(sharp[0], impl, extra, sharp[1],
+def test_target_padding_witness(impl: Implementation, sharp: tuple[Any, str], extra: int, config: ModelConfig) -> None:
+    check_target_padding(sharp[0], impl, config, extra, sharp[1],
                          "the target mask lets real positions see padding, or the padding mask is built on the "
                          "wrong axis / with the source's pad id")
 
 
 @pytest.mark.clause("mask.target-padding")
-def test_target_padding_with_scores_beyond_1e4(impl: Implementation, extreme: Any) -> None:
+def test_target_padding_with_scores_beyond_1e4(impl: Implementation, extreme: Any, config: ModelConfig) -> None:
     """B02: with scores of order 1e5, appended target padding masked by a finite constant outscores the
     admissible keys of some queries."""
-    check_target_padding(extreme, impl, 1, EXTREME, FINITE_FILL_HINT)
+    check_target_padding(extreme, impl, config, 1, EXTREME, FINITE_FILL_HINT)
 
 
-def require_finite(out: torch.Tensor, tgt: torch.Tensor, call: str, hint: str) -> None:
+def require_finite(out: torch.Tensor, tgt: torch.Tensor, pad_id: int, call: str, hint: str) -> None:
     """Fail mask.finite when ``out`` holds a non-finite value at a real target position."""
-    bad = first_nonfinite(out, tgt, PAD)
+    bad = first_nonfinite(out, tgt, pad_id)
     if bad is not None:
         count, idx, value = bad
         violation(measured=f"{count} non-finite value(s) at real positions, first {value} at "
@@ -259,21 +261,23 @@ def require_finite(out: torch.Tensor, tgt: torch.Tensor, call: str, hint: str) -
 
 
 @pytest.mark.clause("mask.finite")
-def test_fully_padded_source_row_is_finite(impl: Implementation, model: Any) -> None:
-    src, tgt = fitted(random_tokens(CONFIG, [6, 0, 3], 6, vocab=CONFIG.src_vocab, seed=8),  # row 1: all padding
-                      random_tokens(CONFIG, [4, 4, 2], 4, vocab=CONFIG.tgt_vocab, seed=9), keep=(1,))
-    out = run_forward(model, src, tgt, vocab=CONFIG.tgt_vocab, pad_id=PAD, check_finite=False)
-    empty = int((src == PAD).all(dim=1).nonzero()[0])  # row 1, or row 0 when fitted to one row (model.shape)
-    require_finite(out, tgt, f"{describe_call(src, tgt, PAD)} (row {empty} of src is all padding)",
+def test_fully_padded_source_row_is_finite(impl: Implementation, model: Any, config: ModelConfig) -> None:
+    src, tgt = fitted(random_tokens(config, [6, 0, 3], 6, vocab=config.src_vocab, seed=8),  # row 1: all padding
+                      random_tokens(config, [4, 4, 2], 4, vocab=config.tgt_vocab, seed=9), config, keep=(1,))
+    out = run_forward(model, src, tgt, vocab=config.tgt_vocab, pad_id=config.pad_id, check_finite=False)
+    empty = int((src == config.pad_id).all(dim=1).nonzero()[0])  # row 1, or row 0 when fitted to one row (model.shape)
+    require_finite(out, tgt, config.pad_id,
+                   f"{describe_call(src, tgt, config.pad_id)} (row {empty} of src is all padding)",
                    "softmax over a row that is entirely -inf gives NaN: a query with no key should attend to nothing")
 
 
 @pytest.mark.clause("mask.finite")
-def test_bfloat16_autocast_is_finite(impl: Implementation, model: Any) -> None:
-    src, tgt = witness_batch()
+def test_bfloat16_autocast_is_finite(impl: Implementation, model: Any, config: ModelConfig) -> None:
+    src, tgt = witness_batch(config)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = run_forward(model, src, tgt, vocab=CONFIG.tgt_vocab, pad_id=PAD, check_finite=False)
-    require_finite(out, tgt, f"{describe_call(src, tgt, PAD)} under torch.autocast('cpu', bfloat16)",
+        out = run_forward(model, src, tgt, vocab=config.tgt_vocab, pad_id=config.pad_id, check_finite=False)
+    require_finite(out, tgt, config.pad_id,
+                   f"{describe_call(src, tgt, config.pad_id)} under torch.autocast('cpu', bfloat16)",
                    "a mask fill that the low-precision dtype cannot hold (e.g. -1e9 cast to half) or an overflow")
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 from hypothesis import given
+from hypothesis import strategies as st
 
 from aiayn_conformance.implementations import Implementation
 from aiayn_conformance.reference.model import Transformer, padding_mask
@@ -15,10 +16,9 @@ from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import has_capability
 from aiayn_conformance.spec.tolerance import compare
 
-from . import shapes, strategies
-from .configs import OTHER_CONFIGS
-from .diagnosis import diagnosis_of, explanation
-from .harness import (
+from .helpers import shapes, strategies
+from .helpers.diagnosis import diagnosis_of, explanation
+from .helpers.harness import (
     build_model,
     call_forward,
     could_not_check,
@@ -27,23 +27,22 @@ from .harness import (
     run_forward,
     violation,
 )
-from .inputs import CONFIG, random_tokens, witness_batch
-from .outputs import compare_real, log_probs
-from .transplant import load_into, reference_twin, visible_state
-
-PAD = CONFIG.pad_id
+from .helpers.inputs import random_tokens, witness_batch
+from .helpers.outputs import compare_real, log_probs
+from .helpers.settings import AuditSettings
+from .helpers.transplant import load_into, reference_twin, visible_state
 
 
 @pytest.fixture(scope="module")
-def model(impl: Implementation) -> Any:
-    """The implementation built once per module for CONFIG, in eval mode."""
-    return build_model(impl, CONFIG)
+def model(impl: Implementation, config: ModelConfig) -> Any:
+    """The implementation built once per module for config, in eval mode."""
+    return build_model(impl, config)
 
 
 # --------------------------------------------------------------------------------------------------
 # model.shape: forward(src, tgt) returns a floating tensor [B, T, tgt_vocab] for every batch size and length
 # --------------------------------------------------------------------------------------------------
-def check_output_shape(model: Any, src: torch.Tensor, tgt: torch.Tensor, config: ModelConfig = CONFIG) -> None:
+def check_output_shape(model: Any, src: torch.Tensor, tgt: torch.Tensor, config: ModelConfig) -> None:
     """Fail model.shape when ``model(src, tgt)`` is not a floating tensor [B, T, tgt_vocab] (a crash still
     means it could not be checked)."""
     out = call_forward(model, src, tgt, pad_id=config.pad_id)
@@ -56,13 +55,13 @@ def check_output_shape(model: Any, src: torch.Tensor, tgt: torch.Tensor, config:
 
 
 @pytest.mark.clause("model.shape")
-def test_accepted_shapes(impl: Implementation) -> None:
-    """The shape probe (``conformance.shapes``): forward accepts every probed batch size and length (those the
+def test_accepted_shapes(impl: Implementation, config: ModelConfig) -> None:
+    """The shape probe (``conformance.helpers.shapes``): forward accepts every probed batch size and length (those the
     witnesses use, 1 and max_len) and returns [B, T, tgt_vocab] floats. A model that rejects some is reported
     here, once; the other checks run at the shapes it accepts, or skip naming model.shape."""
     contract = shapes.current()
     if contract is None:  # the build raised: say so here too
-        build_model(impl, CONFIG)
+        build_model(impl, config)
         pytest.skip(f"{impl.name}: the shape probe could not build the model")
     if not contract.usable:
         could_not_check(f"forward raised at every probed shape ({len(contract.tried)} tried); the first: "
@@ -72,7 +71,7 @@ def test_accepted_shapes(impl: Implementation) -> None:
     if not contract.complete:
         violation(measured=f"forward rejects some shapes\n  accepted: {accepted}\n  rejected: {rejected}\n"
                            f"  error:    {contract.error}",
-                  expected=f"any batch size and every length from 1 to max_len = {CONFIG.max_len}; the other "
+                  expected=f"any batch size and every length from 1 to max_len = {config.max_len}; the other "
                            "clauses are judged at the accepted shapes only, and their checks that need a rejected "
                            "shape skip as blocked by model.shape",
                   call="forward on unpadded random tokens at each probed batch size and length, the other two held "
@@ -87,34 +86,36 @@ def test_accepted_shapes(impl: Implementation) -> None:
 
 
 @pytest.mark.clause("model.shape")
-def test_shape_witness(impl: Implementation, model: Any) -> None:
+def test_shape_witness(impl: Implementation, model: Any, config: ModelConfig) -> None:
     """A padded batch with src_len != tgt_len."""
-    check_output_shape(model, *witness_batch())
+    check_output_shape(model, *witness_batch(config), config)
 
 
 @pytest.mark.clause("model.shape")
-@pytest.mark.parametrize("s_len, t_len", [(1, 1), (1, CONFIG.max_len), (CONFIG.max_len, 1),
-                                          (CONFIG.max_len, CONFIG.max_len)], ids=["1x1", "1xmax", "maxx1", "maxxmax"])
-def test_shape_edges(impl: Implementation, model: Any, s_len: int, t_len: int) -> None:
+@pytest.mark.parametrize("s_len, t_len", [(1, 1), (1, "max"), ("max", 1), ("max", "max")],
+                         ids=["1x1", "1xmax", "maxx1", "maxxmax"])
+def test_shape_edges(impl: Implementation, model: Any, s_len: int | str, t_len: int | str,
+                     config: ModelConfig) -> None:
     """Lengths 1 and max_len, unpadded, batch 2."""
-    src = random_tokens(CONFIG, [s_len, s_len], s_len, vocab=CONFIG.src_vocab, seed=1)
-    tgt = random_tokens(CONFIG, [t_len, t_len], t_len, vocab=CONFIG.tgt_vocab, seed=2)
-    check_output_shape(model, src, tgt)
+    s_len, t_len = (config.max_len if n == "max" else int(n) for n in (s_len, t_len))
+    src = random_tokens(config, [s_len, s_len], s_len, vocab=config.src_vocab, seed=1)
+    tgt = random_tokens(config, [t_len, t_len], t_len, vocab=config.tgt_vocab, seed=2)
+    check_output_shape(model, src, tgt, config)
 
 
 @pytest.mark.clause("model.shape")
-def test_shape_over_the_target_vocabulary(impl: Implementation) -> None:
+def test_shape_over_the_target_vocabulary(impl: Implementation, settings: AuditSettings) -> None:
     """With separate vocabularies of different sizes (share_embeddings=False), the scores are over the target's."""
-    cfg = OTHER_CONFIGS["separate-vocabularies"]
+    cfg = settings.others["separate-vocabularies"]
     src, tgt = witness_batch(cfg)
     check_output_shape(build_model(impl, cfg), src, tgt, cfg)
 
 
 @pytest.mark.clause("model.shape")
-@given(batch=strategies.src_tgt(CONFIG))
-def test_shape_explored(impl: Implementation, model: Any, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+@given(data=st.data())
+def test_shape_explored(impl: Implementation, model: Any, config: ModelConfig, data: st.DataObject) -> None:
     """Hypothesis over batch size, lengths (1 to max_len), padding and tokens."""
-    check_output_shape(model, *batch)
+    check_output_shape(model, *data.draw(strategies.src_tgt(config), label="batch"), config)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -124,19 +125,19 @@ def test_shape_explored(impl: Implementation, model: Any, batch: tuple[torch.Ten
 # attention). Outputs are compared in log-probability space at real target positions, so logits, log-probs and
 # probs are judged alike. A failure is localized: the encoder output (when the adapter has ``encode``) is
 # compared first, and the message names the first stage that diverges and the reference variant that
-# reproduces the implementation (``conformance.variants``), if one does.
+# reproduces the implementation (``conformance.helpers.variants``), if one does.
 @pytest.fixture(scope="module")
-def pair(impl: Implementation) -> tuple[Any, Transformer]:
+def pair(impl: Implementation, config: ModelConfig) -> tuple[Any, Transformer]:
     """(implementation, reference) holding the same visible canonical weights, both in eval mode."""
-    model = build_model(impl, CONFIG)
+    model = build_model(impl, config)
     if not has_capability(model, "load_reference_state"):
         pytest.skip(f"{impl.name} has no load_reference_state: the black-box clauses audit it instead")
-    state = visible_state(CONFIG, seed=11)
+    state = visible_state(config, seed=11)
     load_into(model, state, impl.name)
-    return model.eval(), reference_twin(CONFIG, state)
+    return model.eval(), reference_twin(config, state)
 
 
-def encoder_stage(model: Any, ref: Transformer, src: torch.Tensor) -> str:
+def encoder_stage(model: Any, ref: Transformer, src: torch.Tensor, config: ModelConfig) -> str:
     """Where the first divergence lies, judged from the encoder output."""
     if not has_capability(model, "encode"):
         return "the adapter has no encode(), so the encoder cannot be checked alone"
@@ -152,7 +153,7 @@ def encoder_stage(model: Any, ref: Transformer, src: torch.Tensor) -> str:
     if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
         shape = list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
         return f"encode() returned {shape}, expected {list(expected.shape)}"
-    real = padding_mask(src, PAD)[:, 0, 0, :, None]  # (B, S, 1)
+    real = padding_mask(src, config.pad_id)[:, 0, 0, :, None]  # (B, S, 1)
     cmp = compare(torch.where(real, got.double(), 0.0), torch.where(real, expected.double(), 0.0),
                   dtype=torch.float32, scope="model")
     if cmp.ok:
@@ -161,124 +162,130 @@ def encoder_stage(model: Any, ref: Transformer, src: torch.Tensor) -> str:
 
 
 def check_equivalence(pair: tuple[Any, Transformer], impl: Implementation, src: torch.Tensor,
-                      tgt: torch.Tensor) -> None:
+                      tgt: torch.Tensor, config: ModelConfig) -> None:
     model, ref = pair
-    got = log_probs(model, impl, src, tgt)
+    got = log_probs(model, impl, src, tgt, config)
     with torch.no_grad():
         expected = torch.log_softmax(ref(src, tgt).double(), dim=-1)
-    cmp = compare_real(got, expected, tgt, PAD)
+    cmp = compare_real(got, expected, tgt, config.pad_id)
     if not cmp.ok:
         violation(measured=f"log-probabilities differ from the reference's: {cmp.describe()}; "
-                  f"{encoder_stage(model, ref, src)}; {explanation(diagnosis_of(impl))}",
+                  f"{encoder_stage(model, ref, src, config)}; {explanation(diagnosis_of(impl, config))}",
                   expected="the reference's log-probabilities (model tolerance) with the same canonical weights",
-                  call=f"{describe_call(src, tgt, PAD)} after load_reference_state(visible weights, seed 11)",
+                  call=f"{describe_call(src, tgt, config.pad_id)} after load_reference_state(visible weights, seed 11)",
                   hint="see the structural clauses (attention.*, norm.*, ffn.formula, embedding.*, position.*) "
                        "for which part departs from the paper")
 
 
 @pytest.mark.clause("model.reference-equivalence")
-def test_equivalent_to_the_reference_witness(impl: Implementation, pair: tuple[Any, Transformer]) -> None:
-    check_equivalence(pair, impl, *witness_batch())
+def test_equivalent_to_the_reference_witness(impl: Implementation, pair: tuple[Any, Transformer],
+                                             config: ModelConfig) -> None:
+    check_equivalence(pair, impl, *witness_batch(config), config)
 
 
 @pytest.fixture(scope="module")
-def explorable(impl: Implementation, pair: tuple[Any, Transformer]) -> tuple[Any, Transformer]:
+def explorable(impl: Implementation, pair: tuple[Any, Transformer], config: ModelConfig) -> tuple[Any, Transformer]:
     """Exploring is for differences the witness misses: when the witness already differs, the explored test
     would only re-find (and slowly shrink) the same violation, so it is skipped."""
     try:
-        check_equivalence(pair, impl, *witness_batch())
+        check_equivalence(pair, impl, *witness_batch(config), config)
     except AssertionError:
         pytest.skip("the witness test already shows the difference from the reference; nothing left to explore")
     return pair
 
 
 @pytest.mark.clause("model.reference-equivalence")
-@given(batch=strategies.src_tgt(CONFIG, max_batch=3))
+@given(data=st.data())
 def test_equivalent_to_the_reference_explored(impl: Implementation, explorable: tuple[Any, Transformer],
-                                              batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+                                              config: ModelConfig, data: st.DataObject) -> None:
     """Hypothesis over batch size, lengths, padding and tokens."""
-    check_equivalence(explorable, impl, *batch)
+    src, tgt = data.draw(strategies.src_tgt(config, max_batch=3), label="batch")
+    check_equivalence(explorable, impl, src, tgt, config)
 
 
 # --------------------------------------------------------------------------------------------------
 # model.batch-independence
 # --------------------------------------------------------------------------------------------------
-def check_batch_independence(model: Any, impl: Implementation, src: torch.Tensor, tgt: torch.Tensor) -> None:
-    full = log_probs(model, impl, src, tgt)
+def check_batch_independence(model: Any, impl: Implementation, src: torch.Tensor, tgt: torch.Tensor,
+                             config: ModelConfig) -> None:
+    full = log_probs(model, impl, src, tgt, config)
     order = torch.arange(src.size(0)).flip(0)
-    flipped = log_probs(model, impl, src[order], tgt[order])[order.argsort()]
-    cmp = compare_real(full, flipped, tgt, PAD)
+    flipped = log_probs(model, impl, src[order], tgt[order], config)[order.argsort()]
+    cmp = compare_real(full, flipped, tgt, config.pad_id)
     if not cmp.ok:
         violation(measured=f"reversing the batch order changed outputs: {cmp.describe()}",
                   expected="each sample's outputs independent of its neighbours and their order",
-                  call=f"{describe_call(src, tgt, PAD)} vs the same batch reversed",
+                  call=f"{describe_call(src, tgt, config.pad_id)} vs the same batch reversed",
                   hint="heads split or merged with view/reshape across the batch axis, positional table indexed by "
                        "batch index, or statistics taken over the batch")
     for b in range(src.size(0)):
-        alone = log_probs(model, impl, src[b:b + 1], tgt[b:b + 1])
-        cmp = compare_real(full[b:b + 1], alone, tgt[b:b + 1], PAD)
+        alone = log_probs(model, impl, src[b:b + 1], tgt[b:b + 1], config)
+        cmp = compare_real(full[b:b + 1], alone, tgt[b:b + 1], config.pad_id)
         if not cmp.ok:
             violation(measured=f"sample {b} alone differs from sample {b} in the batch: {cmp.describe()}",
                       expected="the same outputs alone and in a batch (same padded width)",
-                      call=f"{describe_call(src, tgt, PAD)} vs row {b} alone",
+                      call=f"{describe_call(src, tgt, config.pad_id)} vs row {b} alone",
                       hint="features mixed across the batch (reshape without transpose, seq-first code fed "
                            "batch-first tensors, PE indexed on the batch axis)")
 
 
 @pytest.mark.clause("model.batch-independence")
-def test_batch_independence_witness(impl: Implementation, model: Any) -> None:
-    check_batch_independence(model, impl, *witness_batch(min_batch=2))
+def test_batch_independence_witness(impl: Implementation, model: Any, config: ModelConfig) -> None:
+    check_batch_independence(model, impl, *witness_batch(config, min_batch=2), config)
 
 
 @pytest.mark.clause("model.batch-independence")
-@given(batch=strategies.src_tgt(CONFIG, min_batch=2, max_batch=4, max_len=10))
-def test_batch_independence_explored(impl: Implementation, model: Any,
-                                     batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+@given(data=st.data())
+def test_batch_independence_explored(impl: Implementation, model: Any, config: ModelConfig,
+                                     data: st.DataObject) -> None:
     """Hypothesis over batch size (2 to 4), lengths (1 to 10), padding and tokens."""
-    check_batch_independence(model, impl, *batch)
+    src, tgt = data.draw(strategies.src_tgt(config, min_batch=2, max_batch=4, max_len=10), label="batch")
+    check_batch_independence(model, impl, src, tgt, config)
 
 
 # --------------------------------------------------------------------------------------------------
 # model.eval-determinism
 # --------------------------------------------------------------------------------------------------
 @pytest.mark.clause("model.eval-determinism")
-def test_eval_calls_agree_exactly(impl: Implementation, model: Any) -> None:
-    src, tgt = witness_batch()
-    a = run_forward(model.eval(), src, tgt, vocab=CONFIG.tgt_vocab, pad_id=PAD)
-    b = run_forward(model.eval(), src, tgt, vocab=CONFIG.tgt_vocab, pad_id=PAD)
-    real = (tgt != PAD)[..., None].expand_as(a)
+def test_eval_calls_agree_exactly(impl: Implementation, model: Any, config: ModelConfig) -> None:
+    src, tgt = witness_batch(config)
+    a = run_forward(model.eval(), src, tgt, vocab=config.tgt_vocab, pad_id=config.pad_id)
+    b = run_forward(model.eval(), src, tgt, vocab=config.tgt_vocab, pad_id=config.pad_id)
+    real = (tgt != config.pad_id)[..., None].expand_as(a)
     if not torch.equal(a[real], b[real]):
         diff = (a - b).abs()[real].max().item()
         violation(measured=f"two identical eval-mode calls differ by up to {diff:.3g}",
-                  expected="identical outputs in eval mode", call=describe_call(src, tgt, PAD) + " twice, eval mode",
+                  expected="identical outputs in eval mode",
+                  call=describe_call(src, tgt, config.pad_id) + " twice, eval mode",
                   hint="dropout still active in eval mode (F.dropout without training=self.training)")
 
 
 @pytest.mark.clause("model.eval-determinism")
-def test_train_mode_with_dropout_varies(impl: Implementation) -> None:
-    model = build_model(impl, CONFIG, train=True)
-    src, tgt = witness_batch()
+def test_train_mode_with_dropout_varies(impl: Implementation, config: ModelConfig) -> None:
+    model = build_model(impl, config, train=True)
+    src, tgt = witness_batch(config)
     torch.manual_seed(1)
-    a = run_forward(model, src, tgt, vocab=CONFIG.tgt_vocab, pad_id=PAD)
-    b = run_forward(model, src, tgt, vocab=CONFIG.tgt_vocab, pad_id=PAD)
+    a = run_forward(model, src, tgt, vocab=config.tgt_vocab, pad_id=config.pad_id)
+    b = run_forward(model, src, tgt, vocab=config.tgt_vocab, pad_id=config.pad_id)
     if torch.equal(a, b):
-        violation(measured=f"two train-mode calls with dropout {CONFIG.dropout} agree exactly",
+        violation(measured=f"two train-mode calls with dropout {config.dropout} agree exactly",
                   expected="train mode with P_drop > 0 is stochastic (§5.4 residual and embedding dropout)",
-                  call=describe_call(src, tgt, PAD) + " twice, train mode", hint="dropout missing or never enabled")
+                  call=describe_call(src, tgt, config.pad_id) + " twice, train mode",
+                  hint="dropout missing or never enabled")
 
 
 @pytest.mark.clause("model.eval-determinism")
-def test_train_mode_without_dropout_equals_eval(impl: Implementation) -> None:
-    cfg = CONFIG.replace(dropout=0.0)
+def test_train_mode_without_dropout_equals_eval(impl: Implementation, config: ModelConfig) -> None:
+    cfg = config.replace(dropout=0.0)
     model = build_model(impl, cfg)
-    src, tgt = witness_batch()
+    src, tgt = witness_batch(config)
     evaluated = log_probs(model.eval(), impl, src, tgt, cfg)
     trained = log_probs(model.train(), impl, src, tgt, cfg)
-    cmp = compare_real(trained, evaluated, tgt, PAD)
+    cmp = compare_real(trained, evaluated, tgt, config.pad_id)
     if not cmp.ok:
         violation(measured=f"train mode with dropout 0 differs from eval mode: {cmp.describe()}",
                   expected="with P_drop = 0, dropout is the only train/eval difference, so the outputs agree",
-                  call=describe_call(src, tgt, PAD) + " in train mode (dropout 0) and in eval mode",
+                  call=describe_call(src, tgt, config.pad_id) + " in train mode (dropout 0) and in eval mode",
                   hint="a dropout rate that ignores the configuration, or an eval-only fast path that computes "
                        "something else (e.g. nested tensors dropping padded positions)")
 
@@ -287,11 +294,11 @@ def test_train_mode_without_dropout_equals_eval(impl: Implementation) -> None:
 # model.output-normalization
 # --------------------------------------------------------------------------------------------------
 @pytest.mark.clause("model.output-normalization")
-def test_output_is_what_is_declared(impl: Implementation, model: Any) -> None:
-    src, tgt = witness_batch()
-    out = run_forward(model, src, tgt, vocab=CONFIG.tgt_vocab, pad_id=PAD).detach()
-    out = out.double()[tgt != PAD]  # (N real positions, V)
-    call = describe_call(src, tgt, PAD)
+def test_output_is_what_is_declared(impl: Implementation, model: Any, config: ModelConfig) -> None:
+    src, tgt = witness_batch(config)
+    out = run_forward(model, src, tgt, vocab=config.tgt_vocab, pad_id=config.pad_id).detach()
+    out = out.double()[tgt != config.pad_id]  # (N real positions, V)
+    call = describe_call(src, tgt, config.pad_id)
     if impl.output == "logits":
         lse = torch.logsumexp(out, dim=-1)
         if bool((lse.abs() < 1e-5).all()):

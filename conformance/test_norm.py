@@ -3,9 +3,9 @@
 
 Three techniques, one room:
 
-* variant attribution (``conformance.variants``): the clause fails when the reference variant that
+* variant attribution (``conformance.helpers.variants``): the clause fails when the reference variant that
   reproduces the implementation departs from it in this clause's part;
-* readout probes (``conformance.readout_probes``): canonical weights are loaded and the decoder's final
+* readout probes (``conformance.helpers.readout_probes``): canonical weights are loaded and the decoder's final
   hidden state is read back from the output; a norm gain of zero makes the next sub-layer's input a known
   constant, so each probe has a closed form in the paper's model;
 * layer-norm components alone (``--component``, kind ``layer_norm``): §3.1 against the float64 closed form.
@@ -19,29 +19,33 @@ import pytest
 import torch
 
 from aiayn_conformance.implementations import Component, Implementation
+from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import has_capability
 from aiayn_conformance.spec.tolerance import compare
 
-from . import oracles
-from . import readout_probes as ro
-from .census import blocked_by_layers
-from .components import from_factory
-from .diagnosis import fail_on_variant_departure
-from .harness import CheckTimeout, build_model, could_not_check, current_clause, violation
-from .inputs import CONFIG
-from .transplant import load_into, visible_state
+from .helpers import oracles
+from .helpers import readout_probes as ro
+from .helpers.census import blocked_by_layers
+from .helpers.components import from_factory
+from .helpers.diagnosis import fail_on_variant_departure
+from .helpers.harness import CheckTimeout, build_model, could_not_check, current_clause, violation
+from .helpers.settings import current as current_settings
+from .helpers.transplant import load_into, visible_state
 
-NORMS = [f"{stack}.{i}.norm{k}" for stack, n in (("encoder", 2), ("decoder", 3))
-         for i in range(CONFIG.n_layers) for k in range(1, n + 1)]
+
+def norms(config: ModelConfig) -> list[str]:
+    """The canonical prefix of every layer norm of the model."""
+    return [f"{stack}.{i}.norm{k}" for stack, n in (("encoder", 2), ("decoder", 3))
+            for i in range(config.n_layers) for k in range(1, n + 1)]
 
 
 # --------------------------------------------------------------------------------------------------
 # Variant attribution
 # --------------------------------------------------------------------------------------------------
 @pytest.mark.clause("norm.post-norm")
-def test_post_norm_variant(impl: Implementation) -> None:
+def test_post_norm_variant(impl: Implementation, config: ModelConfig) -> None:
     """§3.1: LayerNorm(x + Sublayer(x)) around every sub-layer, x the sub-layer's input."""
-    fail_on_variant_departure(impl, hint={
+    fail_on_variant_departure(impl, config, hint={
         "norm_place": "pre-norm computes x + Sublayer(LayerNorm(x)): normalize after the residual addition, "
                       "LayerNorm(x + Sublayer(x))",
         "residual": "the residual is added twice (x = x + sublayer(x) and then norm(x + residual), or a residual "
@@ -51,9 +55,9 @@ def test_post_norm_variant(impl: Implementation) -> None:
 
 
 @pytest.mark.clause("norm.no-extra-norm")
-def test_no_extra_norm_variant(impl: Implementation) -> None:
+def test_no_extra_norm_variant(impl: Implementation, config: ModelConfig) -> None:
     """§3.1: no norm after the embeddings and none at the top of either stack."""
-    fail_on_variant_departure(impl, hint={
+    fail_on_variant_departure(impl, config, hint={
         "final_norm": "nn.TransformerEncoder/Decoder(norm=...) and nn.Transformer add a final LayerNorm at the top of "
                       "each stack: drop it (each layer already ends with its sub-layers' norms)",
         "embed_norm": "a LayerNorm right after embedding + PE is not in the paper: feed Dropout(sqrt(d_model) E[x] + "
@@ -61,12 +65,12 @@ def test_no_extra_norm_variant(impl: Implementation) -> None:
 
 
 @pytest.mark.clause("norm.layer-norm")
-def test_layer_norm_variant(impl: Implementation) -> None:
+def test_layer_norm_variant(impl: Implementation, config: ModelConfig) -> None:
     """§3.1 (Ba et al. 2016): biased variance, eps inside the square root, per-feature gain and bias."""
-    blocked = blocked_by_layers(impl, *NORMS)
+    blocked = blocked_by_layers(impl, config, *norms(config))
     if blocked:
         pytest.skip(blocked)
-    fail_on_variant_departure(impl, hint={
+    fail_on_variant_departure(impl, config, hint={
         "ln_form": "(x - mean) / (x.std() + eps) uses the unbiased std and eps outside the sqrt; use "
                    "torch.nn.functional.layer_norm",
         "ln_bias": "the layer norms have no bias term (nn.LayerNorm(d, bias=False), a gain-only norm) or the adapter "
@@ -76,28 +80,28 @@ def test_layer_norm_variant(impl: Implementation) -> None:
 # --------------------------------------------------------------------------------------------------
 # Readout probes
 # --------------------------------------------------------------------------------------------------
-def probe_call() -> str:
-    """The probes' forward call (on ``readout_probes.witness()``), for messages."""
-    src, tgt = ro.witness()
+def probe_call(config: ModelConfig) -> str:
+    """The probes' forward call (on ``readout_probes.witness``), for messages."""
+    src, tgt = ro.witness(config)
     return f"forward(src {list(src.shape)}, tgt {list(tgt.shape)}) after load_reference_state, hidden state read back"
 
 
 @pytest.mark.clause("norm.post-norm")
-def test_each_sublayer_output_is_normalized(impl: Implementation) -> None:
-    post, why = ro.post_norm_probe(impl)
+def test_each_sublayer_output_is_normalized(impl: Implementation, config: ModelConfig) -> None:
+    post, why = ro.post_norm_probe(impl, config)
     if post is None:
         pytest.skip(why)
     if not post:
         violation(measured="with the last decoder layer's last norm at gain 0, the final hidden "
                   "states still differ between positions", expected="LayerNorm(x + Sublayer(x)): the layer's output is "
                   "its norm's output, the norm's bias at every position when the gain is 0",
-                  call=probe_call() + f"; {ro.LAST}.norm3.weight = 0",
+                  call=probe_call(config) + f"; {ro.last_layer(config)}.norm3.weight = 0",
                   hint="pre-norm x + Sublayer(LayerNorm(x)): the residual stream bypasses the norms")
 
 
 @pytest.mark.clause("norm.post-norm")
-def test_residual_adds_the_sublayer_input(impl: Implementation) -> None:
-    matches, why = ro.last_sublayer_diagnosis(impl)
+def test_residual_adds_the_sublayer_input(impl: Implementation, config: ModelConfig) -> None:
+    matches, why = ro.last_sublayer_diagnosis(impl, config)
     if why:
         pytest.skip(why)
     if not matches:
@@ -110,30 +114,30 @@ def test_residual_adds_the_sublayer_input(impl: Implementation) -> None:
                 else "the residual adds the wrong tensor (e.g. ffn_out + dropout(ffn_out))")
         violation(measured=f"the last feed-forward sub-layer computes LayerNorm({residual})",
                   expected="LayerNorm(x + FFN(x)) with x the sub-layer's input",
-                  call=probe_call() + "; last norm2 gain 0", hint=hint)
+                  call=probe_call(config) + "; last norm2 gain 0", hint=hint)
 
 
-_TOP: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor] | None] = {}
-
-
-def top_probe(impl: Implementation) -> tuple[torch.Tensor, torch.Tensor] | None:
+def top_probe(impl: Implementation, config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(h with unit norms, h with the last decoder norm at gain 2 and bias 0.25), sub-layers of the last
-    decoder layer left on (cached per implementation)."""
-    key = (impl.name, id(impl))
-    if key not in _TOP:
-        _TOP[key] = _top_probe(impl)
-    return _TOP[key]
+    decoder layer left on (once per implementation and session)."""
+    found = current_settings().cache("top-probe")
+    key = (impl.name, id(impl), config)
+    if key not in found:
+        found[key] = _top_probe(impl, config)
+    result: tuple[torch.Tensor, torch.Tensor] | None = found[key]
+    return result
 
 
-def _top_probe(impl: Implementation) -> tuple[torch.Tensor, torch.Tensor] | None:
-    unit = visible_state(CONFIG, seed=45, unit_norms=True)
-    h1 = ro.hidden_states(impl, unit)
+def _top_probe(impl: Implementation, config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor] | None:
+    unit = visible_state(config, seed=45, unit_norms=True)
+    h1 = ro.hidden_states(impl, unit, config)
     if h1 is None:
         return None
+    last = ro.last_layer(config)
     scaled = dict(unit)
-    scaled[f"{ro.LAST}.norm3.weight"] = torch.full((CONFIG.d_model,), 2.0)
-    scaled[f"{ro.LAST}.norm3.bias"] = torch.full((CONFIG.d_model,), 0.25)
-    h2 = ro.hidden_states(impl, scaled)
+    scaled[f"{last}.norm3.weight"] = torch.full((config.d_model,), 2.0)
+    scaled[f"{last}.norm3.bias"] = torch.full((config.d_model,), 0.25)
+    h2 = ro.hidden_states(impl, scaled, config)
     return None if h2 is None else (h1, h2)
 
 
@@ -148,13 +152,13 @@ def normalized(h: torch.Tensor, tol: float = 1e-3) -> bool:
 
 
 @pytest.mark.clause("norm.no-extra-norm")
-def test_nothing_after_the_last_sublayer_norm(impl: Implementation) -> None:
-    probe = top_probe(impl)
+def test_nothing_after_the_last_sublayer_norm(impl: Implementation, config: ModelConfig) -> None:
+    probe = top_probe(impl, config)
     if probe is None:
         pytest.skip(f"{impl.name}: the hidden state cannot be read back (needs load_reference_state and tied E)")
     h1, h2 = probe
     if not normalized(h1):
-        post, _ = ro.post_norm_probe(impl)
+        post, _ = ro.post_norm_probe(impl, config)
         if post is False:
             pytest.skip("blocked by norm.post-norm: the top of the decoder is not a layer norm")
     expected = 2 * h1 + 0.25
@@ -168,25 +172,25 @@ def test_nothing_after_the_last_sublayer_norm(impl: Implementation) -> None:
                   f"output hidden state off 2 h + 0.25 by {err:.3g}"
                   + ("; the result is normalized again" if renormalized else ""),
                   expected="the last sub-layer's norm is the decoder's last operation: h' = 2 h + 0.25",
-                  call=probe_call() + f"; {ro.LAST}.norm3 gain 2, bias 0.25 vs unit norms",
+                  call=probe_call(config) + f"; {ro.last_layer(config)}.norm3 gain 2, bias 0.25 vs unit norms",
                   hint="an extra LayerNorm at the top of the stack (nn.Transformer's decoder.norm, or a pre-norm "
                        "design's final norm)")
 
 
 @pytest.mark.clause("norm.no-extra-norm")
-def test_nothing_after_the_last_encoder_norm(impl: Implementation) -> None:
-    model = build_model(impl, CONFIG)
+def test_nothing_after_the_last_encoder_norm(impl: Implementation, config: ModelConfig) -> None:
+    model = build_model(impl, config)
     if not (has_capability(model, "encode") and has_capability(model, "load_reference_state")):
         pytest.skip(f"{impl.name}: needs encode and load_reference_state")
-    last = f"encoder.{CONFIG.n_layers - 1}.norm2"
-    blocked = blocked_by_layers(impl, last)
+    last = f"encoder.{config.n_layers - 1}.norm2"
+    blocked = blocked_by_layers(impl, config, last)
     if blocked:
         pytest.skip(blocked)
-    unit = visible_state(CONFIG, seed=46, unit_norms=True)
-    scaled = dict(unit, **{f"{last}.weight": torch.full((CONFIG.d_model,), 2.0),
-                           f"{last}.bias": torch.full((CONFIG.d_model,), 0.25)})
+    unit = visible_state(config, seed=46, unit_norms=True)
+    scaled = dict(unit, **{f"{last}.weight": torch.full((config.d_model,), 2.0),
+                           f"{last}.bias": torch.full((config.d_model,), 0.25)})
     outs = []
-    src = ro.witness()[0]
+    src = ro.witness(config)[0]
     for state in (unit, scaled):
         load_into(model, state, impl.name)
         with torch.no_grad():
@@ -195,7 +199,7 @@ def test_nothing_after_the_last_encoder_norm(impl: Implementation) -> None:
         if not torch.equal(out, again):
             pytest.skip("blocked by model.eval-determinism: two eval-mode encode() calls differ")
         outs.append(out)
-    real = (src != CONFIG.pad_id)[..., None]
+    real = (src != config.pad_id)[..., None]
     h1, h2 = (torch.where(real, o, 0.0) for o in outs)
     if not normalized(h1[0]):
         pytest.skip("blocked by norm.post-norm: the encoder output is not a layer norm's output")
@@ -212,32 +216,33 @@ def test_nothing_after_the_last_encoder_norm(impl: Implementation) -> None:
 
 
 @pytest.mark.clause("norm.layer-norm")
-def test_unit_norm_output_has_mean_0_and_biased_variance_1(impl: Implementation) -> None:
-    h = ro.hidden_states(impl, visible_state(CONFIG, seed=47, unit_norms=True))
+def test_unit_norm_output_has_mean_0_and_biased_variance_1(impl: Implementation, config: ModelConfig) -> None:
+    h = ro.hidden_states(impl, visible_state(config, seed=47, unit_norms=True), config)
     if h is None:
         pytest.skip(f"{impl.name}: the hidden state cannot be read back (needs load_reference_state and tied E)")
-    d = CONFIG.d_model
+    d = config.d_model
     var = h.var(-1, unbiased=False)
     if bool(((var - (d - 1) / d).abs() < 1e-3).all()):
         violation(measured=f"with gain 1 and bias 0 the normalized vectors have biased variance "
                   f"{var.mean().item():.5f} = (d-1)/d", expected="biased variance 1 (eps aside): (x - mean) / "
-                  "sqrt(mean((x - mean)^2) + eps)", call=probe_call() + "; unit norms",
+                  "sqrt(mean((x - mean)^2) + eps)", call=probe_call(config) + "; unit norms",
                   hint="x.std() is the unbiased estimate; use the biased variance with eps inside the sqrt")
     if not normalized(h):
-        post, _ = ro.post_norm_probe(impl)
+        post, _ = ro.post_norm_probe(impl, config)
         if post is False:
             pytest.skip("blocked by norm.post-norm: the top of the decoder is not a layer norm")
         violation(measured=f"per-position mean up to {h.mean(-1).abs().max().item():.3g}, "
                   f"variance {var.min().item():.4g}..{var.max().item():.4g}",
-                  expected="mean 0 and biased variance 1 over the d_model features", call=probe_call() + "; unit norms",
+                  expected="mean 0 and biased variance 1 over the d_model features",
+                  call=probe_call(config) + "; unit norms",
                   hint="normalization over the wrong axis, or scalar statistics")
 
 
 @pytest.mark.clause("norm.layer-norm")
-def test_last_norm_adds_its_bias(impl: Implementation) -> None:
+def test_last_norm_adds_its_bias(impl: Implementation, config: ModelConfig) -> None:
     """§3.1: the layer norm has a per-feature bias. With the last decoder norm at gain 2 and bias 0.25 (unit norms
     elsewhere) the paper's output hidden state is 2 h + 0.25; a norm without a bias term gives 2 h."""
-    probe = top_probe(impl)
+    probe = top_probe(impl, config)
     if probe is None:
         pytest.skip(f"{impl.name}: the hidden state cannot be read back (needs load_reference_state and tied E)")
     h1, h2 = probe
@@ -245,7 +250,7 @@ def test_last_norm_adds_its_bias(impl: Implementation) -> None:
         violation(measured="with the last decoder norm at gain 2 and bias 0.25 the output hidden state is 2 h: the "
                            "gain is applied and the bias is not",
                   expected="2 h + 0.25: LayerNorm(x) * weight + bias with a per-feature bias",
-                  call=probe_call() + f"; {ro.LAST}.norm3 gain 2, bias 0.25 vs unit norms",
+                  call=probe_call(config) + f"; {ro.last_layer(config)}.norm3 gain 2, bias 0.25 vs unit norms",
                   hint="a layer norm without a bias term (nn.LayerNorm(d, bias=False), a gain-only norm such as "
                        "RMSNorm-style code or x-transformers' LayerNorm), or an adapter that does not load the norm "
                        "biases")
@@ -255,9 +260,10 @@ FORMS = {"paper": "(x - mean) / sqrt(biased var + eps)", "unbiased-std": "(x - m
          "eps-outside": "(x - mean) / (std + eps)", "unbiased-var": "(x - mean) / sqrt(unbiased var + eps)"}
 
 
-def last_norm_forms(impl: Implementation, scale: float, what: str = "the last decoder sub-layer") -> list[str]:
+def last_norm_forms(impl: Implementation, config: ModelConfig, scale: float,
+                    what: str = "the last decoder sub-layer") -> list[str]:
     """The layer-norm forms that reproduce the last decoder sub-layer in closed form (skips when none can)."""
-    matches, why = ro.last_sublayer_diagnosis(impl, scale)
+    matches, why = ro.last_sublayer_diagnosis(impl, config, scale)
     if why:
         pytest.skip(why)
     if not matches:
@@ -267,20 +273,20 @@ def last_norm_forms(impl: Implementation, scale: float, what: str = "the last de
 
 
 @pytest.mark.clause("norm.layer-norm")
-def test_formula_with_per_feature_gain_and_bias(impl: Implementation) -> None:
+def test_formula_with_per_feature_gain_and_bias(impl: Implementation, config: ModelConfig) -> None:
     """The last norm in closed form at unit variance, where the unbiased std shows (and eps does not)."""
-    forms = last_norm_forms(impl, 1.0)
+    forms = last_norm_forms(impl, config, 1.0)
     if "paper" not in forms:
         violation(measured="the last norm computes " + " or ".join(FORMS[f] for f in forms) + " * g + b",
                   expected=f"{FORMS['paper']} * g + b, per-feature g and b",
-                  call=probe_call() + "; last norm2 gain 0",
+                  call=probe_call(config) + "; last norm2 gain 0",
                   hint="x.std() is the unbiased estimate: use the biased variance (torch.nn.functional.layer_norm)")
 
 
 EPS_SCALES = (0.01, 0.002)  # the last norm's input shrunk to a variance of about 1e-4, then about 4e-6
 
 
-def fitted_epsilon(impl: Implementation) -> tuple[str, float, str] | None:
+def fitted_epsilon(impl: Implementation, config: ModelConfig) -> tuple[str, float, str] | None:
     """(where eps sits: "inside" or "outside" the square root, the eps fitted, the variance used) for the last decoder
     norm, or None when the two placements cannot be told apart (eps far below both variances).
 
@@ -289,12 +295,12 @@ def fitted_epsilon(impl: Implementation) -> tuple[str, float, str] | None:
     and that eps is a free parameter fitted to it, whatever the configuration says. The structure (activation,
     residual, biased or unbiased variance) is the one the closed-form probe finds at scale 1, where eps does not
     show; skips when it finds none."""
-    forms = last_norm_forms(impl, 1.0, "the last decoder sub-layer at scale 1")
-    act, form, residual = next(m for m in ro.last_sublayer_diagnosis(impl, 1.0)[0] if m[1] == forms[0])
+    forms = last_norm_forms(impl, config, 1.0, "the last decoder sub-layer at scale 1")
+    act, form, residual = next(m for m in ro.last_sublayer_diagnosis(impl, config, 1.0)[0] if m[1] == forms[0])
     unbiased = form in ("unbiased-std", "unbiased-var")
     per_scale = []
     for scale in EPS_SCALES:
-        fit = ro.last_norm_divisor(impl, scale, act, residual)
+        fit = ro.last_norm_divisor(impl, config, scale, act, residual)
         if fit is None:
             pytest.skip(f"{impl.name}: the hidden state cannot be read back (needs load_reference_state and tied E)")
         D, u = fit
@@ -316,15 +322,15 @@ def fitted_epsilon(impl: Implementation) -> tuple[str, float, str] | None:
 
 
 @pytest.mark.clause("norm.epsilon")
-def test_epsilon_fitted_at_the_last_norm(impl: Implementation) -> None:
+def test_epsilon_fitted_at_the_last_norm(impl: Implementation, config: ModelConfig) -> None:
     """eps fitted as a free parameter at the last decoder norm (its input shrunk until eps shows, two scales), inside
     or outside the square root: it must be config.norm_eps, inside."""
-    fit = fitted_epsilon(impl)
+    fit = fitted_epsilon(impl, config)
     if fit is None:
         pytest.skip("the last norm's divisor fits neither sqrt(var + eps) nor std + eps with one eps at both scales "
                     "(another normalization): norm.layer-norm judges the formula")
     place, eps, variance = fit
-    config_eps = CONFIG.norm_eps
+    config_eps = config.norm_eps
     right_value = abs(eps - config_eps) <= 0.1 * config_eps
     if place == "inside" and right_value:
         return
@@ -340,7 +346,7 @@ def test_epsilon_fitted_at_the_last_norm(impl: Implementation) -> None:
                      "tensor2tensor's is 1e-6)")
     violation(measured=f"the last decoder norm divides by {formula}, with {found}",
               expected=f"(x - mean) / sqrt(var + eps) with eps = config.norm_eps = {config_eps:g}",
-              call=probe_call() + "; last norm2 gain 0, the FFN input and output scaled by "
+              call=probe_call(config) + "; last norm2 gain 0, the FFN input and output scaled by "
                    + " and then by ".join(f"{s:g}" for s in EPS_SCALES) + ", eps fitted to both",
               hint="; ".join(hints))
 

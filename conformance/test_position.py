@@ -3,7 +3,7 @@
 
 position.formula is judged on the table the adapter exposes (``positional_encoding(length)``) and on
 positional-encoding components alone (``--component``, kind ``positional_encoding``), both against the
-float64 closed form; position.added by variant attribution (``conformance.variants``) and by a readout probe
+float64 closed form; position.added by variant attribution (``conformance.helpers.variants``) and by a readout probe
 of each stack's input path (``readout_probes.check_input_path``).
 """
 
@@ -16,18 +16,17 @@ import torch
 from hypothesis import given
 
 from aiayn_conformance.implementations import Component, Implementation
+from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import has_capability
 from aiayn_conformance.spec.tolerance import compare
 
-from . import oracles, strategies
-from .components import from_factory
-from .configs import OTHER_CONFIGS
-from .diagnosis import fail_on_variant_departure
-from .harness import CheckTimeout, build_model, could_not_check, violation
-from .inputs import CONFIG
-from .readout_probes import check_input_path
+from .helpers import oracles, strategies
+from .helpers.components import from_factory
+from .helpers.diagnosis import fail_on_variant_departure
+from .helpers.harness import CheckTimeout, build_model, could_not_check, violation
+from .helpers.readout_probes import check_input_path
+from .helpers.settings import AuditSettings
 
-CONFIGS = {f"d{c.d_model}": c for c in (CONFIG, OTHER_CONFIGS["wider"])}  # d32, d48 at the tiny preset
 MAX_OFFSET = 4  # offsets tried when the table is no named form (1 is the named positions-from-1)
 PE_EXPECTED = ("PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same), pos from 0 "
                "(PE[1, 1] = cos(1) = 0.540302)")
@@ -72,9 +71,10 @@ def table_of(model: Any, length: int, d_model: int, impl_name: str) -> torch.Ten
 
 
 @pytest.mark.clause("position.formula")
-@pytest.mark.parametrize("which", list(CONFIGS))
-def test_table_matches_section_3_5(impl: Implementation, which: str) -> None:
-    cfg = CONFIGS[which]
+@pytest.mark.parametrize("which", ["audit", "wider"])
+def test_table_matches_section_3_5(impl: Implementation, which: str, settings: AuditSettings) -> None:
+    """At the audit's width and at a wider one (an odd number of sinusoid pairs per head, another d_model)."""
+    cfg = settings.config if which == "audit" else settings.others["wider"]
     model = build_model(impl, cfg)
     if not has_capability(model, "positional_encoding"):
         pytest.skip(f"{impl.name} has no positional_encoding(length): the table cannot be read")
@@ -84,18 +84,18 @@ def test_table_matches_section_3_5(impl: Implementation, which: str) -> None:
 
 
 @pytest.mark.clause("position.added")
-def test_position_added_variant(impl: Implementation) -> None:
+def test_position_added_variant(impl: Implementation, config: ModelConfig) -> None:
     """§3.5: x = sqrt(d_model) E[tokens] + PE, once, in the encoder and in the decoder."""
     fail_on_variant_departure(
-        impl, hint="add the table once per stack (a module that returns x + PE must not be added to x again), "
+        impl, config, hint="add the table once per stack (a module that returns x + PE must not be added to x again), "
                    "in both the encoder and the decoder")
 
 
 @pytest.mark.clause("position.added")
 @pytest.mark.parametrize("stack", ["decoder", "encoder"])
-def test_positional_table_added_once(impl: Implementation, stack: str) -> None:
+def test_positional_table_added_once(impl: Implementation, stack: str, config: ModelConfig) -> None:
     """Every sub-layer output zeroed, unit norms: the stack's input in closed form."""
-    check_input_path(impl, stack, part="pe",
+    check_input_path(impl, config, stack, part="pe",
                      hint="add the positional table once, at the bottom of each stack (§3.5)")
 
 

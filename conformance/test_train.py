@@ -24,14 +24,15 @@ import torch
 from aiayn_conformance.implementations import Component, ComponentUnavailable, Implementation
 from aiayn_conformance.reference.model import Transformer
 from aiayn_conformance.reference.training import adam, lrate, teacher_forcing
+from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import has_capability
 from aiayn_conformance.spec.schema import parameter_count
 from aiayn_conformance.spec.tolerance import compare
 from aiayn_conformance.spec.training import TrainConfig
 
-from . import shapes
-from .components import from_factory
-from .harness import (
+from .helpers import shapes
+from .helpers.components import from_factory
+from .helpers.harness import (
     CheckTimeout,
     ClauseViolation,
     ImplementationError,
@@ -42,8 +43,8 @@ from .harness import (
     run_forward,
     violation,
 )
-from .inputs import CONFIG, fitted, random_tokens, witness_batch
-from .learning import (
+from .helpers.inputs import fitted, random_tokens, witness_batch
+from .helpers.learning import (
     CONFORMING_RANGE,
     LOCKSTEP_UPDATES,
     OWN_START,
@@ -56,9 +57,9 @@ from .learning import (
     reference_initial_state,
     train_implementation,
 )
-from .outputs import compare_real, log_probs
-from .recipe import call, has_schedule, missing_schedule, schedule_trace, scheduler_trace
-from .train_probes import (
+from .helpers.outputs import compare_real, log_probs
+from .helpers.recipe import call, has_schedule, missing_schedule, schedule_trace, scheduler_trace
+from .helpers.train_probes import (
     COLUMNS,
     SMOOTHING_CONVENTIONS,
     as_scores,
@@ -70,9 +71,8 @@ from .train_probes import (
     probe_parameters,
     recover_targets,
 )
-from .transplant import STATE_SEED, load_into, reference_twin, transplanted, visible_state
+from .helpers.transplant import STATE_SEED, load_into, reference_twin, transplanted, visible_state
 
-PAD = CONFIG.pad_id
 PAPER = TrainConfig()  # the paper's recipe: what the implementation's capabilities are asked for
 BOS = 1
 Criterion = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -87,15 +87,15 @@ def differentiable_log_probs(out: torch.Tensor, kind: str) -> torch.Tensor:
 
 
 @pytest.mark.clause("train.gradients")
-def test_every_parameter_gets_a_finite_nonzero_gradient(impl: Implementation) -> None:
-    model = build_model(impl, CONFIG.replace(dropout=0.0), train=True)
-    src, tgt = witness_batch()
-    labels = torch.roll(tgt, shifts=-1, dims=1).masked_fill(tgt == PAD, -100)  # next tokens; pads ignored
-    out = run_forward(model, src, tgt, vocab=CONFIG.tgt_vocab, pad_id=PAD, grad=True)
+def test_every_parameter_gets_a_finite_nonzero_gradient(impl: Implementation, config: ModelConfig) -> None:
+    model = build_model(impl, config.replace(dropout=0.0), train=True)
+    src, tgt = witness_batch(config)
+    labels = torch.roll(tgt, shifts=-1, dims=1).masked_fill(tgt == config.pad_id, -100)  # next tokens; pads ignored
+    out = run_forward(model, src, tgt, vocab=config.tgt_vocab, pad_id=config.pad_id, grad=True)
     logp = differentiable_log_probs(out.float(), impl.output)
     loss = torch.nn.functional.nll_loss(logp.flatten(0, 1), labels.flatten(), ignore_index=-100)
     loss.backward()
-    call_text = f"NLL of the next token at real positions of {describe_call(src, tgt, PAD)}, backward()"
+    call_text = f"NLL of the next token at real positions of {describe_call(src, tgt, config.pad_id)}, backward()"
     missing, nonfinite, zero = [], [], []
     for name, p in model.named_parameters():
         if not p.requires_grad:
@@ -121,7 +121,6 @@ def test_every_parameter_gets_a_finite_nonzero_gradient(impl: Implementation) ->
 # -- train.equivalence ---------------------------------------------------------------------------------------------
 # The recipe is the reference's whatever the implementation exposes: the clause judges the model's forward and
 # backward pass; the implementation's own recipe pieces are judged by the recipe clauses below.
-LOCKSTEP_CONFIG = CONFIG.replace(dropout=0.0)
 RECIPE_TEXT = (f"the reference's recipe (Adam(0.9, 0.98, 1e-9), Eq. (3) with warmup_steps = {LOCKSTEP_UPDATES}, label "
                "smoothing 0.1, BOS + target[:, :-1])")
 
@@ -140,13 +139,14 @@ def trainable_scalars(model: Any, frozen: list[str]) -> int:
     return total
 
 
-def train_in_lockstep(impl: Implementation, model: Any, batches: list, probe: tuple) -> tuple[Lockstep, list[str]]:
+def train_in_lockstep(impl: Implementation, model: Any, cfg: ModelConfig, batches: list,
+                      probe: tuple) -> tuple[Lockstep, list[str]]:
     """The implementation's lockstep run and the names of its parameters that did not move in it."""
-    state = reference_initial_state(LOCKSTEP_CONFIG)
+    state = reference_initial_state(cfg)
     try:
         frozen = parameters_outside_the_schema(model, state, load_state)
         start = {n: p.detach().clone() for n, p in model.named_parameters()}
-        run = lockstep(model, impl.output, LOCKSTEP_CONFIG, batches, probe, frozen=frozen)
+        run = lockstep(model, impl.output, cfg, batches, probe, frozen=frozen)
     except (CheckTimeout, ImplementationError, ClauseViolation, pytest.skip.Exception):
         raise
     except Exception as exc:
@@ -155,14 +155,14 @@ def train_in_lockstep(impl: Implementation, model: Any, batches: list, probe: tu
     return run, still
 
 
-def lockstep_hint(model: Any, frozen: list[str], still: list[str], losses_agree: bool) -> str:
+def lockstep_hint(model: Any, cfg: ModelConfig, frozen: list[str], still: list[str], losses_agree: bool) -> str:
     """What the measurements show about where the updates part (never a guess at a line of code)."""
     hints = []
     if still:
         hints.append(f"{len(still)} parameter(s) never moved in {LOCKSTEP_UPDATES} updates: "
                      f"{', '.join(still[:4])}{' ...' if len(still) > 4 else ''} (requires_grad=False, a tensor "
                      "that is not an nn.Parameter, or a path cut by detach())")
-    own, paper = trainable_scalars(model, frozen), parameter_count(LOCKSTEP_CONFIG)
+    own, paper = trainable_scalars(model, frozen), parameter_count(cfg)
     if own != paper:
         hints.append(f"{own} trainable scalars where the paper's model has {paper} (parameters tied in the paper "
                      "trained apart, an extra module, or some left out)")
@@ -179,47 +179,50 @@ def lockstep_hint(model: Any, frozen: list[str], still: list[str], losses_agree:
     return "; ".join(hints)
 
 
-def require_the_reference_forward(impl: Implementation) -> None:
+def require_the_reference_forward(impl: Implementation, config: ModelConfig) -> None:
     """Skip, as blocked by model.reference-equivalence, unless the implementation holding the visible weights (norm
     gains and biases far from 1 and 0, sharp attention) computes the reference's outputs: at the reference's initial
     state (unit gains, zero biases) an extra or shared norm is the identity and would only show once trained."""
-    state = visible_state(CONFIG, seed=STATE_SEED)
-    src, tgt = witness_batch()
-    got = log_probs(transplanted(impl), impl, src, tgt)
+    state = visible_state(config, seed=STATE_SEED)
+    src, tgt = witness_batch(config)
+    got = log_probs(transplanted(impl, config), impl, src, tgt, config)
     with torch.no_grad():
-        want = as_log_probs(reference_twin(CONFIG, state)(src, tgt), "logits")
-    found = compare_real(got, want, tgt, PAD)
+        want = as_log_probs(reference_twin(config, state)(src, tgt), "logits")
+    found = compare_real(got, want, tgt, config.pad_id)
     if not found.ok:
         pytest.skip(f"blocked by model.reference-equivalence: holding the visible weights (seed {STATE_SEED}) the "
-                    f"forward is not the reference's ({found.describe()} on {describe_call(src, tgt, PAD)}), so its "
+                    f"forward is not the reference's ({found.describe()} on "
+                    f"{describe_call(src, tgt, config.pad_id)}), so its "
                     "updates cannot be judged apart from it")
 
 
 @pytest.mark.clause("train.equivalence")
 @pytest.mark.canonical_weights("it trains from the reference's initial state, in lockstep with the reference")
-def test_trains_in_lockstep_with_the_reference(impl: Implementation) -> None:
-    model = build_model(impl, LOCKSTEP_CONFIG, train=True)
+def test_trains_in_lockstep_with_the_reference(impl: Implementation, config: ModelConfig) -> None:
+    cfg = config.replace(dropout=0.0)
+    model = build_model(impl, cfg, train=True)
     if not has_capability(model, "load_reference_state"):
         pytest.skip(f"{impl.name} has no load_reference_state(state): training in lockstep needs the reference's "
                     "initial state loaded into it (a capability, spec.contract)")
-    require_the_reference_forward(impl)
-    batches = [fitted(src, tgt, LOCKSTEP_CONFIG) for src, tgt in lockstep_batches(LOCKSTEP_CONFIG)]
-    probe = witness_batch(LOCKSTEP_CONFIG)
-    run, still = train_in_lockstep(impl, model, batches, probe)
-    reference = Transformer(LOCKSTEP_CONFIG)
-    reference.load_reference_state(reference_initial_state(LOCKSTEP_CONFIG))
-    expected = lockstep(reference, "logits", LOCKSTEP_CONFIG, batches, probe)
+    require_the_reference_forward(impl, config)
+    batches = [fitted(src, tgt, cfg) for src, tgt in lockstep_batches(cfg)]
+    probe = witness_batch(cfg)
+    run, still = train_in_lockstep(impl, model, cfg, batches, probe)
+    reference = Transformer(cfg)
+    reference.load_reference_state(reference_initial_state(cfg))
+    expected = lockstep(reference, "logits", cfg, batches, probe)
     frozen = f"; held fixed (outside the schema): {', '.join(run.frozen)}" if run.frozen else ""
     call_text = (f"load_reference_state(the reference's initial state, seed 0), then {len(batches)} updates in train "
-                 f"mode (dropout 0) on seeded padded batches {describe_call(*batches[0], PAD)} ..., with "
-                 f"{RECIPE_TEXT}; then the eval-mode log-probabilities of {describe_call(*probe, PAD)}{frozen}")
+                 f"mode (dropout 0) on seeded padded batches {describe_call(*batches[0], config.pad_id)} ..., with "
+                 f"{RECIPE_TEXT}; then the eval-mode log-probabilities of "
+                 f"{describe_call(*probe, config.pad_id)}{frozen}")
     first = compare(run.loss[:1], expected.loss[:1], dtype=torch.float32, scope="training")
     if not first.ok:
         pytest.skip(f"blocked by model.reference-equivalence: before any update the loss is {run.loss[0]:.6g}, the "
                     f"reference's {expected.loss[0]:.6g} from the same weights and batch: the forward is not the "
                     "reference's, so the updates cannot be judged apart from it")
     losses = compare(run.loss, expected.loss, dtype=torch.float32, scope="training")
-    real = (probe[1] != PAD)[..., None].expand_as(expected.log_probs)
+    real = (probe[1] != config.pad_id)[..., None].expand_as(expected.log_probs)
     outputs = compare(run.log_probs[real], expected.log_probs[real], dtype=torch.float32, scope="training")
     if losses.ok and outputs.ok:
         return
@@ -232,13 +235,13 @@ def test_trains_in_lockstep_with_the_reference(impl: Implementation) -> None:
     violation(measured=measured,
               expected=f"the reference's losses and outputs, update by update ({losses.tol}; the same weights and "
                        "batches make the same gradients and so the same updates)",
-              call=call_text, hint=lockstep_hint(model, run.frozen, still, losses.ok))
+              call=call_text, hint=lockstep_hint(model, cfg, run.frozen, still, losses.ok))
 
 
 # -- the recipe an implementation exposes ----------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def adapter(impl: Implementation) -> Any:
-    return build_model(impl, CONFIG, train=True)
+def adapter(impl: Implementation, config: ModelConfig) -> Any:
+    return build_model(impl, config, train=True)
 
 
 def require(model: Any, method: str, signature: str) -> None:
@@ -279,12 +282,12 @@ def judge_schedule(trace: Callable[[], list[float]], how: str, d_model: int) -> 
 
 
 @pytest.mark.clause("train.lr-schedule")
-def test_learning_rate_follows_eq3(adapter: Any) -> None:
+def test_learning_rate_follows_eq3(adapter: Any, config: ModelConfig) -> None:
     if not has_schedule(adapter):
         pytest.skip(missing_schedule())
     how = ("make_scheduler(optimizer, TrainConfig()), .step() once per update"
            if has_capability(adapter, "make_scheduler") else "learning_rate(step_num, TrainConfig())")
-    judge_schedule(lambda: schedule_trace(adapter, PAPER, SCHEDULE_UPDATES), how, CONFIG.d_model)
+    judge_schedule(lambda: schedule_trace(adapter, PAPER, SCHEDULE_UPDATES), how, config.d_model)
 
 
 # -- train.optimizer -----------------------------------------------------------------------------------------------
@@ -346,24 +349,25 @@ def test_optimizer_is_adam_with_the_paper_settings(adapter: Any) -> None:
 
 
 # -- train.label-smoothing -----------------------------------------------------------------------------------------
-def smoothing_labels() -> torch.Tensor:
+def smoothing_labels(config: ModelConfig) -> torch.Tensor:
     """(N,) = 2 x 5 flattened: real targets on varied classes (one next to the padding id), then padding."""
-    return torch.tensor([[5, 17, PAD + 1, 36, 9], [9, 30, 2, PAD, PAD]]).flatten()
+    return torch.tensor([[5, 17, config.pad_id + 1, 36, 9], [9, 30, 2, config.pad_id, config.pad_id]]).flatten()
 
 
-def judge_smoothing(criterion: Criterion, kind: str, made_by: str, request: pytest.FixtureRequest) -> None:
+def judge_smoothing(criterion: Criterion, kind: str, made_by: str, request: pytest.FixtureRequest,
+                    config: ModelConfig) -> None:
     """Fail the clause unless ``criterion`` (on scores of ``kind``) trains towards a smoothed target distribution
     (one of ``SMOOTHING_CONVENTIONS``, which is then noted) and trains padding targets towards nothing."""
-    labels, vocab, eps = smoothing_labels(), CONFIG.tgt_vocab, PAPER.label_smoothing
+    labels, vocab, eps = smoothing_labels(config), config.tgt_vocab, PAPER.label_smoothing
     call_text = (f"{made_by} on random {kind} scores [{labels.numel()}, {vocab}] and labels {labels.tolist()} "
-                 f"(pad id {PAD}); the distribution read from d loss / d logits")
+                 f"(pad id {config.pad_id}); the distribution read from d loss / d logits")
     try:
-        rec = recover_targets(criterion, kind, labels, vocab, PAD)
+        rec = recover_targets(criterion, kind, labels, vocab, config.pad_id)
     except CheckTimeout:
         raise
     except Exception as exc:
         could_not_check("the criterion(scores, labels) raised", exc)
-    real = labels != PAD
+    real = labels != config.pad_id
     if rec.pad_gradient > 1e-9:
         violation(measured=f"padding target positions get a gradient (up to {rec.pad_gradient:.3g}): they are "
                            "trained towards a distribution",
@@ -382,7 +386,7 @@ def judge_smoothing(criterion: Criterion, kind: str, made_by: str, request: pyte
                   hint="a second softmax: probabilities fed to a criterion that applies its own (log-)softmax, or "
                        "a loss on the scores themselves")
     q = rec.q[real]
-    errors = {name: float((q - convention_targets(labels, vocab, PAD, eps, name)[real]).abs().max())
+    errors = {name: float((q - convention_targets(labels, vocab, config.pad_id, eps, name)[real]).abs().max())
               for name in SMOOTHING_CONVENTIONS}
     best = min(errors, key=lambda c: errors[c])
     if errors[best] <= 1e-5:  # one of the accepted spreads (the paper does not say which): reported
@@ -392,8 +396,8 @@ def judge_smoothing(criterion: Criterion, kind: str, made_by: str, request: pyte
     true = q[rows, labels[real]]
     off = q.clone()
     off[rows, labels[real]] = float("nan")
-    off_pad = off[:, PAD]
-    others = torch.cat([off[:, :PAD], off[:, PAD + 1:]], dim=1)
+    off_pad = off[:, config.pad_id]
+    others = torch.cat([off[:, :config.pad_id], off[:, config.pad_id + 1:]], dim=1)
     others = others[~torch.isnan(others)].reshape(q.size(0), -1)
     found_eps = 1.0 - float(true.mean())
     measured = (f"normalized to sum 1, the true class gets {float(true.mean()):.6g} (eps = {found_eps:.4g}), the "
@@ -408,7 +412,7 @@ def judge_smoothing(criterion: Criterion, kind: str, made_by: str, request: pyte
         hint = f"eps_ls = {found_eps:.4g} instead of {eps:g} (closest spread: {SMOOTHING_CONVENTIONS[best]})"
     elif float(true.mean()) < float(others.max()):
         j = int(torch.argmax(others.max(dim=0).values))
-        hint = f"mass on the wrong classes: the true class gets less than another (class {j + (j >= PAD)})"
+        hint = f"mass on the wrong classes: the true class gets less than another (class {j + (j >= config.pad_id)})"
     else:
         hint = "the off-target mass is not spread evenly"
     violation(measured=measured,
@@ -450,19 +454,20 @@ def own_criterion(adapter: Any) -> Criterion:
 
 @pytest.mark.clause("train.label-smoothing")
 def test_criterion_optimizes_the_smoothed_distribution(impl: Implementation, adapter: Any,
-                                                       request: pytest.FixtureRequest) -> None:
-    judge_smoothing(own_criterion(adapter), impl.output, "make_criterion(TrainConfig())", request)
+                                                       request: pytest.FixtureRequest, config: ModelConfig) -> None:
+    judge_smoothing(own_criterion(adapter), impl.output, "make_criterion(TrainConfig())", request, config)
 
 
 # -- train.loss-padding --------------------------------------------------------------------------------------------
-def judge_loss_padding(criterion: Criterion, kind: str, made_by: str) -> None:
+def judge_loss_padding(criterion: Criterion, kind: str, made_by: str, config: ModelConfig) -> None:
     """Fail the clause unless appending padding targets (and a row of them) changes neither the loss nor a
     gradient of ``criterion`` (on scores of ``kind``)."""
-    vocab = CONFIG.tgt_vocab
-    labels = torch.tensor([[5, 17, 3, PAD], [9, 30, PAD, PAD]])  # (B, T) with padding already
+    vocab = config.tgt_vocab
+    pad = config.pad_id
+    labels = torch.tensor([[5, 17, 3, pad], [9, 30, pad, pad]])  # (B, T) with padding already
     extra = 3
-    padded = torch.cat([labels, torch.full((2, extra), PAD)], dim=1)  # (B, T + 3)
-    padded = torch.cat([padded, torch.full((1, padded.size(1)), PAD)], dim=0)  # and a row of padding
+    padded = torch.cat([labels, torch.full((2, extra), config.pad_id)], dim=1)  # (B, T + 3)
+    padded = torch.cat([padded, torch.full((1, padded.size(1)), config.pad_id)], dim=0)  # and a row of padding
     g = torch.Generator().manual_seed(11)
     z_big = 2.0 * torch.randn(*padded.shape, vocab, generator=g, dtype=torch.float64)  # (B + 1, T + 3, V)
     z = z_big[:2, : labels.size(1)].clone()
@@ -491,7 +496,7 @@ def judge_loss_padding(criterion: Criterion, kind: str, made_by: str) -> None:
     at_padding = float(grad_p[new].abs().max())
     if same_loss and same_grad and at_padding <= 1e-12:
         return
-    real, total, total_p = int((labels != PAD).sum()), labels.numel(), padded.numel()
+    real, total, total_p = int((labels != config.pad_id).sum()), labels.numel(), padded.numel()
     hints = []
     if at_padding > 1e-12:
         hints.append(f"the appended padding positions get gradients (up to {at_padding:.3g}): padding targets "
@@ -507,15 +512,16 @@ def judge_loss_padding(criterion: Criterion, kind: str, made_by: str) -> None:
 
 
 @pytest.mark.clause("train.loss-padding")
-def test_appended_padding_changes_no_loss_and_no_gradient(impl: Implementation, adapter: Any) -> None:
-    judge_loss_padding(own_criterion(adapter), impl.output, "make_criterion(TrainConfig())")
+def test_appended_padding_changes_no_loss_and_no_gradient(impl: Implementation, adapter: Any,
+                                                          config: ModelConfig) -> None:
+    judge_loss_padding(own_criterion(adapter), impl.output, "make_criterion(TrainConfig())", config)
 
 
 # -- train.shift ---------------------------------------------------------------------------------------------------
 @pytest.mark.clause("train.shift")
-def test_decoder_input_is_the_target_shifted_right(adapter: Any) -> None:
+def test_decoder_input_is_the_target_shifted_right(adapter: Any, config: ModelConfig) -> None:
     require(adapter, "make_batch", "target, bos_id")
-    target = random_tokens(CONFIG, [5, 3, 1], 5, vocab=CONFIG.tgt_vocab, seed=21)
+    target = random_tokens(config, [5, 3, 1], 5, vocab=config.tgt_vocab, seed=21)
     target = target.masked_fill(target == BOS, BOS + 1)  # no start symbol inside the target
     made = call("make_batch(target, bos_id)", adapter.make_batch, target.clone(), BOS)
     call_text = f"make_batch(target {target.tolist()}, bos_id={BOS})"
@@ -528,10 +534,10 @@ def test_decoder_input_is_the_target_shifted_right(adapter: Any) -> None:
             violation(measured=f"the {name} is {shape}", call=call_text,
                       expected=f"{list(target.shape)} like the target (decoder input and labels aligned position by "
                                "position)", hint="the start symbol appended instead of replacing the last token?")
-    real = target != PAD
+    real = target != config.pad_id
     want_input, _ = teacher_forcing(target, BOS)
     wrong_input = (decoder_input != want_input) & real
-    wrong_labels = ((labels != target) & real) | ((labels != PAD) & ~real)
+    wrong_labels = ((labels != target) & real) | ((labels != config.pad_id) & ~real)
     if not bool(wrong_input.any()) and not bool(wrong_labels.any()):
         return
     # name the usual mistakes
@@ -553,7 +559,8 @@ def test_decoder_input_is_the_target_shifted_right(adapter: Any) -> None:
     b, i = (int(x) for x in (wrong_input | wrong_labels).nonzero()[0])
     violation(measured=f"decoder input {decoder_input.tolist()}, labels {labels.tolist()} (first difference: row "
                        f"{b}, position {i})",
-              expected=f"decoder input {want_input.masked_fill(~real, PAD).tolist()} (BOS, then the target without "
+              expected=f"decoder input {want_input.masked_fill(~real, config.pad_id).tolist()} (BOS, then the target "
+                       "without "
                        "its last token; positions past the end unconstrained), labels = the target",
               call=call_text, hint=hint)
 
@@ -642,9 +649,9 @@ def test_optimizer_component_is_adam_with_the_paper_settings(component: Componen
 
 @pytest.mark.clause("train.lr-schedule")
 @pytest.mark.component_kind("lr_schedule")
-def test_lr_schedule_component_follows_eq3(component: Component) -> None:
+def test_lr_schedule_component_follows_eq3(component: Component, config: ModelConfig) -> None:
     optimizer = adam([torch.nn.Parameter(torch.zeros(1))], PAPER)
-    d_model = CONFIG.d_model
+    d_model = config.d_model
 
     def make() -> Any:  # the factory's own exceptions are the schedule's (a ZeroDivisionError is a finding)
         return from_factory_raw(component, optimizer, d_model, PAPER)
@@ -662,8 +669,8 @@ def from_factory_raw(component: Component, *args: Any) -> Any:
         pytest.skip(f"{component.kind} component {component.name!r} is unavailable here: {exc}")
 
 
-def component_criterion(component: Component) -> Criterion:
-    criterion = from_factory(component, CONFIG.tgt_vocab, PAD, PAPER)
+def component_criterion(component: Component, config: ModelConfig) -> Criterion:
+    criterion = from_factory(component, config.tgt_vocab, config.pad_id, PAPER)
     if not callable(criterion):
         could_not_check(f"{component.kind} component {component.name!r}: factory(vocab, pad_id, train_config) "
                         f"returned {type(criterion).__name__}, not a callable criterion(logits, labels)")
@@ -673,13 +680,14 @@ def component_criterion(component: Component) -> Criterion:
 @pytest.mark.clause("train.label-smoothing")
 @pytest.mark.component_kind("criterion")
 def test_criterion_component_optimizes_the_smoothed_distribution(component: Component,
-                                                                 request: pytest.FixtureRequest) -> None:
-    judge_smoothing(component_criterion(component), "logits",
-                    f"{component.name}: factory({CONFIG.tgt_vocab}, {PAD}, TrainConfig())", request)
+                                                                 request: pytest.FixtureRequest,
+                                                                 config: ModelConfig) -> None:
+    judge_smoothing(component_criterion(component, config), "logits",
+                    f"{component.name}: factory({config.tgt_vocab}, {config.pad_id}, TrainConfig())", request, config)
 
 
 @pytest.mark.clause("train.loss-padding")
 @pytest.mark.component_kind("criterion")
-def test_criterion_component_ignores_appended_padding(component: Component) -> None:
-    judge_loss_padding(component_criterion(component), "logits",
-                       f"{component.name}: factory({CONFIG.tgt_vocab}, {PAD}, TrainConfig())")
+def test_criterion_component_ignores_appended_padding(component: Component, config: ModelConfig) -> None:
+    judge_loss_padding(component_criterion(component, config), "logits",
+                       f"{component.name}: factory({config.tgt_vocab}, {config.pad_id}, TrainConfig())", config)

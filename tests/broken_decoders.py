@@ -16,7 +16,7 @@ Three families, so each clause is proven by bugs that break it alone:
   at the end symbol, beam search with another length penalty or without a finished set, a default
   maximum length that is not the source's real length + 50.
 
-The search bugs are written here, apart from ``conformance/decoding.py``'s named variants, so that the
+The search bugs are written here, apart from ``conformance/helpers/decoding.py``'s named variants, so that the
 diagnosis recognizing them is evidence, not a tautology.
 
 The plugin also registers broken ``search`` components (``register_components``, ``BROKEN_SEARCHES``): beam

@@ -8,7 +8,8 @@ For this run only, the processes the tests start share compiled bytecode in a pr
 (``PYTHONPYCACHEPREFIX``), removed when the run ends; nothing is written into the checkout, which is what the
 setting asks for. Without the setting Python caches bytecode as usual and nothing here applies.
 
-Under pytest-xdist each worker gives torch its share of the CPUs (``conformance.threads``). The processes a worker
+Under pytest-xdist each worker gives torch its share of the CPUs (``conformance.helpers.threads``). The processes a
+worker
 starts get the same share through ``AIAYN_TORCH_THREADS``, unless the user chose a count: with torch's default of
 one thread per core, each of those runs competed with the other workers (they used more CPU time than wall time).
 """
@@ -21,7 +22,7 @@ import tempfile
 
 import pytest
 
-from aiayn_conformance.conformance import threads
+from aiayn_conformance.conformance.helpers import threads
 
 _OWNER = "AIAYN_TEST_PYCACHE_OWNER"  # the pid of the process that made the folder, the one that removes it
 

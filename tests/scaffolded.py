@@ -7,7 +7,7 @@ import types
 
 import torch
 
-from aiayn_conformance.conformance.transplant import reference_twin, visible_state
+from aiayn_conformance.conformance.helpers.transplant import reference_twin, visible_state
 from aiayn_conformance.scaffold import render, scaffold
 from aiayn_conformance.spec.config import TINY
 

@@ -187,9 +187,9 @@ def test_figures_measure_the_implementation(tmp_path):
     pytest.importorskip("matplotlib")
     import torch
 
-    from aiayn_conformance.conformance.inputs import CONFIG
     from aiayn_conformance.figures import draw, target_influence
     from aiayn_conformance.implementations import get_registry
+    from aiayn_conformance.spec.config import TINY as CONFIG
 
     reg = get_registry()
     ref = target_influence(reg.get("reference"), CONFIG)

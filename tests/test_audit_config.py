@@ -15,10 +15,18 @@ from pathlib import Path
 import pytest
 import torch
 
+from aiayn_conformance import conformance as conformance_package
 from aiayn_conformance.cli import main
-from aiayn_conformance.conformance import configs
-from aiayn_conformance.conformance.user_config import ConfigError, read_config
-from aiayn_conformance.conformance.user_weights import UserWeights, WeightsError, fit_problem, read_weights, resolve
+from aiayn_conformance.conformance.helpers.settings import AuditSettings
+from aiayn_conformance.conformance.helpers.settings import current as current_settings
+from aiayn_conformance.conformance.helpers.user_config import ConfigError, read_config
+from aiayn_conformance.conformance.helpers.user_weights import (
+    UserWeights,
+    WeightsError,
+    fit_problem,
+    read_weights,
+    resolve,
+)
 from aiayn_conformance.reference.model import Transformer
 from aiayn_conformance.spec.config import TINY, ModelConfig
 
@@ -76,17 +84,46 @@ def test_bad_configs_are_one_line_naming_what_is_accepted(spec, needle):
     assert needle in str(exc.value) and "\n" not in str(exc.value)
 
 
-def test_audit_at_changes_the_configuration_in_place_and_restores_it():
-    before = configs.CONFIG
-    previous = configs.audit_at(USER)
-    try:
-        assert configs.CONFIG is before and configs.CONFIG == USER  # the same object: defaults bound to it follow
-        assert configs.OTHER_CONFIGS["separate-vocabularies"].src_vocab == 44
-        assert configs.OTHER_CONFIGS["wider"].d_model == 96 and configs.OTHER_CONFIGS["longer"].max_len == 64
-    finally:
-        configs.audit_at(previous)
-    assert configs.CONFIG == TINY and configs.OTHER_CONFIGS["wider"].d_model == 48
+def test_derived_configurations_follow_the_audit_configuration():
+    user, suite = AuditSettings(config=USER), AuditSettings()
+    assert user.others["separate-vocabularies"].src_vocab == 44 and user.others["wider"].d_model == 96
+    assert user.others["longer"].max_len == 64 and suite.others["wider"].d_model == 48
+    assert user.config_change(TINY) and not user.config_change(USER.replace(dropout=0.0))
     assert TINY.d_model == 32  # the preset itself never changes
+
+
+class SeenByChecks:
+    """A pytest plugin recording, at each check's call, the configuration its fixtures gave it and the current
+    settings."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[ModelConfig, AuditSettings]] = []
+
+    def pytest_runtest_call(self, item):
+        given = item.funcargs.get("config") or item.funcargs["settings"].config
+        self.seen.append((given, current_settings()))
+
+
+def test_two_sessions_in_one_process_each_audit_at_their_own_sizes(pytester):
+    """Settings are passed, not patched: a session at --config sizes, then one at the suite's own, in one process;
+    each check sees its session's configuration and memo, and nothing is left behind."""
+    suite = Path(conformance_package.__file__).parent
+    runs = []
+    for extra in ([f"--config={USER_PAIRS}"], []):
+        seen = SeenByChecks()
+        result = pytester.inline_run(str(suite), "--impl=reference", "--clause=model.shape", "-p", "no:xdist",
+                                     "-p", "no:cacheprovider", *extra, plugins=[seen])
+        passed, skipped, failed = result.listoutcomes()
+        assert passed and not failed, failed
+        runs.append(seen.seen)
+    (user_run, suite_run) = runs
+    assert {cfg for cfg, _ in user_run} == {USER} and {s.config for _, s in user_run} == {USER}
+    assert {cfg for cfg, _ in suite_run} == {TINY} and {s.config for _, s in suite_run} == {TINY}
+    first, second = user_run[0][1], suite_run[0][1]
+    assert first is not second and first.memo is not second.memo  # each session probed its own shape contract
+    assert all(key[2] == USER for key in first.cache("shape-contracts"))
+    assert all(key[2] == TINY for key in second.cache("shape-contracts"))
+    assert current_settings().config == TINY and current_settings().weights is None  # nothing left behind
 
 
 @pytest.mark.parametrize("argv, needle", [

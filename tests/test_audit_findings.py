@@ -7,7 +7,7 @@ import pytest
 
 from aiayn_conformance import report
 from aiayn_conformance.audit import AuditResult, ClauseResult, SubjectResult
-from aiayn_conformance.conformance.harness import ClauseViolation, checking, violation
+from aiayn_conformance.conformance.helpers.harness import ClauseViolation, checking, violation
 
 
 def a_violation(**fields: str) -> str:

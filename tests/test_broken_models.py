@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from aiayn_conformance.conformance import threads
+from aiayn_conformance.conformance.helpers import threads
 from aiayn_conformance.implementations import get_registry
 from aiayn_conformance.spec import CLAUSES
 
@@ -110,7 +110,8 @@ DECODE_COMPONENTS = "length_penalty:all,search:all"
 DEPARTING_COMPONENTS = {"length_penalty:length-power": {"decode.beam"}, "length_penalty:none": {"decode.beam"},
                         **{f"search:broken-{n}": set(c) for n, (_, _, c) in BROKEN_SEARCHES.items()}}
 CONFORMING_COMPONENTS = ["length_penalty:reference", "search:reference"]
-# Searches whose bug only the random score tables reach (conformance.decoding.RandomTables, driven alone): composed
+# Searches whose bug only the random score tables reach (conformance.helpers.decoding.RandomTables, driven alone):
+# composed
 # into the reference, the model witnesses' distributions never meet the regime where it decides (the early stop by
 # lp(current length) changed no output on the sharpened witness model for any end symbol at max_len 8 or 20).
 SEEN_ALONE_ONLY = {"search:broken-early-stop-current-length"}

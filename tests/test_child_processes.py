@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from aiayn_conformance.conformance import threads
+from aiayn_conformance.conformance.helpers import threads
 
 ROOT = Path(__file__).resolve().parents[1]
 OWNER = "AIAYN_TEST_PYCACHE_OWNER"

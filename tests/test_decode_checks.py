@@ -8,8 +8,7 @@ import math
 import pytest
 import torch
 
-from aiayn_conformance.conformance.decoding import (
-    DECODE_CONFIG,
+from aiayn_conformance.conformance.helpers.decoding import (
     CacheVariant,
     ForwardScores,
     call_generate,
@@ -20,10 +19,12 @@ from aiayn_conformance.conformance.decoding import (
     replay,
     rows_of,
 )
-from aiayn_conformance.conformance.harness import ImplementationError, checking
+from aiayn_conformance.conformance.helpers.harness import ImplementationError, checking
+from aiayn_conformance.conformance.helpers.settings import others_for
 from aiayn_conformance.reference.model import Transformer
+from aiayn_conformance.spec.config import TINY
 
-CFG = DECODE_CONFIG
+CFG = others_for(TINY)["longer"]  # the decode checks' configuration at the suite's own sizes
 
 
 class Generates(torch.nn.Module):
@@ -44,9 +45,9 @@ class Generates(torch.nn.Module):
     (torch.zeros(3, 3), "returned dtype torch.float32, expected integer token ids"),
 ])
 def test_a_generate_that_misbehaves_is_an_implementation_error(result, message):
-    src = decode_sources([6, 3, 1], seed=0)
+    src = decode_sources([6, 3, 1], seed=0, config=CFG)
     with checking("decode.greedy"), pytest.raises(ImplementationError, match="could not be checked") as err:
-        call_generate(Generates(result), src, eos_id=2, beam_size=1, alpha=0.6, max_len=5)
+        call_generate(Generates(result), src, eos_id=2, beam_size=1, alpha=0.6, max_len=5, config=CFG)
     assert message in str(err.value) and "generate(src [3, 6] with real lengths [6, 3, 1]" in str(err.value)
 
 
@@ -78,12 +79,12 @@ class BadStep(torch.nn.Module):
 ])
 def test_a_step_decoder_that_misbehaves_is_an_implementation_error(what, message):
     with checking("decode.incremental"), pytest.raises(ImplementationError, match="decode.incremental") as err:
-        drive(BadStep(what), incremental_schedule(), "logits", CFG.tgt_vocab)
+        drive(BadStep(what), incremental_schedule(CFG), "logits", CFG.tgt_vocab)
     assert message in str(err.value)
 
 
 def test_the_schedule_runs_every_position_with_rows_finishing_and_reorders_in_the_middle():
-    sched = incremental_schedule()
+    sched = incremental_schedule(CFG)
     rep = replay(sched, CFG.pad_id)
     steps = CFG.max_len
     assert steps >= 64 and sched.tokens.shape == (steps, 6) and bool((sched.tokens[0] == 1).all())
@@ -104,7 +105,7 @@ def test_the_schedule_runs_every_position_with_rows_finishing_and_reorders_in_th
 def test_the_reference_cache_is_no_variant_and_each_variant_differs_from_it():
     torch.manual_seed(0)
     twin = Transformer(CFG).eval()
-    sched = incremental_schedule()
+    sched = incremental_schedule(CFG)
     rep = replay(sched, CFG.pad_id)
     exact = drive(twin, sched, "logits", CFG.tgt_vocab)
     with torch.no_grad():
@@ -126,8 +127,8 @@ def test_forward_scores_memoize_each_prefix_once():
             return super().forward(src, tgt)
 
     torch.manual_seed(0)
-    scores = ForwardScores(Counting(CFG).eval(), "logits")
-    src = decode_sources([4, 4], seed=3)
+    scores = ForwardScores(Counting(CFG).eval(), "logits", CFG)
+    src = decode_sources([4, 4], seed=3, config=CFG)
     src[1] = src[0]  # two identical rows: one forward row
     first = scores.log_probs(src, torch.ones(2, 1, dtype=torch.long))
     again = scores.log_probs(src, torch.ones(2, 1, dtype=torch.long))
@@ -141,8 +142,8 @@ def test_finished_in_beam_loses_an_early_winner_that_the_reference_keeps():
     model = Transformer(CFG).eval()
     with torch.no_grad():
         model.src_embed.weight.mul_(3.0)
-    scores = ForwardScores(model, "logits")
-    src = decode_sources([6, 5, 4, 3, 2, 1], seed=5)
+    scores = ForwardScores(model, "logits", CFG)
+    src = decode_sources([6, 5, 4, 3, 2, 1], seed=5, config=CFG)
     differs = 0
     for eos in range(2, 12):
         kw = dict(bos_id=1, eos_id=eos, beam_size=4, alpha=0.6, max_len=8)
@@ -153,10 +154,10 @@ def test_finished_in_beam_loses_an_early_winner_that_the_reference_keeps():
 
 
 def test_the_scripted_witnesses_are_as_worked_out():
-    """The component checks' witnesses (conformance.decoding): the reference beam search chooses [a, end] on the
+    """The component checks' witnesses (conformance.helpers.decoding): the reference beam search chooses [a, end] on the
     penalty row and [end] on the early row; no penalty and |Y|^alpha choose otherwise on the first, slots shared
     by finished hypotheses on the second; and a never-ending script runs each source to its real length + 50."""
-    from aiayn_conformance.conformance.decoding import (
+    from aiayn_conformance.conformance.helpers.decoding import (
         BEAM_VARIANTS,
         NEVER_ENDING_SOURCES,
         NEVER_ENDS,
@@ -181,7 +182,7 @@ def test_the_scripted_witnesses_are_as_worked_out():
 
 
 def test_the_builtin_length_penalties_are_their_closed_forms():
-    from aiayn_conformance.conformance import oracles
+    from aiayn_conformance.conformance.helpers import oracles
     from aiayn_conformance.implementations.builtins.components import length_power_penalty, no_length_penalty
     from aiayn_conformance.reference.decoding import gnmt_length_penalty
 
@@ -193,9 +194,10 @@ def test_the_builtin_length_penalties_are_their_closed_forms():
 
 
 def test_the_reference_search_is_tensor2tensors_on_every_random_table_no_near_tie_decides():
-    """The reference beam search (batched) against an independent per-source transcription (conformance.decoding.
+    """The reference beam search (batched) against an independent per-source transcription
+    (conformance.helpers.decoding.
     t2t_search) on 320 random tables: equal wherever no two scores within NEAR_TIE meet at a cut."""
-    from aiayn_conformance.conformance.decoding import (
+    from aiayn_conformance.conformance.helpers.decoding import (
         TABLE_SEARCH,
         RandomTables,
         expected_beam,
@@ -219,7 +221,7 @@ def test_the_random_tables_exercise_every_rule_of_the_search():
     """On the judged tables, each departure (early stop by lp(current length), K candidates, finished hypotheses in the
     beam slots, no penalty, |Y|^alpha) changes some output; some judged outputs pass through exact ties; the early
     stop ends some searches before their limit."""
-    from aiayn_conformance.conformance.decoding import (
+    from aiayn_conformance.conformance.helpers.decoding import (
         TABLE_SEARCH,
         TABLE_VARIANTS,
         RandomTables,

@@ -366,7 +366,7 @@ def _independent_class():
 def test_the_batched_searches_agree_with_a_per_source_list_based_transcription(beam_size, alpha):
     """tests/independent_model.py decodes each source alone with Python lists (2K candidates, K alive, K
     finished kept aside, t2t's bound); the reference's batched tensors must choose the same outputs."""
-    from aiayn_conformance.conformance.transplant import visible_state
+    from aiayn_conformance.conformance.helpers.transplant import visible_state
 
     state = visible_state(CFG, seed=11, adjust=lambda n, t: t * 3 if "embed" in n or n.startswith("generator") else t)
     ref = Transformer(CFG).eval()

@@ -13,11 +13,12 @@ import pytest
 import torch
 
 from aiayn_conformance.conformance import test_attention, test_mask, test_norm, test_position
-from aiayn_conformance.conformance.diagnosis import diagnosis_of, explanation, fail_on_variant_departure
-from aiayn_conformance.conformance.harness import ClauseViolation, build_model, checking
-from aiayn_conformance.conformance.inputs import CONFIG, WITNESS_BATCHES, WITNESS_LENGTHS, WITNESS_SHAPE, random_tokens
-from aiayn_conformance.conformance.shapes import under_test
-from aiayn_conformance.conformance.transplant import (
+from aiayn_conformance.conformance.helpers.diagnosis import diagnosis_of, explanation, fail_on_variant_departure
+from aiayn_conformance.conformance.helpers.harness import ClauseViolation, build_model, checking
+from aiayn_conformance.conformance.helpers.inputs import WITNESS_BATCHES, WITNESS_LENGTHS, WITNESS_SHAPE, random_tokens
+from aiayn_conformance.conformance.helpers.settings import AuditSettings
+from aiayn_conformance.conformance.helpers.shapes import under_test
+from aiayn_conformance.conformance.helpers.transplant import (
     OWN_SCALE,
     SHARP,
     STATE_SEED,
@@ -25,9 +26,10 @@ from aiayn_conformance.conformance.transplant import (
     transplanted,
     visible_state,
 )
-from aiayn_conformance.conformance.variants import KNOBS, MAX_VARIANTS, Knobs, diagnose, run_variant
+from aiayn_conformance.conformance.helpers.variants import KNOBS, MAX_VARIANTS, Knobs, diagnose, run_variant
 from aiayn_conformance.implementations import Implementation, get_registry
 from aiayn_conformance.reference.model import Transformer, padding_mask
+from aiayn_conformance.spec.config import TINY as CONFIG
 
 BROKEN_PLUGIN = Path(__file__).resolve().parent / "broken_models.py"
 
@@ -46,30 +48,30 @@ def test_the_chain_of_substitutions_is_reported(registry):
     implementation's own table, the extra norm is named (and nothing else)."""
     impl = broken(registry, "offset-table-embed-norm-biases")
     with checking("model.reference-equivalence"):
-        diag = diagnosis_of(impl)
+        diag = diagnosis_of(impl, CONFIG)
     assert diag.exact and diag.knobs.departures() == {"embed_norm": "yes"}
     said = explanation(diag)
     assert said.startswith("after substituting its own positional table (positional_encoding(length)), the "
                            "remaining difference is explained by: an extra LayerNorm right after embedding + PE"), said
     with checking("norm.no-extra-norm"), pytest.raises(ClauseViolation) as caught:
-        test_norm.test_no_extra_norm_variant(impl)
+        test_norm.test_no_extra_norm_variant(impl, CONFIG)
     assert "hint:     a LayerNorm right after embedding + PE is not in the paper" in str(caught.value)
     assert "final LayerNorm" not in str(caught.value)  # only the departing knob's hint
     with checking("position.formula"), pytest.raises(ClauseViolation) as caught:
-        test_position.test_table_matches_section_3_5(impl, "d32")
+        test_position.test_table_matches_section_3_5(impl, "audit", AuditSettings())
     assert "positions offset by 2" in str(caught.value) and "count positions from 0" in str(caught.value)
 
 
 def test_a_norm_without_bias_is_not_an_extra_norm(registry):
     with checking("norm.layer-norm"):
-        diag = diagnosis_of(broken(registry, "gain-only-norms"))
+        diag = diagnosis_of(broken(registry, "gain-only-norms"), CONFIG)
     assert diag.exact and diag.knobs.departures() == {"ln_bias": "none"}, explanation(diag)
 
 
 def test_the_substitution_is_not_taken_for_a_named_table(registry):
     """A table of a named form (positions from 1) is a variant: no substitution, the form is named."""
     with checking("model.reference-equivalence"):
-        diag = diagnosis_of(broken(registry, "pe-from-one"))
+        diag = diagnosis_of(broken(registry, "pe-from-one"), CONFIG)
     assert diag.substituted == () and diag.knobs.departures() == {"pe_form": "positions-from-1"}
 
 
@@ -88,12 +90,12 @@ class NoCausalMaskNoLoad(Transformer):
 def test_a_mask_witness_says_it_ran_at_the_model_s_own_scale():
     impl = Implementation(name="no-causal-no-load", build=NoCausalMaskNoLoad, output="logits")
     with checking("mask.causal"):
-        model, weights = sharp_or_own(impl, build_model(impl, CONFIG))
+        model, weights = sharp_or_own(impl, build_model(impl, CONFIG), CONFIG)
         assert weights == OWN_SCALE
         src = random_tokens(CONFIG, [7, 4], 7, vocab=CONFIG.src_vocab, seed=3)
         tgt = random_tokens(CONFIG, [6, 6], 6, vocab=CONFIG.tgt_vocab, seed=4)
         with pytest.raises(ClauseViolation, match="ran at the model's own scale"):
-            test_mask.check_causal(model, impl, src, tgt, 2, weights)
+            test_mask.check_causal(model, impl, CONFIG, src, tgt, 2, weights)
 
 
 def test_the_causal_witness_needs_sharp_weights(registry):
@@ -105,11 +107,11 @@ def test_the_causal_witness_needs_sharp_weights(registry):
     with checking("mask.causal"):
         own = build_model(impl, CONFIG)
         for j in (2, 5):
-            test_mask.check_causal(own, impl, src, tgt, j)  # passes: the leak is below the tolerance
-        model, weights = sharp_or_own(impl, own)
-        assert weights == SHARP and model is transplanted(impl)
+            test_mask.check_causal(own, impl, CONFIG, src, tgt, j)  # passes: the leak is below the tolerance
+        model, weights = sharp_or_own(impl, own, CONFIG)
+        assert weights == SHARP and model is transplanted(impl, CONFIG)
         with pytest.raises(ClauseViolation, match="outputs before position 5 changed"):
-            test_mask.check_causal(model, impl, src, tgt, 5, weights)
+            test_mask.check_causal(model, impl, CONFIG, src, tgt, 5, weights)
 
 
 class StrictCausal(Transformer):
@@ -141,7 +143,7 @@ class StrictCausalNoGuard(StrictCausal):
 def test_a_diagonal_masked_into_nan_is_named():
     impl = Implementation(name="strict-causal-nan", build=StrictCausalNoGuard, output="logits")
     with checking("mask.causal"), pytest.raises(ClauseViolation, match="diagonal") as caught:
-        test_mask.test_position_zero_attends_to_itself(impl)
+        test_mask.test_position_zero_attends_to_itself(impl, CONFIG)
     assert "non-finite" in str(caught.value) and "no admissible key" in str(caught.value)
 
 
@@ -157,13 +159,13 @@ def test_the_decoder_is_diagnosed_on_the_implementation_s_own_encoder_output():
     mask is named under mask.causal, and a clause of the encoder's part is skipped, not cleared."""
     impl = Implementation(name="odd-encoder-strict-causal", build=OddEncoderStrictCausal, output="logits")
     with checking("mask.causal"):
-        diag = diagnosis_of(impl)
+        diag = diagnosis_of(impl, CONFIG)
         assert diag.exact and set(diag.knobs.departures()) == {"causal"}, explanation(diag)
         assert explanation(diag).startswith("after substituting its own encoder output (encode(src))")
         with pytest.raises(ClauseViolation, match="diagonal excluded"):
-            fail_on_variant_departure(impl, hint="keep the diagonal")
+            fail_on_variant_departure(impl, CONFIG, hint="keep the diagonal")
     with checking("norm.post-norm"), pytest.raises(pytest.skip.Exception, match="no variant"):
-        fail_on_variant_departure(impl, hint="")
+        fail_on_variant_departure(impl, CONFIG, hint="")
 
 
 # -- the diagnosis names only what it shows (issue 28) --------------------------------------------------------------
@@ -173,7 +175,7 @@ def test_a_stacked_model_no_variant_explains_is_unexplained_and_names_no_departu
     line that points at model.reference-equivalence, where the search is reported once."""
     impl = broken(registry, "learned-positions-unscaled")
     with checking("model.reference-equivalence"):
-        diag = diagnosis_of(impl)
+        diag = diagnosis_of(impl, CONFIG)
     said = explanation(diag)
     assert not diag.exact and diag.knobs.departures() == {}, said
     assert said.startswith("unexplained: off by max |diff| = ") and f"after {diag.tried} variants" in said, said
@@ -184,7 +186,7 @@ def test_a_stacked_model_no_variant_explains_is_unexplained_and_names_no_departu
                           ("mask.causal", test_mask.test_causal_variant),
                           ("norm.post-norm", test_norm.test_post_norm_variant)):
         with checking(clause), pytest.raises(pytest.skip.Exception) as skipped:
-            check(impl)
+            check(impl, CONFIG)
         skips.append(str(skipped.value))
         assert skips[-1].startswith("blocked by model.reference-equivalence") and clause in skips[-1]
         assert "unexplained" not in skips[-1] and len(skips[-1]) < 260, skips[-1]  # the search is not repeated
@@ -193,11 +195,11 @@ def test_a_stacked_model_no_variant_explains_is_unexplained_and_names_no_departu
 def test_a_decoder_with_its_own_table_is_not_called_encoder_only(registry):
     impl = broken(registry, "decoder-own-table")
     with checking("position.added"):
-        diag = diagnosis_of(impl)
+        diag = diagnosis_of(impl, CONFIG)
         assert diag.departures_for("position.added") == {}, explanation(diag)
         assert "encoder input only" not in explanation(diag).split("on their own")[0]
         with pytest.raises(pytest.skip.Exception, match="blocked by model.reference-equivalence"):
-            test_position.test_position_added_variant(impl)
+            test_position.test_position_added_variant(impl, CONFIG)
 
 
 def test_a_shape_limited_unscaled_model_is_diagnosed_with_its_one_departure(registry):
@@ -206,11 +208,11 @@ def test_a_shape_limited_unscaled_model_is_diagnosed_with_its_one_departure(regi
     impl = broken(registry, "fixed-length-unscaled")
     with under_test(impl, CONFIG, lengths=WITNESS_LENGTHS, batches=WITNESS_BATCHES, witness=WITNESS_SHAPE):
         with checking("mask.causal"):
-            diag = diagnosis_of(impl)
+            diag = diagnosis_of(impl, CONFIG)
             assert diag.exact and diag.knobs.departures() == {"embed_scale": "1"}, explanation(diag)
-            fail_on_variant_departure(impl, hint="")  # mask.causal: nothing to say
+            fail_on_variant_departure(impl, CONFIG, hint="")  # mask.causal: nothing to say
         with checking("embedding.scale"), pytest.raises(ClauseViolation, match="embeddings not scaled"):
-            fail_on_variant_departure(impl, hint="")
+            fail_on_variant_departure(impl, CONFIG, hint="")
 
 
 def test_a_departure_the_match_holds_without_is_dropped():

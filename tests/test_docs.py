@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from aiayn_conformance.conformance.catalogue import clauses_markdown
+from aiayn_conformance.conformance.helpers.catalogue import clauses_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -14,7 +14,7 @@ def test_clause_catalogue_doc_is_current(monkeypatch):
     doc = (ROOT / "docs" / "clauses.md").read_text()
     assert doc == clauses_markdown(), \
         "docs/clauses.md is stale: regenerate it with " \
-        "`python3 -m aiayn_conformance.conformance.catalogue > docs/clauses.md`"
+        "`python3 -m aiayn_conformance.conformance.helpers.catalogue > docs/clauses.md`"
 
 
 def test_readme_names_every_suite_option():

@@ -20,7 +20,7 @@ import pytest
 import torch
 from registered import library_module, library_plugins
 
-from aiayn_conformance.conformance.transplant import reference_twin, visible_state
+from aiayn_conformance.conformance.helpers.transplant import reference_twin, visible_state
 from aiayn_conformance.implementations.availability import installed_version, parse_written_for, version_note
 from aiayn_conformance.reference.model import sinusoid_table
 from aiayn_conformance.spec.config import TINY, ModelConfig

@@ -132,8 +132,8 @@ def test_a_hanging_forward_costs_two_budgets_not_one_per_check(run):
 
 def test_our_diagnostic_is_found_inside_groups_and_chains():
     """Hypothesis reports a check whose replay failed differently as a group of both exceptions."""
-    from aiayn_conformance.conformance.harness import CheckTimeout, ImplementationError
-    from aiayn_conformance.conformance.plugin import _diagnostic
+    from aiayn_conformance.conformance.helpers.harness import CheckTimeout, ImplementationError
+    from aiayn_conformance.conformance.helpers.reports import diagnostic as _diagnostic
 
     timeout, crash = CheckTimeout("[model.shape] too slow"), ImplementationError("[model.shape] crashed")
     if sys.version_info >= (3, 11):
@@ -149,7 +149,7 @@ def test_our_diagnostic_is_found_inside_groups_and_chains():
 
 
 def test_time_spent_waiting_for_a_cpu_is_given_back_up_to_a_bound():
-    from aiayn_conformance.conformance.plugin import MAX_STRETCH, budget_left
+    from aiayn_conformance.conformance.helpers.budget import MAX_STRETCH, budget_left
     assert budget_left(120, 120, 0.0) is None  # no waiting: spent at the budget
     assert budget_left(120, 120, None) is None  # waiting unknown: wall time, as before
     assert budget_left(120, 120, 50.0) == pytest.approx(50.0)  # 50 s behind other processes: 50 s more
@@ -161,7 +161,7 @@ def test_time_spent_waiting_for_a_cpu_is_given_back_up_to_a_bound():
 
 @pytest.mark.skipif(not Path("/proc/thread-self/schedstat").exists(), reason="no Linux schedstat here")
 def test_the_runqueue_wait_is_read_and_only_grows():
-    from aiayn_conformance.conformance.plugin import runqueue_wait
+    from aiayn_conformance.conformance.helpers.budget import runqueue_wait
     first = runqueue_wait()
     sum(range(10**6))
     second = runqueue_wait()

@@ -84,7 +84,8 @@ def test_nothing_is_installed_at_the_top_level_but_the_namespace():
 
 
 @pytest.mark.parametrize("module", ["aiayn_conformance.spec", "aiayn_conformance.reference.model",
-                                    "aiayn_conformance.implementations", "aiayn_conformance.conformance.harness",
+                                    "aiayn_conformance.implementations",
+                                    "aiayn_conformance.conformance.helpers.harness",
                                     "aiayn_conformance.export", "aiayn_conformance.cli"])
 def test_each_part_imports_from_outside_the_checkout(module, tmp_path):
     res = run(f"import {module}; print({module}.__name__)", tmp_path)

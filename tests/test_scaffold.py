@@ -18,7 +18,7 @@ from registered import builtin_module
 from scaffolded import plugin_module, reproduces_the_reference
 
 from aiayn_conformance.cli import main
-from aiayn_conformance.conformance.transplant import visible_state
+from aiayn_conformance.conformance.helpers.transplant import visible_state
 from aiayn_conformance.implementations import Registry
 from aiayn_conformance.scaffold import render, scaffold
 from aiayn_conformance.spec.config import TINY

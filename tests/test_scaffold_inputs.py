@@ -194,7 +194,7 @@ def test_a_factory_taking_an_options_object_and_the_vocabularies():
     """``get_model(opt, src_vocab, trg_vocab)`` (SamLynnEvans'): ``opt`` gets exactly the attributes the factory read,
     each from its field, ``opt.load_weights`` (no field) None with a CHECK, and the vocabularies their fields. The
     plugin computes what the keyword factory's plugin computes on the same canonical weights."""
-    from aiayn_conformance.conformance.transplant import visible_state
+    from aiayn_conformance.conformance.helpers.transplant import visible_state
 
     target = f"{PACKAGE}.options_factory:get_model"
     call = constructor_call(target, "get_model")

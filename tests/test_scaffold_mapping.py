@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from aiayn_conformance.cli import main
-from aiayn_conformance.conformance.transplant import reference_twin, visible_state
+from aiayn_conformance.conformance.helpers.transplant import reference_twin, visible_state
 from aiayn_conformance.scaffold import naming, render, scaffold
 from aiayn_conformance.scaffold.masks import Convention, _try, mask_lines
 from aiayn_conformance.scaffold.probe import PROBE

@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn_conformance.conformance import shapes
-from aiayn_conformance.conformance.inputs import CONFIG, WITNESS_BATCHES, WITNESS_LENGTHS, WITNESS_SHAPE
+from aiayn_conformance.conformance.helpers import shapes
+from aiayn_conformance.conformance.helpers.inputs import WITNESS_BATCHES, WITNESS_LENGTHS, WITNESS_SHAPE
+from aiayn_conformance.spec.config import TINY as CONFIG
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "tests" / "shape_limited_models.py"

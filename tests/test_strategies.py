@@ -1,4 +1,5 @@
-"""The suite's hypothesis strategies (conformance/strategies.py) tested themselves, in the manner of array-api-tests'
+"""The suite's hypothesis strategies (conformance/helpers/strategies.py) tested themselves, in the manner of
+array-api-tests'
 meta tests.
 
 For each strategy: every draw meets its contract (shape, dtype, value range; token ids within the vocabulary;
@@ -30,8 +31,8 @@ from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
-from aiayn_conformance.conformance import shapes, strategies
-from aiayn_conformance.conformance.shapes import ShapeContract
+from aiayn_conformance.conformance.helpers import shapes, strategies
+from aiayn_conformance.conformance.helpers.shapes import ShapeContract
 from aiayn_conformance.spec.config import TINY, ModelConfig
 
 # TINY pads with 0; the other configuration pads with an id inside the vocabularies, so that a strategy that

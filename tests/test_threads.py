@@ -1,4 +1,4 @@
-"""Parallel suite processes share the CPUs: conformance/threads.py and ``aiayn audit``'s thread share."""
+"""Parallel suite processes share the CPUs: conformance/helpers/threads.py and ``aiayn audit``'s thread share."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from aiayn_conformance.conformance import threads
+from aiayn_conformance.conformance.helpers import threads
 
 HAVE_XDIST = importlib.util.find_spec("xdist") is not None
 

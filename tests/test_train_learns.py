@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from aiayn_conformance.conformance.harness import checking
-from aiayn_conformance.conformance.learning import TASKS, train_implementation
+from aiayn_conformance.conformance.helpers.harness import checking
+from aiayn_conformance.conformance.helpers.learning import TASKS, train_implementation
 from aiayn_conformance.implementations import get_registry
 
 

@@ -11,7 +11,7 @@ import pytest
 from aiayn_conformance import report
 from aiayn_conformance.audit import AuditResult, SubjectResult, fold
 from aiayn_conformance.cli import main
-from aiayn_conformance.conformance.learning import TASKS, LearningCurve
+from aiayn_conformance.conformance.helpers.learning import TASKS, LearningCurve
 from aiayn_conformance.figures import learning_curves_figure
 
 PNG = b"\x89PNG"

@@ -1,5 +1,5 @@
 """The reference training pieces (reference/training.py) against the paper's derived numbers, and the
-measurements the train checks rest on (conformance/train_probes.py)."""
+measurements the train checks rest on (conformance/helpers/train_probes.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aiayn_conformance.conformance.train_probes import (
+from aiayn_conformance.conformance.helpers.train_probes import (
     SMOOTHING_CONVENTIONS,
     convention_targets,
     describe_hyperparameters,

@@ -1,4 +1,4 @@
-"""The reference variants of conformance/variants.py: the paper's variant is the reference model, and each
+"""The reference variants of conformance/helpers/variants.py: the paper's variant is the reference model, and each
 departure computes something else (a knob that changes nothing could never explain an implementation)."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ import dataclasses
 import pytest
 import torch
 
-from aiayn_conformance.conformance.inputs import CONFIG, witness_batch
-from aiayn_conformance.conformance.transplant import reference_twin, visible_state
-from aiayn_conformance.conformance.variants import KNOBS, Knobs, run_variant
+from aiayn_conformance.conformance.helpers.inputs import witness_batch
+from aiayn_conformance.conformance.helpers.transplant import reference_twin, visible_state
+from aiayn_conformance.conformance.helpers.variants import KNOBS, Knobs, run_variant
+from aiayn_conformance.spec.config import TINY as CONFIG
 
 
 @pytest.fixture(scope="module")
@@ -20,11 +21,11 @@ def state():
 
 @pytest.fixture(scope="module")
 def paper(state):
-    return run_variant(Knobs(), state, CONFIG, *witness_batch())
+    return run_variant(Knobs(), state, CONFIG, *witness_batch(CONFIG))
 
 
 def test_the_paper_variant_is_the_reference(state):
-    src, tgt = witness_batch()
+    src, tgt = witness_batch(CONFIG)
     logp, enc = run_variant(Knobs(), state, CONFIG, src, tgt)
     ref = reference_twin(CONFIG, state)
     with torch.no_grad():
@@ -40,7 +41,7 @@ def test_the_paper_variant_is_the_reference(state):
 
 @pytest.mark.parametrize("knob, value", [(k, v) for k, knob in KNOBS.items() for v in list(knob.values)[1:]])
 def test_every_departure_changes_the_output(state, paper, knob, value):
-    src, tgt = witness_batch()
+    src, tgt = witness_batch(CONFIG)
     paper, paper_enc = paper
     variant = dataclasses.replace(Knobs(), **{knob: value})
     logp, enc = run_variant(variant, state, CONFIG, src, tgt)

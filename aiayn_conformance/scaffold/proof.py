@@ -1,7 +1,7 @@
 """The value probe: a mapping is written unmarked only when it is proved (issue 24).
 
 The plugin as the scaffold would write it is executed; its adapter is built at the probe's sizes without dropout,
-loads the visible canonical weights (``conformance.transplant.visible_state``, the transplant-based checks'
+loads the visible canonical weights (``conformance.helpers.transplant.visible_state``, the transplant-based checks'
 weights: gains far from 1, biases far from 0, sharp attention) through its ``load_reference_state`` (learned
 positional tables get the sinusoid of section 3.5 for the probe), and runs on a padded batch beside the reference
 holding the same weights (``reference_twin``). Where the log-probabilities agree at every real target position the
@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from aiayn_conformance.conformance.transplant import STATE_SEED, reference_twin, visible_state
+from aiayn_conformance.conformance.helpers.transplant import STATE_SEED, reference_twin, visible_state
 from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import as_log_probs
 

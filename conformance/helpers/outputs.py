@@ -12,7 +12,6 @@ from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.tolerance import Comparison, compare
 
 from .harness import as_log_probs, run_forward
-from .inputs import CONFIG
 
 if TYPE_CHECKING:
     from aiayn_conformance.implementations import Implementation
@@ -23,7 +22,7 @@ __all__ = ["log_probs", "require_deterministic", "compare_real"]
 _DETERMINISTIC: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
 
-def require_deterministic(model: Any, src: torch.Tensor, tgt: torch.Tensor, config: ModelConfig = CONFIG) -> None:
+def require_deterministic(model: Any, src: torch.Tensor, tgt: torch.Tensor, config: ModelConfig) -> None:
     """Skip a comparison-based check when eval-mode outputs are random (model.eval-determinism fails):
     every comparison would fail for that one reason (a cascade, not a finding)."""
     if model not in _DETERMINISTIC:  # once per model instance: randomness shows on any input
@@ -36,7 +35,7 @@ def require_deterministic(model: Any, src: torch.Tensor, tgt: torch.Tensor, conf
 
 
 def log_probs(model: Any, impl: Implementation, src: torch.Tensor, tgt: torch.Tensor,
-              config: ModelConfig = CONFIG, *, grad: bool = False, check_finite: bool = True) -> torch.Tensor:
+              config: ModelConfig, *, grad: bool = False, check_finite: bool = True) -> torch.Tensor:
     """float64 log-probabilities [B, T, V] of ``model(src, tgt)`` (crashes become ImplementationError).
 
     In eval mode, a model whose outputs are random is skipped as blocked by model.eval-determinism.

@@ -1,4 +1,5 @@
-"""``python3 -m aiayn_conformance.conformance.catalogue > docs/clauses.md``: the clause catalogue with its checks.
+"""``python3 -m aiayn_conformance.conformance.helpers.catalogue > docs/clauses.md``: the clause catalogue, with
+its checks.
 
 The file is the catalogue ``python3 -m aiayn_conformance.spec`` prints (ids, sections, severities, statements, tolerance
 policy) followed by a section that lists, per clause, the checks of the suite: read from pytest's own

@@ -1,4 +1,4 @@
-"""Deterministic witness inputs for the configuration the suite audits with (``configs.CONFIG``; hypothesis
+"""Deterministic witness inputs for the configuration the suite audits with (the ``config`` fixture; hypothesis
 draws its inputs in ``strategies.py``).
 
 Witnesses are fitted to the shapes the implementation under test accepts (``shapes``, model.shape): for a
@@ -13,9 +13,8 @@ import torch
 from aiayn_conformance.spec.config import ModelConfig
 
 from . import shapes
-from .configs import CONFIG
 
-# The shapes the witnesses use, which the shape probe tries (with 1 and CONFIG.max_len) before any check runs:
+# The shapes the witnesses use, which the shape probe tries (with 1 and config.max_len) before any check runs:
 # the source and target widths of every witness (with the padding the mask checks append), and their batch
 # sizes. The witness batch's own shape is the probe's first call.
 WITNESS_SHAPE = (3, 7, 5)  # witness_batch(): (batch, source length, target length)
@@ -33,7 +32,7 @@ def random_tokens(config: ModelConfig, lengths: list[int], total: int, *, vocab:
     return ids
 
 
-def fitted(src: torch.Tensor, tgt: torch.Tensor, config: ModelConfig = CONFIG, *, src_room: int = 0,
+def fitted(src: torch.Tensor, tgt: torch.Tensor, config: ModelConfig, *, src_room: int = 0,
            tgt_room: int = 0, min_batch: int = 1, keep: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor]:
     """A witness (src, tgt) at shapes the implementation under test accepts: unchanged when it accepts them
     (with room for ``src_room`` / ``tgt_room`` more tokens, for checks that append padding, and at least
@@ -51,7 +50,7 @@ def shape_need(what: str, axis: shapes.Axis | None = None) -> str:
     return contract.need(what, axis) if contract is not None else f"blocked by model.shape: {what}"
 
 
-def witness_batch(config: ModelConfig = CONFIG, *, seed: int = 0, src_room: int = 0, tgt_room: int = 0,
+def witness_batch(config: ModelConfig, *, seed: int = 0, src_room: int = 0, tgt_room: int = 0,
                   min_batch: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """A padded batch with src_len != tgt_len: src [3, 7], tgt [3, 5] (fitted, see :func:`fitted`)."""
     src = random_tokens(config, [7, 4, 2], 7, vocab=config.src_vocab, seed=seed)

@@ -16,7 +16,7 @@ variant closest to the implementation. Where a part of the implementation
 cannot be named by any variant (a learned positional table, a table offset by
 a padding index), ``Parts`` substitutes what the implementation exposes of
 itself (its own table, its own encoder output), so the rest can still be
-named; ``conformance.diagnosis`` chains these substitutions.
+named; ``conformance.helpers.diagnosis`` chains these substitutions.
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ class Knobs:
 
 
 if {f.name: f.default for f in dataclasses.fields(Knobs)} != PAPER:  # one list of knobs, two spellings
-    raise RuntimeError("conformance.variants: Knobs' fields and defaults must be KNOBS' names and first values")
+    raise RuntimeError("conformance.helpers.variants: Knobs' fields and defaults must be KNOBS' names and first values")
 
 
 # --------------------------------------------------------------------------------------------------

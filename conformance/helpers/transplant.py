@@ -24,8 +24,8 @@ from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import has_capability
 from aiayn_conformance.spec.schema import parameter_schema, tied_groups
 
+from . import settings
 from .harness import ImplementationError, build_model, could_not_check, current_clause, held_weights, seeded
-from .inputs import CONFIG
 
 if TYPE_CHECKING:
     from aiayn_conformance.implementations import Implementation
@@ -97,17 +97,15 @@ def load_into(model: Any, state: Mapping[str, torch.Tensor], impl_name: str = ""
         could_not_check(f"{impl_name}: load_reference_state(canonical state) raised", exc)
 
 
-_MODELS: dict[tuple[str, int, ModelConfig], Any] = {}
-
-
-def transplanted(impl: Implementation, state: Mapping[str, torch.Tensor] | None = None,
-                 config: ModelConfig = CONFIG, *, cache: bool = True) -> Any:
+def transplanted(impl: Implementation, config: ModelConfig, state: Mapping[str, torch.Tensor] | None = None, *,
+                 cache: bool = True) -> Any:
     """The implementation built for ``config`` in eval mode holding ``state`` (default: the visible weights,
-    seed ``STATE_SEED``, built once per implementation and config when ``cache``); skips when the adapter has
-    no ``load_reference_state``."""
+    seed ``STATE_SEED``, built once per implementation, config and session when ``cache``); skips when the
+    adapter has no ``load_reference_state``."""
+    models = settings.current().cache("transplanted")
     key = (impl.name, id(impl), config)
-    if cache and state is None and key in _MODELS:
-        return _MODELS[key]
+    if cache and state is None and key in models:
+        return models[key]
     model = build_model(impl, config)
     if not has_capability(model, "load_reference_state"):
         pytest.skip(f"{impl.name} has no load_reference_state(state): the transplant-based check of "
@@ -115,7 +113,7 @@ def transplanted(impl: Implementation, state: Mapping[str, torch.Tensor] | None 
     load_into(model, visible_state(config, seed=STATE_SEED) if state is None else state, impl.name)
     model.eval()
     if cache and state is None:
-        _MODELS[key] = model
+        models[key] = model
     return model
 
 
@@ -124,7 +122,7 @@ OWN_SCALE = ("at the model's own initialisation: the adapter has no load_referen
              "the model's own scale (a near-uniform attention can hide a leak)")
 
 
-def sharp_or_own(impl: Implementation, model: Any) -> tuple[Any, str]:
+def sharp_or_own(impl: Implementation, model: Any, config: ModelConfig) -> tuple[Any, str]:
     """(the model a black-box witness should run on, which weights it holds, as its messages say it).
 
     A witness whose effect scales with the sharpness of attention (a leaked future or padded key) must not
@@ -133,8 +131,8 @@ def sharp_or_own(impl: Implementation, model: Any) -> tuple[Any, str]:
     implementation holding the visible weights (``transplanted``); elsewhere ``model`` itself, said so.
     """
     if has_capability(model, "load_reference_state"):
-        return transplanted(impl), SHARP
-    if held_weights(impl, CONFIG):
-        return model, (f"on the weights given with --weights ({held_weights(impl, CONFIG)}): the adapter has no "
+        return transplanted(impl, config), SHARP
+    if held_weights(impl, config):
+        return model, (f"on the weights given with --weights ({held_weights(impl, config)}): the adapter has no "
                        "load_reference_state to load sharper ones")
     return model, OWN_SCALE

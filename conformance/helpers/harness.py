@@ -37,17 +37,15 @@ from aiayn_conformance.spec.clauses import get_clause
 from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import as_log_probs
 
-from .configs import CONFIG, config_change
+from . import settings
 
 if TYPE_CHECKING:
     from aiayn_conformance.implementations import Implementation
 
-    from .user_weights import UserWeights
-
 __all__ = [
     "ClauseViolation", "ImplementationError", "CheckTimeout", "checking", "current_clause", "violation",
     "could_not_check", "build_model", "refused", "call_forward", "output_problem", "first_nonfinite", "run_forward",
-    "as_log_probs", "describe_call", "seeded", "shape_gate", "held_weights", "USER_WEIGHTS",
+    "as_log_probs", "describe_call", "seeded", "shape_gate", "held_weights",
 ]
 
 _CLAUSE: contextvars.ContextVar[str | None] = contextvars.ContextVar("aiayn_clause_under_test", default=None)
@@ -69,7 +67,8 @@ def current_clause() -> str:
     clause_id = _CLAUSE.get()
     if clause_id is None:
         raise RuntimeError("no clause under test: call conformance helpers from a test carrying "
-                           "@pytest.mark.clause(...), or inside `with conformance.harness.checking(clause_id):`")
+                           "@pytest.mark.clause(...), or inside "
+                           "`with conformance.helpers.harness.checking(clause_id):`")
     return clause_id
 
 
@@ -137,21 +136,16 @@ def seeded(seed: int = 0) -> Iterator[None]:
         yield
 
 
-# --weights: implementation name -> the user's weights (conformance.user_weights), set by the plugin.
-USER_WEIGHTS: dict[str, UserWeights] = {}
-
-
 def held_weights(impl: Implementation, config: ModelConfig) -> str:
     """The path of the user's weights a model of ``impl`` built at ``config`` holds (``--weights``), else ""."""
-    weights = USER_WEIGHTS.get(impl.name)
-    return weights.path if weights is not None and not config_change(config) else ""
+    return settings.current().held_weights(impl, config)
 
 
 def build_model(impl: Implementation, config: ModelConfig, *, seed: int = 0, train: bool = False) -> Any:
     """``impl.build(config)`` with a fixed seed, in eval mode unless ``train``; holding the user's weights
     (``--weights``, checked to fit before the session) when ``config`` is the audit configuration up to dropout.
 
-    A configuration other than the audit's (``configs.OTHER_CONFIGS``, the base preset) that the implementation
+    A configuration other than the audit's (``AuditSettings.others``, the base preset) that the implementation
     refuses to build is a finding of config.parameters: under that clause it fails with the implementation's
     own error, and a check of another clause that needed the configuration is skipped as blocked by it.
     """
@@ -165,8 +159,9 @@ def build_model(impl: Implementation, config: ModelConfig, *, seed: int = 0, tra
         could_not_check(f"{impl.name}: build(config) raised", exc)
     if not isinstance(model, torch.nn.Module):
         could_not_check(f"{impl.name}: build(config) returned {type(model).__name__}, not a torch.nn.Module")
-    if held_weights(impl, config):
-        USER_WEIGHTS[impl.name].load_into(model)
+    weights = settings.current().weights
+    if weights is not None and held_weights(impl, config):
+        weights.load_into(model)
     return model.train(train)
 
 
@@ -174,12 +169,13 @@ def refused(impl: Implementation, config: ModelConfig, exc: Exception) -> None:
     """Report ``impl.build(config)`` raising ``exc`` for a configuration other than the audit's (nothing for the
     audit configuration itself, which every check needs, nor for a model that cannot build that one either: those
     are could_not_check)."""
-    change = config_change(config)
+    audit = settings.current()
+    change = audit.config_change(config)
     if not change:
         return
     try:  # a model that builds no configuration at all malfunctions (could_not_check); it refuses nothing
         with seeded(0):
-            impl.build(CONFIG)
+            impl.build(audit.config)
     except CheckTimeout:
         raise
     except Exception:

@@ -26,7 +26,7 @@ from aiayn_conformance.spec.contract import has_capability
 
 from . import oracles
 from .harness import build_model, violation
-from .inputs import CONFIG, fitted, random_tokens
+from .inputs import fitted, random_tokens
 from .outputs import log_probs
 from .transplant import load_into, visible_state
 
@@ -35,15 +35,19 @@ if TYPE_CHECKING:
 
 __all__ = ["readout", "hidden_states", "post_norm_probe", "last_sublayer_diagnosis", "last_norm_divisor",
            "sublayers_off",
-           "zero_gain_state", "check_input_path", "SRC", "TGT", "LAST", "witness"]
-
-SRC = random_tokens(CONFIG, [6, 4], 6, vocab=CONFIG.src_vocab, seed=31)
-TGT = random_tokens(CONFIG, [5, 5], 5, vocab=CONFIG.tgt_vocab, seed=32)
+           "zero_gain_state", "check_input_path", "last_layer", "witness"]
 
 
-def witness() -> tuple[torch.Tensor, torch.Tensor]:
-    """The probes' input (SRC, TGT), fitted to the shapes the implementation under test accepts."""
-    return fitted(SRC, TGT)
+def witness(config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """The probes' input, fitted to the shapes the implementation under test accepts."""
+    src = random_tokens(config, [6, 4], 6, vocab=config.src_vocab, seed=31)
+    tgt = random_tokens(config, [5, 5], 5, vocab=config.tgt_vocab, seed=32)
+    return fitted(src, tgt, config)
+
+
+def last_layer(config: ModelConfig) -> str:
+    """The canonical prefix of the last decoder layer."""
+    return f"decoder.{config.n_layers - 1}"
 
 
 def readout(logp: torch.Tensor, generator: torch.Tensor) -> tuple[torch.Tensor, float]:
@@ -57,12 +61,12 @@ def readout(logp: torch.Tensor, generator: torch.Tensor) -> tuple[torch.Tensor, 
     return h, residual
 
 
-def hidden_states(impl: Implementation, state: dict[str, torch.Tensor], config: ModelConfig = CONFIG,
+def hidden_states(impl: Implementation, state: dict[str, torch.Tensor], config: ModelConfig,
                   src: torch.Tensor | None = None, tgt: torch.Tensor | None = None) -> torch.Tensor | None:
     """The decoder's final hidden states [B, T, d] for these canonical weights (on :func:`witness` unless
     ``src`` and ``tgt`` are given), or None if not observable."""
     if src is None or tgt is None:
-        src, tgt = witness()
+        src, tgt = witness(config)
     model = build_model(impl, config)
     if not has_capability(model, "load_reference_state"):
         return None
@@ -72,11 +76,12 @@ def hidden_states(impl: Implementation, state: dict[str, torch.Tensor], config: 
     return h if residual < 1e-3 else None
 
 
-def zero_gain_state(layer_norm: str, *, seed: int = 41, bias: float = 0.3, **kw: Any) -> dict[str, torch.Tensor]:
+def zero_gain_state(config: ModelConfig, layer_norm: str, *, seed: int = 41, bias: float = 0.3,
+                    **kw: Any) -> dict[str, torch.Tensor]:
     """Visible weights with one norm's gain 0 and its bias a constant vector (representable by any norm)."""
-    state = visible_state(CONFIG, seed=seed, **kw)
-    state[f"{layer_norm}.weight"] = torch.zeros(CONFIG.d_model)
-    state[f"{layer_norm}.bias"] = torch.full((CONFIG.d_model,), bias)
+    state = visible_state(config, seed=seed, **kw)
+    state[f"{layer_norm}.weight"] = torch.zeros(config.d_model)
+    state[f"{layer_norm}.bias"] = torch.full((config.d_model,), bias)
     return state
 
 
@@ -85,7 +90,7 @@ def is_constant_per_sample(h: torch.Tensor, tol: float = 1e-4) -> bool:
     return bool(((h - h[:, :1]).abs() <= tol * (1 + h[:, :1].abs())).all())
 
 
-def post_norm_probe(impl: Implementation) -> tuple[bool | None, str]:
+def post_norm_probe(impl: Implementation, config: ModelConfig) -> tuple[bool | None, str]:
     """Is the last decoder layer's output its last norm (post-norm)? (True/False, or None with the reason).
 
     With that norm's gain 0 and a constant bias, the paper's decoder outputs
@@ -94,14 +99,15 @@ def post_norm_probe(impl: Implementation) -> tuple[bool | None, str]:
     Probing the last layer keeps every attention out of the way, so a bug in
     masks or heads cannot pass for a pre-norm residual.
     """
-    h = hidden_states(impl, zero_gain_state(f"{LAST}.norm3"))
+    h = hidden_states(impl, zero_gain_state(config, f"{last_layer(config)}.norm3"), config)
     if h is None:
         return None, f"{impl.name}: the hidden state cannot be read back (needs load_reference_state and tied E)"
     return is_constant_per_sample(h), ""
 
 
-def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, form: str = "paper") -> torch.Tensor:
-    return oracles.layer_norm(x, weight, bias, CONFIG.norm_eps, form=form)
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
+               form: str = "paper") -> torch.Tensor:
+    return oracles.layer_norm(x, weight, bias, eps, form=form)
 
 
 def embedding_input(tokens: torch.Tensor, E: torch.Tensor, *, scale: float, pe: torch.Tensor,
@@ -124,18 +130,16 @@ def sublayers_off(state: dict[str, torch.Tensor], stack: str) -> dict[str, torch
     return _zero(state, names)
 
 
-LAST = f"decoder.{CONFIG.n_layers - 1}"
-
-
-def _last_sublayer_state(scale: float) -> dict[str, torch.Tensor]:
+def _last_sublayer_state(config: ModelConfig, scale: float) -> dict[str, torch.Tensor]:
     """Visible weights with the last decoder layer's norm2 at gain 0 and a per-feature bias b2 (scaled by ``scale``,
     as are W2 and its bias): the paper's FFN input is b2 at every position."""
-    state = visible_state(CONFIG, seed=43)
+    last = last_layer(config)
+    state = visible_state(config, seed=43)
     g = torch.Generator().manual_seed(44)
-    state[f"{LAST}.norm2.weight"] = torch.zeros(CONFIG.d_model)
-    state[f"{LAST}.norm2.bias"] = torch.randn(CONFIG.d_model, generator=g) * scale
+    state[f"{last}.norm2.weight"] = torch.zeros(config.d_model)
+    state[f"{last}.norm2.bias"] = torch.randn(config.d_model, generator=g) * scale
     for n in ("ffn.w2.weight", "ffn.w2.bias"):
-        state[f"{LAST}.{n}"] = state[f"{LAST}.{n}"] * scale
+        state[f"{last}.{n}"] = state[f"{last}.{n}"] * scale
     return state
 
 
@@ -144,9 +148,11 @@ ACTIVATION_FORMS: dict[str, dict[str, Any]] = {"relu": {}, "gelu": {"activation"
                                                "relu-after-w2": {"after_w2": True}}
 
 
-def last_norm_input(state: dict[str, torch.Tensor], activation: str, residual: str) -> torch.Tensor:
+def last_norm_input(config: ModelConfig, state: dict[str, torch.Tensor], activation: str,
+                    residual: str) -> torch.Tensor:
     """The last decoder norm's input in closed form on a ``_last_sublayer_state``: float64 [d_model]."""
-    p = {k.split(f"{LAST}.", 1)[1]: v for k, v in state.items() if k.startswith(LAST + ".")}
+    last = last_layer(config)
+    p = {k.split(f"{last}.", 1)[1]: v for k, v in state.items() if k.startswith(last + ".")}
     b2 = p["norm2.bias"]
     f = oracles.feed_forward(b2, p["ffn.w1.weight"], p["ffn.w1.bias"], p["ffn.w2.weight"], p["ffn.w2.bias"],
                              **ACTIVATION_FORMS[activation])
@@ -154,7 +160,8 @@ def last_norm_input(state: dict[str, torch.Tensor], activation: str, residual: s
     return {"x + F(x)": x + f, "x + x + F(x)": 2 * x + f, "F(x) + F(x)": 2 * f, "F(x)": f}[residual]
 
 
-def last_sublayer_diagnosis(impl: Implementation, scale: float = 1.0) -> tuple[list[tuple[str, str, str]], str]:
+def last_sublayer_diagnosis(impl: Implementation, config: ModelConfig,
+                            scale: float = 1.0) -> tuple[list[tuple[str, str, str]], str]:
     """Which (activation, layer-norm form, residual) reproduce the last decoder sub-layer in closed form.
 
     With the last layer's norm2 gain 0 and a per-feature bias b2, the paper's
@@ -167,33 +174,36 @@ def last_sublayer_diagnosis(impl: Implementation, scale: float = 1.0) -> tuple[l
     variance LN3 sees is close to eps: then eps inside or outside the square
     root, and its value, are told apart (at scale 1 they are not).
     """
-    state = _last_sublayer_state(scale)
-    h = hidden_states(impl, state)
+    state = _last_sublayer_state(config, scale)
+    h = hidden_states(impl, state, config)
     if h is None:
         return [], f"{impl.name}: the hidden state cannot be read back (needs load_reference_state and tied E)"
+    last = last_layer(config)
     matches = []
     for act in ACTIVATION_FORMS:
         for residual in ("x + F(x)", "x + x + F(x)", "F(x) + F(x)", "F(x)"):
-            u = last_norm_input(state, act, residual)
+            u = last_norm_input(config, state, act, residual)
             for form in ("paper", "unbiased-std", "eps-outside", "unbiased-var"):
-                expected = layer_norm(u, state[f"{LAST}.norm3.weight"], state[f"{LAST}.norm3.bias"], form)
+                expected = layer_norm(u, state[f"{last}.norm3.weight"], state[f"{last}.norm3.bias"],
+                                      config.norm_eps, form)
                 if bool(((h - expected).abs() <= 1e-4 * (1 + expected.abs())).all()):
                     matches.append((act, form, residual))
     return matches, ""
 
 
-def last_norm_divisor(impl: Implementation, scale: float, activation: str,
+def last_norm_divisor(impl: Implementation, config: ModelConfig, scale: float, activation: str,
                       residual: str) -> tuple[float, torch.Tensor] | None:
     """(D, the norm's input u) for the last decoder norm at ``scale``, where h = (u - mean(u)) / D * g + b is what
     the implementation computes: D fitted by least squares over the features of every real position (one value;
     the norm's input is the same at every position). None when h cannot be read back."""
-    state = _last_sublayer_state(scale)
-    h = hidden_states(impl, state)
+    state = _last_sublayer_state(config, scale)
+    h = hidden_states(impl, state, config)
     if h is None:
         return None
-    u = last_norm_input(state, activation, residual)
-    g, b = state[f"{LAST}.norm3.weight"].double(), state[f"{LAST}.norm3.bias"].double()
-    real = (witness()[1] != CONFIG.pad_id)
+    u = last_norm_input(config, state, activation, residual)
+    last = last_layer(config)
+    g, b = state[f"{last}.norm3.weight"].double(), state[f"{last}.norm3.bias"].double()
+    real = (witness(config)[1] != config.pad_id)
     shifted = h[real] - b  # (positions, d): g (u - mean) / D at every position
     gc = (g * (u - u.mean())).expand_as(shifted)
     return float((gc * gc).sum() / (gc * shifted).sum()), u
@@ -206,68 +216,74 @@ def last_norm_divisor(impl: Implementation, scale: float, activation: str,
 # its norms, so the decoder's final hidden state (read back through the tied output matrix) is
 # LayerNorm(sqrt(d_model) E[tgt] + PE), and ``encode`` returns LayerNorm(sqrt(d_model) E[src] + PE). The
 # probe matches these closed forms against named alternatives.
-INPUT_SCALES = {"sqrt(d_model)": math.sqrt(CONFIG.d_model), "1 (no scaling)": 1.0,
-                "1/sqrt(d_model)": 1 / math.sqrt(CONFIG.d_model), "d_model": float(CONFIG.d_model)}
+def input_scales(d_model: int) -> dict[str, float]:
+    return {"sqrt(d_model)": math.sqrt(d_model), "1 (no scaling)": 1.0, "1/sqrt(d_model)": 1 / math.sqrt(d_model),
+            "d_model": float(d_model)}
+
+
 PE_MULTIPLES = {"added once": 1.0, "absent": 0.0, "added twice": 2.0}
 
 
-def positional_table(impl: Implementation, length: int) -> torch.Tensor:
+def positional_table(impl: Implementation, config: ModelConfig, length: int) -> torch.Tensor:
     """The implementation's own table when it exposes a usable one (position.formula judges its values), else
     the §3.5 table, float64 [length, d_model]."""
-    model = build_model(impl, CONFIG)
+    model = build_model(impl, config)
     if has_capability(model, "positional_encoding"):
         try:
             t = model.positional_encoding(length).detach().double()
             t = t.squeeze(0) if t.dim() == 3 else t
-            if tuple(t.shape) == (length, CONFIG.d_model):
+            if tuple(t.shape) == (length, config.d_model):
                 return t
         except Exception:
             pass
-    return sinusoid_table(length, CONFIG.d_model, dtype=torch.float64)
+    return sinusoid_table(length, config.d_model, dtype=torch.float64)
 
 
-def input_candidates(h: torch.Tensor, tokens: torch.Tensor, E: torch.Tensor,
+def input_candidates(config: ModelConfig, h: torch.Tensor, tokens: torch.Tensor, E: torch.Tensor,
                      pe: torch.Tensor) -> list[tuple[str, str]]:
     """The (scale, PE multiple) pairs whose LayerNorm(scale E[tokens] + multiple PE) equals h at real positions."""
-    real = (tokens != CONFIG.pad_id)[..., None]
-    ones = torch.ones(CONFIG.d_model, dtype=torch.float64)
-    zeros = torch.zeros(CONFIG.d_model, dtype=torch.float64)
+    real = (tokens != config.pad_id)[..., None]
+    ones = torch.ones(config.d_model, dtype=torch.float64)
+    zeros = torch.zeros(config.d_model, dtype=torch.float64)
     found = []
-    for s_name, s in INPUT_SCALES.items():
+    for s_name, s in input_scales(config.d_model).items():
         for p_name, m in PE_MULTIPLES.items():
             x = embedding_input(tokens, E, scale=s, pe=pe, pe_mult=m)
-            expected = layer_norm(x, ones, zeros)
+            expected = layer_norm(x, ones, zeros, config.norm_eps)
             if bool(((h - expected).abs() <= 1e-4 * (1 + expected.abs()))[real.expand_as(h)].all()):
                 found.append((s_name, p_name))
     return found
 
 
-def input_path(impl: Implementation, stack: str) -> tuple[list[tuple[str, str]] | None, str]:
+def input_path(impl: Implementation, config: ModelConfig, stack: str) -> tuple[list[tuple[str, str]] | None, str]:
     """(the closed forms the ``stack``'s input matches, "") or (None, why it cannot be observed)."""
     if stack == "decoder":
-        state = sublayers_off(visible_state(CONFIG, seed=61, unit_norms=True), "decoder")
-        h = hidden_states(impl, state)
+        state = sublayers_off(visible_state(config, seed=61, unit_norms=True), "decoder")
+        h = hidden_states(impl, state, config)
         if h is None:
             return None, f"{impl.name}: the hidden state cannot be read back (needs load_reference_state and tied E)"
-        tgt = witness()[1]
-        return input_candidates(h, tgt, state["tgt_embed.weight"], positional_table(impl, tgt.size(1))), ""
-    model = build_model(impl, CONFIG)
+        tgt = witness(config)[1]
+        table = positional_table(impl, config, tgt.size(1))
+        return input_candidates(config, h, tgt, state["tgt_embed.weight"], table), ""
+    model = build_model(impl, config)
     if not (has_capability(model, "encode") and has_capability(model, "load_reference_state")):
         return None, f"{impl.name}: needs encode and load_reference_state"
-    state = sublayers_off(visible_state(CONFIG, seed=62, unit_norms=True), "encoder")
+    state = sublayers_off(visible_state(config, seed=62, unit_norms=True), "encoder")
     load_into(model, state, impl.name)
     with torch.no_grad():
-        src = witness()[0]
+        src = witness(config)[0]
         out = model.encode(src)
     out = (out[0] if isinstance(out, (tuple, list)) else out).double()
-    return input_candidates(out, src, state["src_embed.weight"], positional_table(impl, src.size(1))), ""
+    table = positional_table(impl, config, src.size(1))
+    return input_candidates(config, out, src, state["src_embed.weight"], table), ""
 
 
-def check_input_path(impl: Implementation, stack: str, *, part: Literal["scale", "pe"], hint: str) -> None:
+def check_input_path(impl: Implementation, config: ModelConfig, stack: str, *, part: Literal["scale", "pe"],
+                     hint: str) -> None:
     """Fail the clause under test when the ``stack``'s input departs from sqrt(d_model) E[tokens] + PE in
     ``part`` (the embedding scale, or the positional table added once); skip when it cannot be observed or
     matches no closed form (other clauses judge that)."""
-    found, why = input_path(impl, stack)
+    found, why = input_path(impl, config, stack)
     if found is None:
         pytest.skip(why)
     if not found:

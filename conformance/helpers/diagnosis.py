@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch
 
+from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import has_capability
 from aiayn_conformance.spec.tolerance import compare
 
-from . import oracles
+from . import oracles, settings
 from .harness import as_log_probs, could_not_check, current_clause, describe_call, run_forward, violation
-from .inputs import CONFIG, witness_batch
+from .inputs import witness_batch
 from .transplant import STATE_SEED, transplanted, visible_state
 from .variants import IMPROVEMENT, KNOBS, MAX_VARIANTS, Diagnosis, Parts, diagnose
 
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 __all__ = ["UNIT_NORMS", "encode_output", "own_table", "diagnosis_of", "explanation", "fail_on_variant_departure"]
 
 UNIT_NORMS = "visible weights with every norm at gain 1 and bias 0"
-_DIAGNOSES: dict[tuple[str, int], Diagnosis] = {}
 
 
 def encode_output(model: Any, src: torch.Tensor) -> torch.Tensor | None:
@@ -55,7 +55,7 @@ def encode_output(model: Any, src: torch.Tensor) -> torch.Tensor | None:
     return out.detach().to(torch.float64)
 
 
-def own_table(model: Any, length: int) -> torch.Tensor | None:
+def own_table(model: Any, length: int, d_model: int) -> torch.Tensor | None:
     """The implementation's own positional table, float64 [length, d_model], when it exposes one
     (``positional_encoding``) that is not the §3.5 table; None otherwise (nothing to substitute)."""
     if not has_capability(model, "positional_encoding"):
@@ -68,15 +68,15 @@ def own_table(model: Any, length: int) -> torch.Tensor | None:
         return None
     table = table.detach().to("cpu", torch.float64)
     table = table.squeeze(0) if table.dim() == 3 and table.size(0) == 1 else table
-    if tuple(table.shape) != (length, CONFIG.d_model) or not bool(torch.isfinite(table).all()):
+    if tuple(table.shape) != (length, d_model) or not bool(torch.isfinite(table).all()):
         return None
-    if compare(table, oracles.pe_table(length, CONFIG.d_model), dtype=torch.float32).ok:
+    if compare(table, oracles.pe_table(length, d_model), dtype=torch.float32).ok:
         return None
     return table
 
 
-def diagnosis_of(impl: Implementation) -> Diagnosis:
-    """The variant that reproduces the implementation on the witness batch (cached per implementation).
+def diagnosis_of(impl: Implementation, config: ModelConfig) -> Diagnosis:
+    """The variant that reproduces the implementation on the witness batch (once per implementation and session).
 
     Searched on the visible weights first. When no variant reproduces them, the search goes on with what the
     implementation shows of itself, one step at a time, each step building on the previous ones, until a
@@ -92,21 +92,22 @@ def diagnosis_of(impl: Implementation) -> Diagnosis:
     Each step searches afresh from the paper's model (a departure found to make up for an unexplained part is
     not carried over). ``Diagnosis.substituted`` lists the parts taken, and ``explanation`` reports the chain.
     """
-    key = (impl.name, id(impl))
-    if key in _DIAGNOSES:
-        return _DIAGNOSES[key]
-    src, tgt = witness_batch()
+    found = settings.current().cache("diagnoses")
+    key = (impl.name, id(impl), config)
+    if key in found:
+        return found[key]
+    src, tgt = witness_batch(config)
 
     def observer(model: Any) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]:
         def observe(src: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-            out = run_forward(model, src, tgt, vocab=CONFIG.tgt_vocab, pad_id=CONFIG.pad_id, check_finite=False)
+            out = run_forward(model, src, tgt, vocab=config.tgt_vocab, pad_id=config.pad_id, check_finite=False)
             return as_log_probs(out, impl.output), encode_output(model, src)
         return observe
 
-    model = transplanted(impl)
-    state = visible_state(CONFIG, seed=STATE_SEED)
+    model = transplanted(impl, config)
+    state = visible_state(config, seed=STATE_SEED)
     parts = Parts()
-    diag = diagnose(observer(model), state, CONFIG, src, tgt)
+    diag = diagnose(observer(model), state, config, src, tgt)
     tried, searched, first = diag.tried, [], diag
 
     def budget() -> int:  # one budget for the whole chain (MAX_VARIANTS); 0 left: the trial only scores its start
@@ -116,21 +117,21 @@ def diagnosis_of(impl: Implementation) -> Diagnosis:
         if diag.exact:
             break
         if step == "table":
-            table = own_table(model, max(src.size(1), tgt.size(1)))
+            table = own_table(model, max(src.size(1), tgt.size(1)), config.d_model)
             if table is None:
                 continue
             searched.append("its own positional table")
             with_table = dataclasses.replace(parts, pe=table)
-            trial = diagnose(observer(model), state, CONFIG, src, tgt, parts=with_table,
+            trial = diagnose(observer(model), state, config, src, tgt, parts=with_table,
                              max_variants=budget(), helpers=False)
             tried += trial.tried
             if trial.exact or trial.distance < diag.distance:
                 parts, diag = with_table, trial
         elif step == "unit norms":
             searched.append("unit norms")
-            unit = visible_state(CONFIG, seed=STATE_SEED, unit_norms=True)
-            on_unit = transplanted(impl, unit, cache=False)
-            trial = diagnose(observer(on_unit), unit, CONFIG, src, tgt, parts=parts,
+            unit = visible_state(config, seed=STATE_SEED, unit_norms=True)
+            on_unit = transplanted(impl, config, unit, cache=False)
+            trial = diagnose(observer(on_unit), unit, config, src, tgt, parts=parts,
                              max_variants=budget(), helpers=False)
             tried += trial.tried
             if trial.exact:
@@ -142,13 +143,13 @@ def diagnosis_of(impl: Implementation) -> Diagnosis:
                 continue
             searched.append("its own encoder output")
             with_memory = dataclasses.replace(parts, memory=memory)
-            trial = diagnose(observer(model), state, CONFIG, src, tgt, parts=with_memory,
+            trial = diagnose(observer(model), state, config, src, tgt, parts=with_memory,
                              max_variants=budget(), helpers=False)
             tried += trial.tried
             if trial.exact:
                 parts, diag = with_memory, trial
     if diag.exact and parts.pe is not None:  # the own table earns its place as a departure does
-        plain = diagnose(observer(model), state, CONFIG, src, tgt, parts=dataclasses.replace(parts, pe=None),
+        plain = diagnose(observer(model), state, config, src, tgt, parts=dataclasses.replace(parts, pe=None),
                          start=diag.knobs, max_departures=0, helpers=False)
         tried += plain.tried
         if plain.exact:
@@ -158,7 +159,7 @@ def diagnosis_of(impl: Implementation) -> Diagnosis:
         first.bounded = first.bounded or diag.bounded
         diag = first
     diag.tried, diag.searched = tried, tuple(searched)
-    _DIAGNOSES[key] = diag
+    found[key] = diag
     return diag
 
 
@@ -191,18 +192,19 @@ UNEXPLAINED_SKIP = ("blocked by model.reference-equivalence: no reference varian
                     "model.reference-equivalence's failure")
 
 
-def fail_on_variant_departure(impl: Implementation, *, hint: str | Mapping[str, str]) -> Diagnosis:
+def fail_on_variant_departure(impl: Implementation, config: ModelConfig, *,
+                              hint: str | Mapping[str, str]) -> Diagnosis:
     """Fail the clause under test when the variant that reproduces the implementation departs from it in a
     knob of that clause; skip when no variant reproduces the implementation (no attribution without an
     explanation), and when only the decoder is reproduced (its own encoder output substituted) and it keeps
     this clause's part (the encoder's part is not known). ``hint`` is one hint, or a mapping from
     ``"knob=value"`` or ``"knob"`` to a hint (the most specific one of each departing knob, joined)."""
     clause_id = current_clause()
-    diag = diagnosis_of(impl)
+    diag = diagnosis_of(impl, config)
     if not diag.exact:
         pytest.skip(UNEXPLAINED_SKIP.format(clause=clause_id))
-    src, tgt = witness_batch()
-    call = (f"{describe_call(src, tgt, CONFIG.pad_id)} after load_reference_state(visible weights, seed {STATE_SEED}); "
+    src, tgt = witness_batch(config)
+    call = (f"{describe_call(src, tgt, config.pad_id)} after load_reference_state(visible weights, seed {STATE_SEED}); "
             "outputs compared in log-probability space (and encode() when present)")
     if clause_id == "norm.layer-norm" and diag.weights == UNIT_NORMS:
         violation(measured=f"no reference variant reproduces the implementation with the canonical norm "

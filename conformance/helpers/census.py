@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import has_capability
 from aiayn_conformance.spec.schema import tied_groups
 
+from . import settings
 from .harness import build_model
-from .inputs import CONFIG, witness_batch
+from .inputs import witness_batch
 from .outputs import log_probs
 from .transplant import load_into, visible_state
 
@@ -37,42 +39,41 @@ def groups(state: dict[str, torch.Tensor]) -> dict[str, list[str]]:
     return out
 
 
-_CACHE: dict[tuple[str, int], tuple[dict[str, float], str]] = {}
-
-
-def _census(impl: Implementation) -> tuple[dict[str, float], str]:
-    model = build_model(impl, CONFIG)
+def _census(impl: Implementation, config: ModelConfig) -> tuple[dict[str, float], str]:
+    model = build_model(impl, config)
     if not has_capability(model, "load_reference_state"):
         return {}, f"{impl.name} has no load_reference_state"
-    state = visible_state(CONFIG, seed=21)
-    src, tgt = witness_batch()
+    state = visible_state(config, seed=21)
+    src, tgt = witness_batch(config)
     load_into(model, state, impl.name)
-    base = log_probs(model, impl, src, tgt)
-    real = (tgt != CONFIG.pad_id)
+    base = log_probs(model, impl, src, tgt, config)
+    real = (tgt != config.pad_id)
     effect: dict[str, float] = {}
     g = torch.Generator().manual_seed(22)
     for module, names in groups(state).items():
-        if module in ("tgt_embed", "generator") and CONFIG.share_embeddings:
+        if module in ("tgt_embed", "generator") and config.share_embeddings:
             continue  # one tensor with src_embed
         changed = dict(state)
         for n in names:
             changed[n] = state[n] + torch.randn(state[n].shape, generator=g) * 0.5
-            for group in tied_groups(CONFIG):
+            for group in tied_groups(config):
                 if n in group:  # a tied tensor changes under all its names
                     changed.update({other: changed[n] for other in group})
         load_into(model, changed, impl.name)
-        out = log_probs(model, impl, src, tgt)
+        out = log_probs(model, impl, src, tgt, config)
         effect[module] = (out - base)[real].abs().max().item()
     load_into(model, state, impl.name)
     return effect, ""
 
 
-def census(impl: Implementation) -> tuple[dict[str, float], str]:
-    """``({module: max output change when perturbed}, reason if unavailable)`` (cached per implementation)."""
-    key = (impl.name, id(impl))
-    if key not in _CACHE:
-        _CACHE[key] = _census(impl)
-    return _CACHE[key]
+def census(impl: Implementation, config: ModelConfig) -> tuple[dict[str, float], str]:
+    """``({module: max output change when perturbed}, reason if unavailable)`` (once per implementation and
+    session)."""
+    found = settings.current().cache("census")
+    key = (impl.name, id(impl), config)
+    if key not in found:
+        found[key] = _census(impl, config)
+    return found[key]
 
 
 DEAD = 1e-6
@@ -92,18 +93,18 @@ def shared_parameters(model: torch.nn.Module, vocab_shapes: set[tuple[int, int]]
     return [names for pid, names in owners.items() if len(names) > 1 and shapes[pid] not in vocab_shapes]
 
 
-def blocked_by_layers(impl: Implementation, *groups_used: str) -> str:
+def blocked_by_layers(impl: Implementation, config: ModelConfig, *groups_used: str) -> str:
     """A skip reason when probes that perturb named canonical parameters cannot be read (else "").
 
     Those probes assume each canonical group is its own parameter and takes part in the model; when
     layers share parameters, or a probed group changes no output at all, layers.independent reports it.
     """
-    model = build_model(impl, CONFIG)
-    shared = shared_parameters(model, {(CONFIG.src_vocab, CONFIG.d_model), (CONFIG.tgt_vocab, CONFIG.d_model)})
+    model = build_model(impl, config)
+    shared = shared_parameters(model, {(config.src_vocab, config.d_model), (config.tgt_vocab, config.d_model)})
     if shared:
         return f"blocked by layers.independent: {' = '.join(shared[0])} is one tensor"
     if groups_used:
-        effect, why = census(impl)
+        effect, why = census(impl, config)
         dead = [g for g in groups_used if g in effect and effect[g] <= DEAD]
         if dead:
             return f"blocked by layers.independent: perturbing {', '.join(dead)} changes no output"

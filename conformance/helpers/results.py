@@ -10,7 +10,7 @@ pytest-xdist, which forwards every report)::
 
 and, only when a check recorded them, ``"note"`` (a finding worth reporting on a pass, e.g. the
 label-smoothing convention found) and ``"data"`` (measurements for the reports, e.g.
-``{"learning_curve": {...}}`` from ``train.learns``: see ``conformance.learning.LearningCurve``).
+``{"learning_curve": {...}}`` from ``train.learns``: see ``conformance.helpers.learning.LearningCurve``).
 A check records them in ``request.node.user_properties`` as ``aiayn_note`` and ``aiayn_data``.
 
 OUTCOME is one of ``passed``, ``failed`` (a clause violation; a wrong output

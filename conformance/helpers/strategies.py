@@ -7,7 +7,7 @@ inputs: hundreds of drawn floats would not shrink to anything more telling than 
 those are generated from a drawn (labelled) seed.
 
 Shapes: the whole-model strategies draw only the batch sizes and lengths the implementation under test
-accepts (its shape contract, ``conformance.shapes``, reported by model.shape), so hypothesis never shrinks a
+accepts (its shape contract, ``conformance.helpers.shapes``, reported by model.shape), so hypothesis never shrinks a
 crash the shape probe has already explained; a test whose strategy has no accepted shape to draw skips as
 "blocked by model.shape". For a model that accepts every probed shape the draws are unchanged.
 
@@ -41,7 +41,7 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 settings.register_profile(  # derandomize spelled out: an unset value is inherited from the profile loaded when this
-    # module runs, and a second run (pytest.main in-process, as conformance/catalogue.py does) finds "ci" loaded
+    # module runs, and a second run (pytest.main in-process, as conformance/helpers/catalogue.py does) finds "ci" loaded
     "thorough", max_examples=100, derandomize=False, deadline=None, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

@@ -42,6 +42,7 @@ import torch
 from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import has_capability
 
+from . import settings
 from .harness import ImplementationError, build_model, output_problem, shape_gate
 
 if TYPE_CHECKING:
@@ -337,23 +338,23 @@ class Subject:
     witness: tuple[int, int, int]
 
 
-_CONTRACTS: dict[tuple[str, int], ShapeContract | None] = {}
 _SUBJECT: contextvars.ContextVar[Subject | None] = contextvars.ContextVar("aiayn_subject_under_test", default=None)
 
 
 def contract_of(subject: Subject) -> ShapeContract | None:
     """The implementation's shape contract, probed once per session (None when its build raises: then there is
     no contract, and each check reports the build error itself)."""
-    key = (subject.impl.name, id(subject.impl))
-    if key not in _CONTRACTS:
+    contracts = settings.current().cache("shape-contracts")
+    key = (subject.impl.name, id(subject.impl), subject.config)
+    if key not in contracts:
         try:
             model = build_model(subject.impl, subject.config)
         except ImplementationError:
-            _CONTRACTS[key] = None
+            contracts[key] = None
             return None
-        _CONTRACTS[key] = probe(model.eval(), subject.config, lengths=subject.lengths, batches=subject.batches,
+        contracts[key] = probe(model.eval(), subject.config, lengths=subject.lengths, batches=subject.batches,
                                 witness=subject.witness, impl_name=subject.impl.name)
-    return _CONTRACTS[key]
+    return contracts[key]
 
 
 def current() -> ShapeContract | None:

@@ -39,12 +39,11 @@ from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import STEP_DECODING_METHODS, has_capability
 from aiayn_conformance.spec.decoding import TRANSLATION
 
-from .configs import OTHER_CONFIGS
 from .harness import CheckTimeout, ImplementationError, as_log_probs, could_not_check, run_forward
 from .inputs import random_tokens
 
 __all__ = [
-    "DECODE_CONFIG", "PAPER", "ForwardScores", "call_generate", "checked_tokens", "rows_of", "missing_step_methods",
+    "PAPER", "ForwardScores", "call_generate", "checked_tokens", "rows_of", "missing_step_methods",
     "decode_sources", "BEAM_VARIANTS", "beam_variant_outputs", "finished_in_beam", "expected_beam", "greedy_rows",
     "Schedule", "incremental_schedule", "Replay", "replay", "drive", "CacheVariant", "CACHE_VARIANTS",
     "Script", "ScriptedScores", "Scores", "scripted_witnesses", "call_search", "PENALTY_SCRIPT", "EARLY_SCRIPT",
@@ -52,12 +51,10 @@ __all__ = [
     "RandomTables", "table_sources", "TableCase", "table_cases", "t2t_search", "TABLE_VARIANTS", "TABLE_SEARCH",
 ]
 
-# Positions up to the longest witness source + 50 (§6.1): the tiny preset's max_len (24) is too short.
-DECODE_CONFIG: ModelConfig = OTHER_CONFIGS["longer"]
 PAPER = TRANSLATION  # beam 4, alpha 0.6, input length + 50; bos 1 (the end symbol is chosen per witness)
 
 
-def decode_sources(lengths: list[int], *, seed: int, config: ModelConfig = DECODE_CONFIG) -> Tensor:
+def decode_sources(lengths: list[int], *, seed: int, config: ModelConfig) -> Tensor:
     """Right-padded sources [len(lengths), max(lengths)] with these real lengths."""
     return random_tokens(config, lengths, max(lengths), vocab=config.src_vocab, seed=seed)
 
@@ -92,7 +89,7 @@ class ForwardScores(PrefixScores):
     step decoder (``spec.contract``).
     """
 
-    def __init__(self, model: Any, output: str, config: ModelConfig = DECODE_CONFIG):
+    def __init__(self, model: Any, output: str, config: ModelConfig):
         self.model, self.output, self.config = model, output, config
         self.pad_id = config.pad_id
         self.memo: dict[tuple[tuple[int, ...], tuple[int, ...]], Tensor] = {}
@@ -213,8 +210,7 @@ def describe_generate(src: Tensor, pad_id: int, **kw: Any) -> str:
 
 
 def call_generate(model: Any, src: Tensor, *, eos_id: int, beam_size: int, alpha: float,
-                  max_len: int | None, bos_id: int = PAPER.bos_id,
-                  config: ModelConfig = DECODE_CONFIG) -> tuple[Tensor, str]:
+                  max_len: int | None, config: ModelConfig, bos_id: int = PAPER.bos_id) -> tuple[Tensor, str]:
     """``model.generate(...)`` checked for the contract's form: a LongTensor [B, L]. Returns (tokens, call)."""
     call = describe_generate(src, config.pad_id, bos_id=bos_id, eos_id=eos_id, beam_size=beam_size, alpha=alpha,
                              max_len=max_len)
@@ -380,7 +376,7 @@ class Schedule:
 STAYS = 1  # the schedule's row that finishes early and stays in the batch
 
 
-def incremental_schedule(config: ModelConfig = DECODE_CONFIG, *, bos_id: int = PAPER.bos_id,
+def incremental_schedule(config: ModelConfig, *, bos_id: int = PAPER.bos_id,
                          steps: int | None = None, seed: int = 22) -> Schedule:
     """Three right-padded sources (real lengths 6, 3, 1) expanded to two rows each, fed ``steps`` tokens
     (default ``config.max_len``: every position the model has, far past any window a cache might keep) from the

@@ -200,6 +200,7 @@ def resolve(config_spec: str | None, weights_path: str | None, base: ModelConfig
         raise ConfigError(f"--config: {exc}") from None
     reader = impls[0] if impls is not None and len(impls) == 1 and impls[0].read_checkpoint is not None else None
     from_checkpoint = False
+    weights: UserWeights | None = None
     try:
         if weights_path and reader is not None:
             weights, saved = read_checkpoint(reader, weights_path)

@@ -1,0 +1,48 @@
+"""The ledger of declared deviations: each declared clause's witness checks are expected to fail.
+
+A declared clause's deterministic checks are marked ``xfail(strict=False)`` (a clause has several witnesses and a
+deviation may break only some) and its hypothesis checks skipped (a random search cannot promise to find a known
+bug; the witness does). Strictness is per clause at session end: a declared clause none of whose witnesses failed
+is "declared but not observed" and fails the run.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .items import is_hypothesis_test
+
+__all__ = ["DeclaredDeviations", "mark_declared"]
+
+
+def mark_declared(item: pytest.Item, subject_name: str, clause_id: str, why: str) -> None:
+    """Mark ``item``, a check of a clause its subject declares as a deviation."""
+    if is_hypothesis_test(item):
+        item.add_marker(pytest.mark.skip(reason=f"declared deviation {clause_id} ({why}); the witness test checks it"))
+        return
+    item.add_marker(pytest.mark.xfail(strict=False, raises=AssertionError,
+                                      reason=f"declared deviation {clause_id}: {why}"))
+    item.user_properties.append(("aiayn_declared", f"{subject_name}::{clause_id}"))
+
+
+class DeclaredDeviations:
+    """Per (subject, clause) outcome of the witness checks of a declared deviation; a pytest plugin object."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
+        self.unseen: dict[str, int] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        key = dict(report.user_properties).get("aiayn_declared")
+        if not isinstance(key, str) or report.when != "call":
+            return
+        self.seen.setdefault(key, 0)
+        self.unseen.setdefault(key, 0)
+        if report.skipped and hasattr(report, "wasxfail"):
+            self.seen[key] += 1
+        elif report.passed:
+            self.unseen[key] += 1
+
+    def not_observed(self) -> list[str]:
+        """``NAME::clause`` of each declared clause whose every witness check passed."""
+        return [key for key, n in self.seen.items() if n == 0 and self.unseen.get(key, 0) > 0]

@@ -1,0 +1,93 @@
+"""The audit's settings: the configuration it runs at, the configurations derived from it, the user's weights.
+
+The plugin builds one :class:`AuditSettings` per pytest session from ``--config`` and ``--weights`` and keeps it
+in the session's stash; checks receive it (and its ``config``) through the ``settings`` and ``config`` fixtures,
+and helpers read the one of the check under test with :func:`current`. Nothing here is mutated: two sessions in
+one process each have their own, and so their own memo of built models and probes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from aiayn_conformance.spec.config import TINY, ModelConfig
+
+if TYPE_CHECKING:
+    from aiayn_conformance.implementations import Implementation
+
+    from .user_weights import UserWeights
+
+__all__ = ["AuditSettings", "current", "others_for", "using"]
+
+
+def others_for(config: ModelConfig) -> dict[str, ModelConfig]:
+    """The other configurations some checks build, derived from the audit configuration (config.parameters
+    builds each; a check whose configuration the implementation refuses is skipped as blocked by it)."""
+    unit = 2 * config.n_heads  # d_model stays divisible by h and even (the sinusoid pairs)
+    wider = -(-config.d_model * 3 // 2 // unit) * unit
+    return {
+        "separate-vocabularies": config.replace(src_vocab=config.src_vocab + 4, tgt_vocab=config.tgt_vocab + 6,
+                                                share_embeddings=False),
+        # §3.4's three-way tying: the audit configuration itself unless it has separate vocabularies
+        "shared-vocabulary": config.replace(tgt_vocab=config.src_vocab, share_embeddings=True),
+        "one-head": config.replace(n_heads=1),
+        "wider": config.replace(d_model=max(wider, config.d_model + unit), max_len=max(64, config.max_len)),
+        # decoding (§6.1) runs up to the longest witness source + 50 positions
+        "longer": config.replace(max_len=max(64, config.max_len)),
+    }
+
+
+@dataclass(frozen=True, eq=False)
+class AuditSettings:
+    """What one audit runs at. ``memo`` holds what the session computes once (built models, shape contracts)."""
+
+    config: ModelConfig = TINY
+    weights: UserWeights | None = None  # --weights, held by the implementation ``weights_for``
+    weights_for: str = ""
+    header: str = ""  # the report header's line on --config / --weights ("" at the suite's own sizes)
+    memo: dict[str, dict[Any, Any]] = field(default_factory=dict, repr=False)
+
+    @cached_property
+    def others(self) -> dict[str, ModelConfig]:
+        return others_for(self.config)
+
+    def cache(self, name: str) -> dict[Any, Any]:
+        """The session's memo called ``name``."""
+        return self.memo.setdefault(name, {})
+
+    def config_change(self, config: ModelConfig) -> str:
+        """How ``config`` differs from the audit configuration ("src_vocab=41, tgt_vocab=43"), dropout aside."""
+        changed = [(f.name, getattr(config, f.name)) for f in dataclasses.fields(config)
+                   if f.name != "dropout" and getattr(config, f.name) != getattr(self.config, f.name)]
+        return ", ".join(f"{name}={value}" for name, value in changed)
+
+    def held_weights(self, impl: Implementation, config: ModelConfig) -> str:
+        """The path of the user's weights a model of ``impl`` built at ``config`` holds, else ""."""
+        if self.weights is None or impl.name != self.weights_for or self.config_change(config):
+            return ""
+        return self.weights.path
+
+
+_DEFAULT = AuditSettings()
+_CURRENT: contextvars.ContextVar[AuditSettings | None] = contextvars.ContextVar("aiayn_settings", default=None)
+
+
+def current() -> AuditSettings:
+    """The settings of the check under test; outside a session, the suite's own (the tiny preset, no weights)."""
+    return _CURRENT.get() or _DEFAULT
+
+
+@contextlib.contextmanager
+def using(settings: AuditSettings) -> Iterator[AuditSettings]:
+    """Make ``settings`` the current ones while open (the plugin does this around every phase of a check)."""
+    token = _CURRENT.set(settings)
+    try:
+        yield settings
+    finally:
+        _CURRENT.reset(token)
