@@ -22,7 +22,7 @@ from aiayn_conformance.spec.clauses import CLAUSES
 
 __all__ = ["Check", "collected_checks", "checks_markdown", "clauses_markdown"]
 
-CONFORMANCE_DIR = Path(__file__).resolve().parent
+CONFORMANCE_DIR = Path(__file__).resolve().parents[1]
 COLLECT_ARGS = ("--impl=reference", "--component=all")
 
 
