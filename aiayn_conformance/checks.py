@@ -41,7 +41,7 @@ from pathlib import Path
 from aiayn_conformance.spec import CLAUSES
 from aiayn_conformance.spec.clauses import parse_clause_ids
 
-from .results import SubjectResult
+from .audit.results import SubjectResult
 
 __all__ = ["ClauseCheck", "parametrize_with_checks"]
 
@@ -66,7 +66,7 @@ class _SuiteRun:
         from aiayn_conformance.conformance.helpers import threads
         from aiayn_conformance.implementations import get_registry
 
-        from .audit import Progress, plan, run_job
+        from .audit.runner import Progress, plan, run_job
 
         jobs = plan(get_registry(self.plugins), self.impl, None)
         extra = [f"--clause={','.join(self.clauses)}"] if len(self.clauses) < len(CLAUSES) else []

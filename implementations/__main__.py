@@ -65,6 +65,12 @@ Their models can still be audited from a checkout with a plugin of one's own (do
 """
 
 
+def _plugin_module(item: Implementation | Component) -> str:
+    """The module that registered ``item`` (a built-in's plugin name, or the module of an entry point's build)."""
+    return item.plugin if item.plugin.startswith("aiayn_conformance.") else \
+        (item.build if isinstance(item, Implementation) else item.factory).__module__
+
+
 def _module_path(plugin: str) -> str:
     """The repository path of a built-in plugin module (aiayn_conformance.X.Y lives in the folder X/, a module
     aiayn_conformance.Z in aiayn_conformance/)."""
@@ -73,7 +79,7 @@ def _module_path(plugin: str) -> str:
 
 
 def _section(item: Implementation | Component, heading: str) -> list[str]:
-    lines = [heading, "", f"`{_module_path(item.plugin)}`: {item.summary}".rstrip()]
+    lines = [heading, "", f"`{_module_path(_plugin_module(item))}`: {item.summary}".rstrip()]
     if item.source:
         lines += ["", f"Source: {item.source}"]
     if isinstance(item, Implementation):
@@ -98,7 +104,7 @@ def _section(item: Implementation | Component, heading: str) -> list[str]:
 
 def _unseen(item: Implementation | Component) -> dict[str, str]:
     """The plugin module's ``UNSEEN``: real departures the suite does not observe yet (kept beside DEVIATIONS)."""
-    module = sys.modules.get(item.plugin)
+    module = sys.modules.get(_plugin_module(item))
     unseen = getattr(module, "UNSEEN", None)
     return dict(unseen) if isinstance(unseen, dict) else {}
 

@@ -216,8 +216,8 @@ Findings:
   so a verdict depended on the machine's load: one clause "could not be checked" (SamLynnEvans), or, once two checks
   ran past it, no verdict at all (bentrevett, 98 "not run"). `--check-timeout=600` or `0` gave the verdicts.
   **Changed since**: time the check's thread waited for a CPU behind other processes (Linux's schedstat) is given
-  back, up to 5 times the budget in wall time (`conformance/helpers/budget.py`, `budget_left`); these audits were not re-run
-  under that load to show it.
+  back, up to 5 times the budget in wall time (`conformance/helpers/budget.py`, `budget_left`); these audits were
+  not re-run under that load to show it.
 - **A model that ignores d_ff, audited at its own width, cannot run `train.learns`.** The scaffold maps such a
   model's FFN at its own width and the audit runs under `--config d_ff=W`, but `train.learns` builds its tiny model
   at d_ff 64 whatever `--config` says, and `load_reference_state` refuses that state ("shape (64, 32), expected

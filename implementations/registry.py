@@ -34,11 +34,18 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "aiayn"
+DISTRIBUTION = "aiayn-conformance"  # its own entry points are built-ins (a built-in above the registry's layer)
 ENV_PLUGINS = "AIAYN_PLUGINS"
 ENV_STRICT = "AIAYN_STRICT_PLUGINS"
 
 # Built-ins are plugins like any other, registered through the same manager.
 DEFAULT_PLUGINS: tuple[str, ...] = tuple(builtin_plugins.module_name(m) for m in builtin_plugins.PLUGINS)
+
+
+def own_entry_points() -> list[metadata.EntryPoint]:
+    """This project's own ``aiayn`` entry points: its built-ins that live above the registry's layer."""
+    return [ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)
+            if ep.dist is not None and ep.dist.metadata["Name"] == DISTRIBUTION]
 
 
 class PluginError(RuntimeError):
@@ -128,6 +135,9 @@ class Registry:
         self._loaded = True
         for modname in self._builtins:
             self._add(modname, "built-in", partial(importlib.import_module, modname))
+        if self._builtins == DEFAULT_PLUGINS:
+            for ep in own_entry_points():
+                self._add(ep.name, f"built-in (entry point {ep.name} = {ep.value})", ep.load)
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if self._entry_points else ():
             dist = f" from {ep.dist.metadata['Name']} {ep.dist.version}" if ep.dist is not None else ""
             self._add(ep.name, f"entry point {ep.name} = {ep.value}{dist}", ep.load)

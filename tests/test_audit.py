@@ -187,7 +187,7 @@ def test_figures_measure_the_implementation(tmp_path):
     pytest.importorskip("matplotlib")
     import torch
 
-    from aiayn_conformance.figures import draw, target_influence
+    from aiayn_conformance.audit.figures import draw, target_influence
     from aiayn_conformance.implementations import get_registry
     from aiayn_conformance.spec.config import TINY as CONFIG
 

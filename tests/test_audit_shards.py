@@ -12,13 +12,13 @@ import pytest
 
 from aiayn_conformance import report, spec
 from aiayn_conformance.audit import plan, take_shard
-from aiayn_conformance.ci_report import where
+from aiayn_conformance.audit.ci_report import where
+from aiayn_conformance.audit.locations import locate
+from aiayn_conformance.audit.merge import MergeError, merge_files
+from aiayn_conformance.audit.results import AuditResult, ClauseResult, SubjectResult
+from aiayn_conformance.audit.shards import Shard, parse_shard, shard_of
 from aiayn_conformance.cli import main
 from aiayn_conformance.implementations import get_registry
-from aiayn_conformance.locations import locate
-from aiayn_conformance.merge import MergeError, merge_files
-from aiayn_conformance.results import AuditResult, ClauseResult, SubjectResult
-from aiayn_conformance.shards import Shard, parse_shard, shard_of
 from aiayn_conformance.spec import CLAUSES
 
 ROOT = Path(__file__).resolve().parents[1]

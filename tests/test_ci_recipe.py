@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from aiayn_conformance.audit.shards import parse_shard
 from aiayn_conformance.cli import build_parser
-from aiayn_conformance.shards import parse_shard
 from aiayn_conformance.spec import CLAUSES
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is in the test extra")

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from aiayn_conformance import report
-from aiayn_conformance.results import AuditResult, ClauseResult, SubjectResult
+from aiayn_conformance.audit.results import AuditResult, ClauseResult, SubjectResult
 from aiayn_conformance.spec import AREAS, CLAUSES
 
 ROOT = Path(__file__).resolve().parents[1]

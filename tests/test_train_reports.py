@@ -10,9 +10,9 @@ import pytest
 
 from aiayn_conformance import report
 from aiayn_conformance.audit import AuditResult, SubjectResult, fold
+from aiayn_conformance.audit.figures import learning_curves_figure
 from aiayn_conformance.cli import main
 from aiayn_conformance.conformance.helpers.learning import TASKS, LearningCurve
-from aiayn_conformance.figures import learning_curves_figure
 
 PNG = b"\x89PNG"
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from aiayn_conformance.audit.results import ClauseResult, SubjectResult
 from aiayn_conformance.checks import ClauseCheck, _SuiteRun, parametrize_with_checks
-from aiayn_conformance.results import ClauseResult, SubjectResult
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "tests" / "fixtures" / "ci_plugin.py"

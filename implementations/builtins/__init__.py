@@ -6,9 +6,9 @@ per model. ``PLUGINS`` lists them in registration order; the registry loads them
 (``aiayn_conformance.implementations.DEFAULT_PLUGINS``). ``hf_seq2seq`` and ``hf_decoding`` are not plugins: they
 are the adapter skeleton and the decoding code the Hugging Face plugins share.
 
-A built-in that needs a layer above this one lives there and is named in ``PLUGINS`` by its full module name
-(``aiayn_conformance.onnxruntime_cached`` needs ``export/``, which builds on the registry): the registry imports it
-by name like any other plugin, and no module of this package imports it, so imports still flow one way.
+A built-in that needs a layer above this one lives there and registers through the project's own ``aiayn``
+entry point (pyproject.toml): ``onnxruntime-cached`` is ``export/onnxruntime_cached.py``, beside the export code it
+wraps. The registry loads the project's entry points with the built-ins, so no module here names a layer above.
 
 Adding a built-in: a module here, its name in ``PLUGINS``, and what docs/plugins.md ("Adding a built-in") lists;
 the project's tests read the built-ins' names from the registry.
@@ -16,10 +16,9 @@ the project's tests read the built-ins' names from the registry.
 
 PLUGINS: tuple[str, ...] = (
     "reference", "building_blocks", "sections_notebook", "annotated_notebook", "jadore801120", "hyunwoongko",
-    "torch_nn", "prenorm", "fused", "aiayn_conformance.onnxruntime_cached", "hf_marian", "hf_fsmt", "hf_bart",
-    "x_transformers", "components",
+    "torch_nn", "prenorm", "fused", "hf_marian", "hf_fsmt", "hf_bart", "x_transformers", "components",
 )
-"""The built-in plugin modules, in registration order: a name of this package, or a full module name."""
+"""The built-in plugin modules of this package, in registration order."""
 
 
 def module_name(plugin: str) -> str:

@@ -47,7 +47,7 @@ class SubjectResult:
     unavailable: str = ""  # why the implementation cannot be built here (not audited; see Implementation)
     note: str = ""  # e.g. "declarations written for transformers 5.24.0; 5.25.1 is installed"
     # Where the subject is written: {"file", "line", "deviations": {clause: line of its declaration}}
-    # (aiayn_conformance.locations), so that CI annotations point at the adapter's own lines.
+    # (aiayn_conformance.audit.locations), so that CI annotations point at the adapter's own lines.
     location: dict = field(default_factory=dict)
 
     def broken(self, severity: str) -> list[str]:
@@ -102,7 +102,7 @@ class AuditResult:
     subjects: list[SubjectResult]
     seconds: float = 0.0
     command: str = ""
-    shard: str = ""  # "I/N" when the audit ran one shard (aiayn_conformance.shards)
+    shard: str = ""  # "I/N" when the audit ran one shard (aiayn_conformance.audit.shards)
     merged: list[dict] = field(default_factory=list)  # the audits a --merge read: file, command, shard, seconds
 
     @property

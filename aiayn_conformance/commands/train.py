@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     if plot is not None:
         import matplotlib.pyplot as plt
 
-        from .figures import draw_learning_curves
+        from aiayn_conformance.audit.figures import draw_learning_curves
 
         fig = draw_learning_curves([curve.to_json()], f"aiayn train --impl {impl.name} --task {task.name}: "
                                                       f"{curve.recipe}")

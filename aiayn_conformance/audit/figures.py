@@ -1,6 +1,6 @@
 """Pictures for the HTML audit report, drawn with matplotlib (Agg) in a guarded subprocess.
 
-``python -m aiayn_conformance.figures --impl NAME --out DIR [--plugin P]`` writes PNGs and ``index.json``
+``python -m aiayn_conformance.audit.figures --impl NAME --out DIR [--plugin P]`` writes PNGs and ``index.json``
 (``{"figures": {file: title}, "errors": [...]}``). Each picture is measured on the
 implementation itself, built with the suite's tiny configuration:
 
@@ -36,7 +36,7 @@ def figures_for(name: str, *, plugins: list[str], workdir: Path) -> tuple[dict[s
     """Draw the pictures of one implementation in a subprocess: ({title: base64 PNG}, [errors])."""
     out = workdir / f"figures-{name.replace('/', '_')}"
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "aiayn_conformance.figures", "--impl", name, "--out", str(out)]
+    cmd = [sys.executable, "-m", "aiayn_conformance.audit.figures", "--impl", name, "--out", str(out)]
     cmd += [f"--plugin={p}" for p in plugins]
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
@@ -247,7 +247,7 @@ def learning_curves_figure(name: str, curves: list[dict]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m aiayn_conformance.figures", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m aiayn_conformance.audit.figures", description=__doc__.splitlines()[0])
     p.add_argument("--impl", required=True)
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--plugin", action="append", default=[])

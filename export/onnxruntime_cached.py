@@ -1,10 +1,10 @@
 """Built-in plugin ``onnxruntime-cached``: the reference model decoding through its cached graphs in onnxruntime.
 
-It is a built-in (``implementations.builtins.PLUGINS`` names it, the registry loads it first like the others), but
-it lives here, above ``export/``, not in ``implementations/builtins/``: it needs the export layer, which itself
-builds on the registry, so imports still flow one way (tests/test_imports.py). The export layer is imported when
-a model first decodes, never at registration: the registry loads this module in every process, also where the
-onnx extra (and numpy) is missing, and the implementation then registers as unavailable with the reason.
+A built-in that lives beside the export code it wraps, not in ``implementations/builtins/``: it needs the export
+layer, which builds on the registry. It registers through the project's own ``aiayn`` entry point, which the
+registry loads with the built-ins, so imports still flow one way (tests/test_imports.py). The graphs' code is
+imported when a model first decodes, never at registration: where the onnx extra is missing the implementation
+registers as unavailable with the reason.
 
 The fastest conforming CPU decoder of this project (issue 26; ``benchmarks/decode_interleaved.py`` times it against
 CTranslate2) is not a PyTorch module but two ONNX graphs run by onnxruntime: ``export.kv_cache``'s ``encoder_kv``
@@ -75,7 +75,7 @@ class OrtCachedTransformer(Transformer):
         """The onnxruntime step decoder on this model's current weights (exported again when they changed)."""
         key = self._fingerprint()
         if self._ort is None or self._ort[0] != key:
-            from aiayn_conformance.export import OrtCachedDecoder, export_cached_generation
+            from .kv_cache import OrtCachedDecoder, export_cached_generation
 
             source = self if self.pe.device.type == "cpu" else copy.deepcopy(self).cpu()
             was_training = source.training
@@ -131,7 +131,7 @@ def register_implementations(register):
         build=build,
         summary="The reference model decoding in onnxruntime on its exported cached graphs (the fastest CPU "
                 "decoder, issue 26); conforming",
-        source="aiayn-conformance aiayn_conformance/onnxruntime_cached.py, export/kv_cache.py",
+        source="aiayn-conformance export/onnxruntime_cached.py, export/kv_cache.py",
         output="logits",
         notes=NOTES,
         unavailable=unavailable(),

@@ -1,7 +1,7 @@
 """Audit reports for CI systems: JUnit XML (``--format junit``) and GitHub annotations (``--format github``).
 
 Both put a finding on the line of the subject's own source that the audit recorded
-(``SubjectResult.location``, see ``aiayn_conformance.locations``): a declared deviation, observed or not, on the
+(``SubjectResult.location``, see ``aiayn_conformance.audit.locations``): a declared deviation, observed or not, on the
 line that declares it; a failure or an error on the definition of the implementation's ``build`` (the
 component's ``factory``). Without a location (an audit file written before locations were recorded)
 the JUnit test case has no ``file``, and the annotation no ``file``: GitHub shows it on the run.

@@ -1,0 +1,246 @@
+"""Running the suite for an audit: the subjects planned into suite runs (``plan``, ``take_shard``, ``group``),
+each run in a subprocess of its own (``run_job``) with ``--results-json``, its records folded into one status per
+subject and clause (``results.fold``).
+
+The suite runs in one process per job slot (``--jobs``), each auditing a share of the implementations and the
+components, so that start-up is paid once per core; ``--isolate`` gives every implementation its own process,
+and a grouped process that dies is re-run one implementation at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiayn_conformance.implementations.availability import version_note
+from aiayn_conformance.spec import CLAUSES
+
+from .locations import locate
+from .results import AuditResult, ClauseResult, SubjectResult, fold
+from .shards import Shard
+
+__all__ = ["Job", "Progress", "audit", "group", "plan", "run_job", "take_shard"]
+
+
+# -- running the suite ---------------------------------------------------------------------------------------
+@dataclass
+class Job:
+    """One suite run: an implementation (``--impl``) or the selected components (``--component``),
+    or a group of those (``parts``) run in one process to pay the start-up once."""
+    label: str
+    args: list[str]
+    subjects: list[SubjectResult]
+    parts: list[Job] = field(default_factory=list)
+    runnable: bool = True  # False: an unavailable implementation, reported without running the suite
+
+
+def group(jobs: list[Job], n: int) -> list[Job]:
+    """Merge single jobs into ``n`` suite runs (round-robin, so each run gets a mix of subjects).
+
+    Starting pytest, torch and onnx costs seconds per process; one process per core pays it once.
+    A group that dies without results is re-run one subject at a time (see ``run_job``), so a crashing
+    implementation still costs only its own clauses."""
+    if n >= len(jobs):
+        return jobs
+    out = []
+    for i in range(n):
+        parts = jobs[i::n]
+        impls = [s.name for j in parts for s in j.subjects if s.kind == "implementation"]
+        comps = [s.name for j in parts for s in j.subjects if s.kind == "component"]
+        args = ([f"--impl={','.join(impls)}"] if impls else []) + ([f"--component={','.join(comps)}"] if comps else [])
+        out.append(Job(",".join(j.label for j in parts), args, [s for j in parts for s in j.subjects], parts))
+    return out
+
+
+class Progress:
+    """One status line on stderr: which subjects run, how many tests of each are done."""
+
+    def __init__(self, stream=sys.stderr, enabled: bool | None = None):
+        self.stream = stream
+        self.enabled = stream.isatty() if enabled is None else enabled
+        self.lock = threading.Lock()
+        self.state: dict[str, str] = {}
+        self.finished = 0
+        self.total = 0
+
+    def update(self, label: str, text: str | None) -> None:
+        with self.lock:
+            if text is None:
+                self.state.pop(label, None)
+                self.finished += 1
+            else:
+                self.state[label] = text
+            if self.enabled:
+                running = ", ".join(f"{k} {v}" for k, v in self.state.items())
+                line = f"[{self.finished}/{self.total} done] {running}"
+                width = 118
+                self.stream.write("\r" + line[:width].ljust(width))
+                self.stream.flush()
+
+    def log(self, line: str) -> None:
+        with self.lock:
+            if self.enabled:
+                self.stream.write("\r" + " " * 118 + "\r")
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\r" + " " * 118 + "\r")
+            self.stream.flush()
+
+
+def _tail(text: str, lines: int = 15) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def run_job(job: Job, *, plugins: list[str], extra: list[str], workdir: Path, timeout: float,
+            progress: Progress, stream_output: bool = False, env: dict[str, str] | None = None) -> None:
+    """Run the suite for one job and fold its records into ``job.subjects``.
+
+    ``env``: variables added to the suite process's environment (the torch thread share).
+    """
+    from aiayn_conformance import conformance
+
+    suite = Path(conformance.__file__).resolve().parent
+    out = workdir / f"run-{abs(hash(job.label))}-{time.monotonic_ns()}.json"
+    cmd = [sys.executable, "-m", "pytest", str(suite), "-p", "no:cacheprovider", f"--results-json={out}",
+           f"--rootdir={suite.parent}", *job.args, *[f"--plugin={p}" for p in plugins], *extra]
+    if not stream_output:
+        cmd.append("-q")
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=None if stream_output else subprocess.PIPE,
+                            stderr=None if stream_output else subprocess.PIPE, text=True,
+                            cwd=suite.parent, env={**os.environ, **(env or {})})
+    reader = threading.Thread(target=lambda: setattr(proc, "_captured", proc.communicate()), daemon=True)
+    reader.start()
+    progress_file = out.with_name(out.name + ".progress")
+    timed_out = False
+    while reader.is_alive():
+        reader.join(0.5)
+        try:
+            lines = progress_file.read_text().splitlines()
+        except OSError:
+            lines = []
+        total = next((ln.split()[1] for ln in lines if ln.startswith("total ")), "?")
+        done = sum(1 for ln in lines if ln == "done")
+        progress.update(job.label, f"{done}/{total}")
+        if time.monotonic() - started > timeout:
+            timed_out = True
+            proc.kill()
+            reader.join()
+    stdout, stderr = getattr(proc, "_captured", ("", "")) or ("", "")
+    elapsed = time.monotonic() - started
+    progress.update(job.label, None)
+    records: list[dict] | None = None
+    if out.exists():
+        try:
+            records = json.loads(out.read_text())["tests"]
+        except (ValueError, KeyError):
+            records = None
+    if (records is None or timed_out) and len(job.parts) > 1:
+        progress.log(f"  the grouped run of {job.label} ended without results; re-running each alone")
+        progress.total += len(job.parts)
+        for part in job.parts:
+            run_job(part, plugins=plugins, extra=extra, workdir=workdir, timeout=timeout / len(job.parts),
+                    progress=progress, stream_output=stream_output, env=env)
+        return
+    if records is None or timed_out:
+        why = (f"the suite run timed out after {timeout:.0f} s" if timed_out else
+               f"the suite run ended with exit status {proc.returncode} and wrote no results")
+        tail = _tail((stderr or "") + "\n" + (stdout or ""))
+        for subject in job.subjects:
+            subject.seconds = elapsed
+            subject.clauses = {c: ClauseResult("error", why, tail) for c in CLAUSES}
+        return
+    prefix = {"implementation": "impl:", "component": "component:"}
+    for subject in job.subjects:
+        mine = [r for r in records if r.get("subject") == prefix[subject.kind] + subject.name]
+        subject.clauses = fold(mine, subject.deviations)
+        subject.learning_curves = [r["data"]["learning_curve"] for r in mine
+                                   if isinstance(r.get("data"), dict) and "learning_curve" in r["data"]]
+        subject.seconds = elapsed if len(job.subjects) == 1 else sum(r.get("duration", 0.0) for r in mine)
+
+
+def plan(registry, impl_selection: str | None, component_selection: str | None) -> list[Job]:
+    jobs: list[Job] = []
+    if impl_selection:
+        for impl in registry.select(impl_selection):
+            subject = SubjectResult(impl.name, "implementation", impl.source, impl.summary, dict(impl.deviations),
+                                    unavailable=impl.unavailable, note=version_note(impl.written_for),
+                                    location=locate(impl.build, impl.deviations))
+            # An implementation that cannot be built here is reported as unavailable, with no suite run.
+            jobs.append(Job(impl.name, [f"--impl={impl.name}"], [subject], runnable=not impl.unavailable))
+    if component_selection:
+        comps = registry.select_components(component_selection)
+        if comps:
+            subjects = [SubjectResult(f"{c.kind}:{c.name}", "component", c.source, c.summary, dict(c.deviations),
+                                      location=locate(c.factory, c.deviations)) for c in comps]
+            # Components are cheap: all of them in one run, each its own subject in the records.
+            selection = ",".join(s.name for s in subjects)
+            jobs.append(Job("components", [f"--component={selection}"], subjects))
+    return jobs
+
+
+def take_shard(jobs: list[Job], shard: Shard) -> list[Job]:
+    """The jobs of ``shard``'s subjects (``aiayn_conformance.audit.shards``): whole jobs for implementations, and the
+    components job cut down to the components the shard holds."""
+    out = []
+    for job in jobs:
+        mine = [s for s in job.subjects if shard.holds(s.name)]
+        if len(mine) == len(job.subjects):
+            out.append(job)
+        elif mine:  # the components job: its share only
+            out.append(Job(job.label, [f"--component={','.join(s.name for s in mine)}"], mine, runnable=job.runnable))
+    return out
+
+
+def audit(jobs: list[Job], *, plugins: list[str], extra: list[str], jobs_n: int, timeout: float,
+          progress: Progress, with_figures: bool = False, isolate: bool = False) -> AuditResult:
+    started = time.monotonic()
+    singles = jobs
+    jobs = [j for j in jobs if j.runnable]
+    for job in singles:
+        if not job.runnable:
+            progress.log(f"  {job.label}: {job.subjects[0].verdict}")
+    if not jobs:
+        progress.close()
+        return AuditResult([s for job in singles for s in job.subjects], time.monotonic() - started)
+    if not isolate:
+        jobs = group(jobs, jobs_n)
+        timeout = timeout * max(len(j.parts) for j in jobs) if any(j.parts for j in jobs) else timeout
+    progress.total = len(jobs)
+    from aiayn_conformance.conformance.helpers import threads
+
+    env = threads.environment_for(min(max(1, jobs_n), len(jobs)))  # each concurrent run's share of the CPUs
+    with tempfile.TemporaryDirectory(prefix="aiayn-audit-") as tmp:
+        workdir = Path(tmp)
+
+        def one(job: Job) -> None:
+            run_job(job, plugins=plugins, extra=extra, workdir=workdir, timeout=timeout, progress=progress, env=env)
+            for s in job.subjects:
+                progress.log(f"  {s.name}: {s.verdict} ({s.seconds:.0f} s)")
+            if with_figures:
+                from .figures import figures_for, learning_curves_figure
+
+                for s in job.subjects:
+                    if s.kind == "implementation":
+                        s.figures, s.figure_errors = figures_for(s.name, plugins=plugins, workdir=workdir)
+                        if s.learning_curves:
+                            try:
+                                s.figures.update(learning_curves_figure(s.name, s.learning_curves))
+                            except Exception as exc:  # a picture lost, never the report
+                                s.figure_errors.append(f"learning curves: {type(exc).__name__}: {exc}")
+
+        with ThreadPoolExecutor(max_workers=max(1, jobs_n)) as pool:
+            list(pool.map(one, jobs))
+    progress.close()
+    return AuditResult([s for job in singles for s in job.subjects], time.monotonic() - started)
