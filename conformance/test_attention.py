@@ -126,7 +126,7 @@ def test_scale_follows_head_size(impl: Implementation, settings: AuditSettings, 
         one_state = dict(state)
         for prefix in attention_prefixes(config):
             one_state[f"{prefix}.q.weight"] = state[f"{prefix}.q.weight"] * factor
-        cmp = compare_real(outputs(impl, one_state, one_cfg), many, tgt, config.pad_id)
+        cmp = compare_real(outputs(impl, one_state, one_cfg), many, tgt, config.pad_id, kind=impl.output)
         gaps[law] = cmp.max_abs
         if cmp.ok:
             found.append(law)
@@ -163,7 +163,8 @@ def test_head_order_is_irrelevant(impl: Implementation, config: ModelConfig) -> 
             permuted[f"{prefix}.{p}.weight"] = state[f"{prefix}.{p}.weight"][rows]
         permuted[f"{prefix}.o.weight"] = state[f"{prefix}.o.weight"][:, rows]
     _, tgt = witness_batch(config)
-    cmp = compare_real(outputs(impl, permuted, config), outputs(impl, state, config), tgt, config.pad_id)
+    cmp = compare_real(outputs(impl, permuted, config), outputs(impl, state, config), tgt, config.pad_id,
+                       kind=impl.output)
     if not cmp.ok:
         src, tgt = witness_batch(config)
         violation(measured=f"rotating the heads' weights changed the outputs: {cmp.describe()}",
@@ -209,7 +210,7 @@ def positions_equal(impl: Implementation, state: dict[str, torch.Tensor],
     model = transplanted(impl, config, state, cache=False)
     lp = log_probs(model, impl, src, tgt, config)
     first = lp[:, :1].expand_as(lp)  # (B, T, V)
-    cmp = compare_real(lp, first, tgt, config.pad_id)
+    cmp = compare_real(lp, first, tgt, config.pad_id, kind=impl.output)
     return cmp.ok, cmp
 
 

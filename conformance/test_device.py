@@ -81,7 +81,7 @@ def test_float64_agrees_with_float32(impl: Implementation, config: ModelConfig) 
                   expected="the model converts to float64 and runs there", call=call,
                   hint="a tensor kept or cast to a fixed dtype (x.float(), torch.float32 tables or masks, a norm "
                        "computed in float32 and not cast back to the input's dtype)")
-    cmp = compare_real(a, b, tgt, config.pad_id)
+    cmp = compare_real(a, b, tgt, config.pad_id, kind=impl.output)
     if not cmp.ok:
         violation(measured=f"float64 differs from float32 beyond rounding: {cmp.describe()}",
                   expected="float64 and float32 agree within the float32 model tolerance",

@@ -82,7 +82,7 @@ def check_causal(model: Any, impl: Implementation, config: ModelConfig, src: tor
     call = f"{describe_call(src, tgt, config.pad_id)}, then target token {j} changed in every row" + (
         f", {weights}" if weights else "")
     if j > 0:
-        before = compare_real(a, b, tgt, config.pad_id, positions=slice(0, j))
+        before = compare_real(a, b, tgt, config.pad_id, positions=slice(0, j), kind=impl.output)
         if not before.ok:
             violation(measured=f"outputs before position {j} changed: {before.describe()}",
                       expected=f"outputs at positions 0..{j - 1} independent of target token {j}",
@@ -187,7 +187,7 @@ def check_source_padding(model: Any, impl: Implementation, config: ModelConfig, 
     a = log_probs(model, impl, src, tgt, config)
     longer = appended(src, extra, config.pad_id)
     b = log_probs(model, impl, longer, tgt, config)
-    cmp = compare_real(a, b, tgt, config.pad_id)
+    cmp = compare_real(a, b, tgt, config.pad_id, kind=impl.output)
     if not cmp.ok:
         violation(measured=f"appending {extra} source pad token(s) moved the outputs: "
                   f"{cmp.describe()}", expected="outputs at real target positions unchanged by source padding",
@@ -227,7 +227,7 @@ def check_target_padding(model: Any, impl: Implementation, config: ModelConfig, 
     src, tgt = witness_batch(config, tgt_room=extra)
     a = log_probs(model, impl, src, tgt, config)
     b = log_probs(model, impl, src, appended(tgt, extra, config.pad_id), config)[:, : tgt.size(1)]
-    cmp = compare_real(a, b, tgt, config.pad_id)
+    cmp = compare_real(a, b, tgt, config.pad_id, kind=impl.output)
     if not cmp.ok:
         violation(measured=f"appending {extra} target pad token(s) moved earlier outputs: "
                   f"{cmp.describe()}", expected="outputs at real target positions unchanged by target padding",

@@ -211,7 +211,7 @@ def check_batch_independence(model: Any, impl: Implementation, src: torch.Tensor
     full = log_probs(model, impl, src, tgt, config)
     order = torch.arange(src.size(0)).flip(0)
     flipped = log_probs(model, impl, src[order], tgt[order], config)[order.argsort()]
-    cmp = compare_real(full, flipped, tgt, config.pad_id)
+    cmp = compare_real(full, flipped, tgt, config.pad_id, kind=impl.output)
     if not cmp.ok:
         violation(measured=f"reversing the batch order changed outputs: {cmp.describe()}",
                   expected="each sample's outputs independent of its neighbours and their order",
@@ -220,7 +220,7 @@ def check_batch_independence(model: Any, impl: Implementation, src: torch.Tensor
                        "batch index, or statistics taken over the batch")
     for b in range(src.size(0)):
         alone = log_probs(model, impl, src[b:b + 1], tgt[b:b + 1], config)
-        cmp = compare_real(full[b:b + 1], alone, tgt[b:b + 1], config.pad_id)
+        cmp = compare_real(full[b:b + 1], alone, tgt[b:b + 1], config.pad_id, kind=impl.output)
         if not cmp.ok:
             violation(measured=f"sample {b} alone differs from sample {b} in the batch: {cmp.describe()}",
                       expected="the same outputs alone and in a batch (same padded width)",
@@ -281,7 +281,7 @@ def test_train_mode_without_dropout_equals_eval(impl: Implementation, config: Mo
     src, tgt = witness_batch(config)
     evaluated = log_probs(model.eval(), impl, src, tgt, cfg)
     trained = log_probs(model.train(), impl, src, tgt, cfg)
-    cmp = compare_real(trained, evaluated, tgt, config.pad_id)
+    cmp = compare_real(trained, evaluated, tgt, config.pad_id, kind=impl.output)
     if not cmp.ok:
         violation(measured=f"train mode with dropout 0 differs from eval mode: {cmp.describe()}",
                   expected="with P_drop = 0, dropout is the only train/eval difference, so the outputs agree",

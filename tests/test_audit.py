@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from aiayn_conformance import report
-from aiayn_conformance.audit import AuditResult, ClauseResult, SubjectResult, fold
+from aiayn_conformance.audit import AuditResult, ClauseResult, SubjectResult, fold, report
 from aiayn_conformance.cli import main
 from aiayn_conformance.spec import CLAUSES
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from aiayn_conformance import report
-from aiayn_conformance.audit import AuditResult, ClauseResult, SubjectResult
+from aiayn_conformance.audit import AuditResult, ClauseResult, SubjectResult, report
 from aiayn_conformance.conformance.helpers.harness import ClauseViolation, checking, violation
 
 

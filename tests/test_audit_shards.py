@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from aiayn_conformance import report, spec
-from aiayn_conformance.audit import plan, take_shard
+from aiayn_conformance import spec
+from aiayn_conformance.audit import plan, report, take_shard
 from aiayn_conformance.audit.ci_report import where
 from aiayn_conformance.audit.locations import locate
 from aiayn_conformance.audit.merge import MergeError, merge_files

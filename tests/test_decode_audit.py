@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from aiayn_conformance import report
+from aiayn_conformance.audit import report
 from aiayn_conformance.audit.results import AuditResult, ClauseResult, SubjectResult
 from aiayn_conformance.spec import AREAS, CLAUSES
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from aiayn_conformance import onnxruntime_cached as plugin
+from aiayn_conformance.export import onnxruntime_cached as plugin
 from aiayn_conformance.spec import TINY
 from aiayn_conformance.spec.tolerance import compare
 

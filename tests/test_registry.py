@@ -16,6 +16,7 @@ from aiayn_conformance.implementations import (
     UnknownImplementationError,
     validated,
 )
+from aiayn_conformance.implementations.registry import own_entry_points
 from aiayn_conformance.reference.model import Transformer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,10 +43,12 @@ def test_reference_is_registered_first():
     assert impl.output == "logits" and impl.plugin == builtin_module("reference") and not impl.deviations
     every = Registry(entry_points=False, env={}).load()
     assert every.errors == [] and every.names()[0] == "reference"
-    # Registration order is PLUGINS' order: each built-in module registers its implementations in turn.
-    order = [builtin_module(m) for m in PLUGINS]
+    # Registration order is PLUGINS' order (each built-in module registers its implementations in turn), then the
+    # project's own entry points: the built-ins that live above the registry's layer.
+    order = [builtin_module(m) for m in PLUGINS] + [ep.name for ep in own_entry_points()]
     plugins = [every.get(n).plugin for n in every.names()]
     assert plugins == sorted(plugins, key=order.index), plugins
+    assert "onnxruntime-cached" in every.names() and every.get("onnxruntime-cached").plugin == "onnxruntime-cached"
     assert {c.plugin for c in every.components.values()} <= set(order)
 
 

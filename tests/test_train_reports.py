@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from aiayn_conformance import report
-from aiayn_conformance.audit import AuditResult, SubjectResult, fold
+from aiayn_conformance.audit import AuditResult, SubjectResult, fold, report
 from aiayn_conformance.audit.figures import learning_curves_figure
 from aiayn_conformance.cli import main
 from aiayn_conformance.conformance.helpers.learning import TASKS, LearningCurve

@@ -48,9 +48,13 @@ def log_probs(model: Any, impl: Implementation, src: torch.Tensor, tgt: torch.Te
 
 
 def compare_real(a: torch.Tensor, b: torch.Tensor, tgt: torch.Tensor, pad_id: int, *,
-                 positions: slice | None = None) -> Comparison:
-    """Compare two [B, T, V] outputs at real (non-pad) target positions only (padded rows zeroed on both sides)."""
+                 positions: slice | None = None, kind: str = "logits") -> Comparison:
+    """Compare two [B, T, V] log-probability outputs at real (non-pad) target positions only (padded rows zeroed on
+    both sides). Two outputs of one implementation that declares probabilities (``kind``) are compared as it gave
+    them: a rounding error of float32 probabilities, taken the log of, grows without bound as they go to 0."""
     real = (tgt != pad_id)[..., None]  # (B, T, 1)
+    if kind == "probs":
+        a, b = a.exp(), b.exp()
     if positions is not None:
         a, b, real = a[:, positions], b[:, positions], real[:, positions]
     return compare(torch.where(real, a, 0.0), torch.where(real, b, 0.0), dtype=torch.float32, scope="model")
