@@ -23,7 +23,7 @@ from torch import nn
 
 from aiayn_conformance.cli import main
 from aiayn_conformance.scaffold import render, scaffold
-from aiayn_conformance.scaffold.probe import build_with_config
+from aiayn_conformance.scaffold.construct import build_with_config
 from aiayn_conformance.scaffold.synonyms import ASSUMED, SURE
 from aiayn_conformance.spec.config import TINY, ModelConfig
 
@@ -229,7 +229,8 @@ def test_a_hugging_face_model_is_built_from_its_own_config():
 
 
 # -- notebooks ------------------------------------------------------------------------------------------------
-def test_a_notebook_keeps_its_model_cells_and_lists_the_rest(capsys, tmp_path):
+def test_a_notebook_keeps_its_model_cells_and_lists_the_rest(capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "spacy", None)  # not installed, as in the tutorial's fresh environment
     path = tmp_path / "plugin.py"
     assert main(["scaffold", f"{NOTEBOOK}:Transformer", "-o", str(path)]) == 0
     err = capsys.readouterr().err

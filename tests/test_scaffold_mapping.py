@@ -20,8 +20,8 @@ import torch
 from aiayn_conformance.cli import main
 from aiayn_conformance.conformance.transplant import reference_twin, visible_state
 from aiayn_conformance.scaffold import naming, render, scaffold
+from aiayn_conformance.scaffold.construct import PROBE
 from aiayn_conformance.scaffold.masks import Convention, _try, mask_lines
-from aiayn_conformance.scaffold.probe import PROBE
 from aiayn_conformance.spec.config import TINY
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,22 +1,12 @@
-"""Building the target with a ``ModelConfig``: the constructor calls worth trying, read from its signature.
+"""Stage 2: the target built with a small ``ModelConfig`` (:data:`PROBE`) -> :class:`Built`, holding the model and
+the constructor call the plugin will write.
 
-The target is a class or a factory function (``make_model(src_vocab, tgt_vocab, N=6, ...)``). Each parameter
-gets, in this order:
-
-- the whole configuration, when it is named like one (``config``): a library's own config class when the target
-  names one (``config_class``, as Hugging Face models do, or the parameter's annotation), built from the
-  ``ModelConfig`` fields by the same rules; else the ``ModelConfig`` itself;
-- the ``ModelConfig`` field its name means (synonyms.py; an ambiguous name is passed with a CHECK note);
-- a built sub-module, for a parameter that takes one (``Seq2Seq(encoder, decoder, ...)``): the ``nn.Module``
-  class its annotation names, else the class of the target's module its name names (``encoder`` -> ``Encoder``),
-  itself built by these rules;
-- nothing, when it has a default.
-
-When the ``ModelConfig`` does not suit a parameter named like a configuration (``Model(args)`` reading
-``args.encoder_embed_dim``, ``get_model(opt, src_vocab, trg_vocab)`` reading ``opt.heads``), the call passes a
-``ConfigNamespace`` of exactly the attributes the target read (:func:`_read_config`).
-
-A required parameter none of these fills makes that call impossible; :func:`build` names every call tried.
+Each parameter of the target's signature gets, in this order: the whole configuration, for a parameter named like
+one (a library's own config class when the target names one, else the ``ModelConfig``); the ``ModelConfig`` field
+its name means (synonyms.py); a built sub-module, for a parameter that takes one; nothing, when it has a default.
+Where the ``ModelConfig`` does not suit a parameter named like a configuration, the call passes a ``ConfigNamespace``
+of exactly the attributes the target read. A required parameter none of these fills makes that call impossible;
+the error names every call tried.
 """
 
 from __future__ import annotations
@@ -25,16 +15,21 @@ import inspect
 import re
 import sys
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 from torch import nn
 
-from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.config import TINY, ModelConfig
 
 from .errors import ScaffoldError, short
+from .runtime import ConfigNamespace
 from .synonyms import ASSUMED, CONFIG_PARAMETERS, meaning
+from .target import Loaded
+
+PROBE: ModelConfig = TINY.replace(d_ff=48)
+"""The configuration the model is built with to read its parameters: h > 1, N = 2, tied embeddings, and sizes
+that tell the parameters apart (d_ff = 48 is neither d_model = 32 nor a stacked 2 or 3 x d_model)."""
 
 MAX_DEPTH = 3  # sub-modules of sub-modules of ... (Seq2Seq -> TransformerEncoder -> TransformerEncoderLayer)
 
@@ -250,20 +245,6 @@ def constructors(target: Any, config: ModelConfig, depth: int = 0) -> list[Const
     return out
 
 
-class ConfigNamespace(SimpleNamespace):
-    """The config object a generated plugin passes to a constructor that reads attributes of its own names
-    (``Model(args)`` reading ``args.encoder_embed_dim``): attributes, ``[name]`` and ``.get(name, default)``."""
-
-    def __getitem__(self, name: str) -> Any:
-        return getattr(self, name)
-
-    def __contains__(self, name: str) -> bool:
-        return hasattr(self, name)
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return getattr(self, name, default)
-
-
 class _Reader:
     """A stand-in config object: it answers every attribute the synonym table knows (``args.encoder_embed_dim``,
     ``opt.d_word_vec``) from the ``ModelConfig``, and records what the constructor read. An attribute no field
@@ -340,7 +321,29 @@ def _read_config(target: Any, config: ModelConfig, depth: int = 0) -> Constructo
                        getattr(target, "__name__", "model"))
 
 
-def build(target: Any, config: ModelConfig) -> tuple[nn.Module, Constructor]:
+@dataclass
+class Built:
+    """Stage 2's record: the target, the model built with ``config``, and the call that built it."""
+
+    loaded: Loaded
+    model: nn.Module
+    constructor: Constructor
+    config: ModelConfig
+
+
+def build(loaded: Loaded, config: ModelConfig = PROBE) -> Built:
+    """The target built with ``config``; a function that builds nothing is named as one."""
+    try:
+        model, ctor = build_with_config(loaded.obj, config)
+    except ScaffoldError as exc:
+        if inspect.isclass(loaded.obj):
+            raise
+        raise ScaffoldError(f"{loaded.where} is a function, not a torch.nn.Module class, and no call of it as a "
+                            f"factory returned a module: {exc}") from None
+    return Built(loaded, model, ctor, config)
+
+
+def build_with_config(target: Any, config: ModelConfig = PROBE) -> tuple[nn.Module, Constructor]:
     """``target`` built with ``config``; ScaffoldError naming each call tried when none works."""
     tried = []
     for ctor in [*constructors(target, config), _read_config(target, config)]:

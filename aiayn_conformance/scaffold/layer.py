@@ -1,12 +1,7 @@
-"""One encoder or decoder layer's template: which of its parameters is each canonical parameter of the layer
-(attention projections, feed-forward network, the norm of each sub-layer), with ``{i}`` for the layer number,
-and which of its lines are uncertain.
-
-A layer's parameters are read in three passes, each taking what it places out of the pool: attention modules
-(the components holding [d_model, d_model], [2 d_model, d_model] or [3 d_model, d_model] weights), then the
-feed-forward network ([d_ff, d_model] then [d_model, d_ff]), then the [d_model] norms, each assigned to its
-sub-layer. What no pass takes is left as built.
-"""
+"""One encoder or decoder layer's template: which of its parameters is each canonical parameter of the layer, with
+``{i}`` for the layer number, and which lines are uncertain. Attention modules are placed first (the components
+holding [d, d], [2 d, d] or [3 d, d] weights), then the feed-forward network, then the [d] norms, each assigned to
+its sub-layer; what no pass takes is left as built."""
 
 from __future__ import annotations
 

@@ -1,17 +1,7 @@
-"""Constructor argument names as real code spells them, and the ``ModelConfig`` field each means.
-
-Gathered from tutorial and library code: the Annotated Transformer (``N``, ``d_ff``, ``h``), bentrevett's
-pytorch-seq2seq (``input_dim``, ``output_dim``, ``hid_dim``, ``pf_dim``, ``max_length``), jadore801120
-(``n_src_vocab``, ``d_word_vec``, ``d_inner``, ``n_position``), hyunwoongko (``enc_voc_size``, ``ffn_hidden``,
-``drop_prob``), torch.nn (``nhead``, ``dim_feedforward``, ``num_encoder_layers``), Hugging Face configs
-(``encoder_layers``, ``encoder_attention_heads``, ``encoder_ffn_dim``, ``max_position_embeddings``,
-``pad_token_id``), fairseq (``encoder_embed_dim``, ``encoder_ffn_embed_dim``), gordicaleksa/pytorch-original-transformer
-(``model_dimension``, ``number_of_heads``, ``number_of_layers``, ``dropout_probability``).
-
-Two tables: :data:`SURE` (a name that means one field wherever it is seen) and :data:`ASSUMED` (a name that
-could mean more than one: the scaffold passes the field written here and marks the line ``# CHECK:`` with the
-reason, never a silent guess). Tables only; :func:`meaning` reads them.
-"""
+"""Tables: constructor argument names as real code spells them (tutorials, torch.nn, Hugging Face, fairseq,
+OpenNMT-py, JoeyNMT), and the ``ModelConfig`` field each means. :data:`SURE` names mean one field wherever they are
+seen; :data:`ASSUMED` names could mean more than one, so the line passing them is marked ``# CHECK:`` with what was
+assumed; :data:`GUESSES` are token ids ``ModelConfig`` lacks. :func:`meaning` reads them."""
 
 from __future__ import annotations
 
