@@ -476,3 +476,18 @@ def test_a_file_whose_import_is_found_nowhere_says_so_in_one_line(tmp_path, monk
 def test_gordicaleksas_argument_names_are_read(name, field):
     from aiayn_conformance.scaffold.synonyms import meaning
     assert meaning(name) == (field, "")
+
+
+@pytest.mark.parametrize("factory, shape", [("make_rows_model", [5000, 32]), ("make_batch_first_model", [1, 5000, 32]),
+                                            ("make_seq_first_model", [5000, 1, 32])])
+def test_a_sinusoid_buffer_is_found_in_each_layout(factory, shape):
+    """[max_len, d], [1, max_len, d] (JoeyNMT) and [max_len, 1, d] (OpenNMT-py): positional_encoding returns the
+    table as (length, d_model), unmarked: the value probe compared it with the sinusoid."""
+    from aiayn_conformance.reference.model import sinusoid_table
+
+    target = f"{PACKAGE}.pe_layouts:{factory}"
+    text = render(scaffold(target))
+    assert "        table = _attribute(self.model, 'src_embed.pe')\n" in text, text[text.find("def positional"):][:300]
+    adapter = plugin_module(target).Adapter(TINY)
+    assert list(adapter.model.src_embed.pe.shape) == shape
+    torch.testing.assert_close(adapter.positional_encoding(9), sinusoid_table(9, TINY.d_model))

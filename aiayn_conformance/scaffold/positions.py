@@ -1,6 +1,6 @@
-"""The positional table the adapter's ``positional_encoding`` returns: a ``[max_len, d_model]`` buffer (the
-sinusoid), else a learned table (an ``nn.Embedding`` or a parameter named for positions with ``max_len`` rows or
-more that is not a vocabulary matrix)."""
+"""The positional table the adapter's ``positional_encoding`` returns: a buffer of ``max_len`` rows or more laid
+out ``[max_len, d]``, ``[1, max_len, d]`` or ``[max_len, 1, d]`` (the sinusoid), else a learned table (an
+``nn.Embedding`` or a parameter named for positions with ``max_len`` rows or more, not a vocabulary matrix)."""
 
 from __future__ import annotations
 
@@ -23,16 +23,22 @@ class Positional:
     check: str = ""
 
 
+def rows(shape: tuple[int, ...], d: int) -> int:
+    """The number of positions of a table shaped [L, d], [1, L, d] or [L, 1, d]; 0 for any other shape."""
+    if len(shape) == 2 and shape[1] == d:
+        return shape[0]
+    if len(shape) == 3 and shape[2] == d and 1 in shape[:2]:
+        return shape[0] * shape[1]
+    return 0
+
+
 def buffer_table(model: nn.Module, config: ModelConfig) -> str:
-    """The attribute path of a positional table (a [max_len, d_model] buffer or tensor attribute), or ""."""
-    d = config.d_model
+    """The attribute path of a positional table (a buffer or tensor attribute of max_len rows or more), or ""."""
     for name, module in model.named_modules():
         for attr, value in list(module.__dict__.get("_buffers", {}).items()) + list(vars(module).items()):
             if not isinstance(value, torch.Tensor) or isinstance(value, nn.Parameter):
                 continue
-            shape = tuple(value.shape)
-            if len(shape) in (2, 3) and shape[-1] == d and shape[-2] >= config.max_len and \
-                    (len(shape) == 2 or shape[0] == 1):
+            if rows(tuple(value.shape), config.d_model) >= config.max_len:
                 return f"{name}.{attr}" if name else attr
     return ""
 
