@@ -21,6 +21,7 @@ One record flows through the stages, each module reading only the modules above 
     positions.py       the positional table: a sinusoid buffer or learned tables (for probe.py)
     initialisation.py  the repository's own initialisation, read from the code next to the class (for probe.py)
     probe.py           stage 3: the built model called once: forward call, output kind, sizes it ignores -> Probed
+    norms.py           which sub-layer each layer norm serves, read from the values a run of the layer computes
     layer.py           one layer's template: projections, feed-forward network, norms (for proposal.py)
     proposal.py        stage 4: where each canonical parameter goes, and how encode() reads -> Proposed
     render.py          stage 5: the plugin file's text

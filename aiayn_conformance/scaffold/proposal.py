@@ -4,6 +4,7 @@ The embeddings and the pre-softmax projection are placed here, the layers by lay
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,9 +13,10 @@ from torch import nn
 
 from aiayn_conformance.spec.config import ModelConfig
 
-from .layer import Member, layer_template
+from .layer import Member, Runner, layer_template
 from .masks import probe_batch, run_call
 from .naming import DECODER, EMBEDDING, ENCODER, GAIN, GENERATOR, SHIFT, SOURCE, TARGET, tokens
+from .norms import run_layer
 from .probe import Probed
 
 ROLES = ("src_embed", "tgt_embed", "generator")  # the [vocab, d_model] matrices, in the order they are placed
@@ -82,22 +84,30 @@ def propose(probed: Probed) -> Proposed:
     """The mapping of the probed model, and its encode()."""
     built = probed.built
     ignored = probed.ignored.get("d_ff", "")
-    proposal = mapping(built.model, built.config, (probed.d_ff, ignored) if ignored else None)
     forward = probed.forward
+    model, config = built.model, built.config
+
+    def run_model() -> object:
+        return run_call(model, config, forward.lines, forward.call, *probe_batch(config))
+
+    proposal = mapping(model, config, (probed.d_ff, ignored) if ignored else None, run_model)
     return Proposed(probed, proposal, encode_hook(built.model, proposal, built.config, forward.lines, forward.call,
                                                   probed.encode))
 
 
-def mapping(model: nn.Module, config: ModelConfig, ffn: tuple[int, str] | None = None) -> Proposal:
+def mapping(model: nn.Module, config: ModelConfig, ffn: tuple[int, str] | None = None,
+            run_model: Callable[[], object] | None = None) -> Proposal:
     """Where each canonical parameter goes in ``model`` (built with ``config``); ``ffn`` (width, reason) when the
-    model's FFN is another width than ``config.d_ff`` whatever d_ff says (probe.py: ignored_sizes)."""
+    model's FFN is another width than ``config.d_ff`` whatever d_ff says (probe.py: ignored_sizes); ``run_model``
+    runs its forward (the layers' norms are told apart by the values it computes)."""
     params: list[tuple[str, torch.Tensor]] = list(model.named_parameters())  # one name per tensor, in order
     aliases: dict[int, list[str]] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
         aliases.setdefault(id(p), []).append(name)
     out = Proposal()
     used = _place_vocab_matrices(out, params, aliases, config)
-    used |= _place_layers(out, [(n, p) for n, p in params if n not in used], config, ffn)
+    used |= _place_layers(out, [(n, p) for n, p in params if n not in used], config, ffn, _runner(model, config,
+                                                                                                  run_model))
     _place_the_rest(out, [(n, p) for n, p in params if n not in used], config.d_model)
     return out
 
@@ -141,8 +151,16 @@ def _place_vocab_matrices(out: Proposal, params: list[tuple[str, torch.Tensor]],
     return used
 
 
+def _runner(model: nn.Module, config: ModelConfig,
+            run_model: Callable[[], object] | None) -> Callable[[str], Runner]:
+    """For a layer's path: the runner that runs it with hooks (the model's forward, else the layer alone)."""
+    def for_layer(path: str) -> Runner:
+        return lambda sublayers, norms: run_layer(model, path, config.d_model, run_model, sublayers, norms)
+    return for_layer
+
+
 def _place_layers(out: Proposal, params: list[tuple[str, torch.Tensor]], config: ModelConfig,
-                  ffn: tuple[int, str] | None = None) -> set[str]:
+                  ffn: tuple[int, str] | None, runner: Callable[[str], Runner]) -> set[str]:
     """The layers: parameters under encoder.../decoder... with a layer number, mapped through the first layer's
     template. Returns the names placed."""
     by_layer: dict[tuple[str, int], list[Member]] = {}
@@ -166,20 +184,21 @@ def _place_layers(out: Proposal, params: list[tuple[str, torch.Tensor]], config:
         if layers != list(range(config.n_layers)):
             out.stack_checks[stack] = f"layer numbers {layers} are not 0..{config.n_layers - 1}"
         _place_stack(out, stack, {i: by_layer[(stack, i)] for i in layers},
-                     {i: prefixes[(stack, i)] for i in layers}, config, ffn)
+                     {i: prefixes[(stack, i)] for i in layers}, config, ffn, runner)
         for i in layers:
             used.update(n for n, _, _ in by_layer[(stack, i)])
     return used
 
 
 def _place_stack(out: Proposal, stack: str, members: dict[int, list[Member]], prefixes: dict[int, str],
-                 config: ModelConfig, ffn: tuple[int, str] | None = None) -> None:
+                 config: ModelConfig, ffn: tuple[int, str] | None, runner: Callable[[str], Runner]) -> None:
     """One stack's lines: the first layer's template with its path prefix, and a check when a later layer has
     other parameter names or shapes than the first."""
     first, *later = members
     width, ignored = ffn or (config.d_ff, "")
-    lines, zero, one, left = layer_template(stack, members[first], config.d_model, width, ignored)
     prefix = prefixes[first]
+    run = runner(f"{prefix}.{first}" if prefix else str(first))
+    lines, zero, one, left = layer_template(stack, members[first], config.d_model, width, ignored, run)
     template = (prefix + ".{i}.") if prefix else "{i}."
     shapes0 = {".".join(rel): tuple(p.shape) for _, rel, p in members[first]}
     for i in later:
