@@ -49,3 +49,18 @@ def test_norms_no_value_tells_apart_are_marked_saying_which_and_why():
     assert "# CHECK: layer_norm given the one sub-layer left; the value probe could not tell (" in line
     assert "feed_forward.layer_norm was not called" in line
     assert "layer_norm matches the self-attention and the feed-forward network" in line
+
+
+# -- sub-modules defined in other modules ---------------------------------------------------------------------------
+def test_a_constructor_whose_sub_modules_live_in_other_modules_of_its_package():
+    """``Seq2Seq(encoder, decoder)`` in model.py, the classes in encoders.py and decoders.py (not imported by
+    model.py), each beside a recurrent class that does not build with a ModelConfig."""
+    from scaffolded import reproduces_the_reference
+
+    target = f"{PACKAGE}.split.model:Seq2Seq"
+    text = render(scaffold(target))
+    assert f"from {PACKAGE}.split.encoders import TransformerEncoder\n" in text
+    assert f"from {PACKAGE}.split.decoders import TransformerDecoder\n" in text
+    assert (f"encoder=TransformerEncoder(  # CHECK: encoder built as a TransformerEncoder ({PACKAGE}.split.encoders), "
+            "the class its name suggests (others: RecurrentEncoder") in text
+    reproduces_the_reference(target)

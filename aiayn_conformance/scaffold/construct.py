@@ -11,10 +11,13 @@ the error names every call tried.
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
 import re
 import sys
 from dataclasses import dataclass, field
+from itertools import takewhile
 from typing import Any
 
 import torch
@@ -119,42 +122,82 @@ def _module_classes(namespace: dict[str, Any]) -> dict[str, type]:
             if inspect.isclass(v) and issubclass(v, nn.Module) and not n.startswith("_")}
 
 
-def _submodule_class(p: inspect.Parameter, namespace: dict[str, Any], owner: str) -> tuple[type, str] | None:
-    """The ``nn.Module`` class a parameter takes an instance of, and a CHECK note when it was not certain. Among
-    classes whose name ends with the parameter's (``layer`` -> ``EncoderLayer``, ``DecoderLayer``), the one sharing
-    most words with the owner's name (``Decoder``) comes first."""
+def _package_classes(owner: Any) -> dict[str, type]:
+    """The ``nn.Module`` classes defined in the owner's package: its sibling modules (imported here) and every
+    module of its top-level package already imported (``onmt.encoders`` for ``onmt.models.model:NMTModel``). Of
+    two classes of one name, the one in the module nearer the owner's is kept."""
+    name = getattr(owner, "__module__", "") or ""
+    parent, top = name.rpartition(".")[0], name.split(".")[0]
+    if top in ("torch", "builtins"):  # the building blocks models are written with, not a model's package
+        return {}
+    package = sys.modules.get(parent)
+    for info in pkgutil.iter_modules(getattr(package, "__path__", None) or []):
+        try:
+            importlib.import_module(f"{parent}.{info.name}")
+        except Exception:  # noqa: BLE001 - a sibling that does not import holds no class to build
+            continue
+
+    def nearness(module_name: str) -> int:
+        return sum(1 for _ in takewhile(lambda ab: ab[0] == ab[1], zip(module_name.split("."), name.split("."))))
+
+    found: list[tuple[int, str, type]] = []
+    for module_name, module in list(sys.modules.items()):
+        if module is not None and (module_name == top or module_name.startswith(f"{top}.")):
+            found += [(nearness(module_name), n, c) for n, c in _module_classes(vars(module)).items()
+                      if c.__module__ == module_name]
+    out: dict[str, type] = {}
+    for _, n, c in sorted(found, key=lambda x: -x[0]):
+        out.setdefault(n, c)
+    return out
+
+
+def _submodule_classes(p: inspect.Parameter, owner: Any) -> list[tuple[type, str]]:
+    """The ``nn.Module`` classes a parameter may take an instance of, best first, each with a CHECK note when it is
+    not certain: its annotation; else the class named as the parameter (``encoder`` -> ``Encoder``); else those
+    whose name ends with the parameter's (``layer`` -> ``EncoderLayer``): those nearest the owner's module first,
+    then those sharing most words with the owner's name, then those named for the Transformer. The owner's module
+    is searched first, then its package."""
+    namespace = _namespace(owner)
     ann = namespace.get(p.annotation) if isinstance(p.annotation, str) else p.annotation
     if inspect.isclass(ann) and issubclass(ann, nn.Module) and ann is not nn.Module:
-        return ann, ""
-    classes = _module_classes(namespace)
+        return [(ann, "")]
     want = _norm(p.name)
     want = {"enc": "encoder", "dec": "decoder", "gen": "generator"}.get(want, want)
-    exact = [c for n, c in classes.items() if _norm(n) == want]
-    if exact:
-        return exact[0], ""
-    words = [w for w in re.split(r"(?<=[a-z])(?=[A-Z])|_", owner) if len(w) >= 3]
-    near = sorted((n for n in classes if _norm(n).endswith(want) and ("layer" in want or "layer" not in _norm(n))),
-                  key=lambda n: (-sum(w.lower() in n.lower() for w in words), len(n)))
-    if not near or len(want) < 3:
-        return None
-    others = f" (others: {', '.join(near[1:])})" if len(near) > 1 else ""
-    return classes[near[0]], f"{p.name} built as a {near[0]}, the class its name suggests{others}"
+    words = [w for w in re.split(r"(?<=[a-z])(?=[A-Z])|_", getattr(owner, "__name__", "")) if len(w) >= 3]
+    here = (getattr(owner, "__module__", "") or "").split(".")
+    for classes, where in ((_module_classes(namespace), ""), (_package_classes(owner), "package")):
+        def rank(n: str, classes: dict[str, type] = classes) -> tuple[int, bool, int, bool, int]:
+            near = sum(1 for _ in takewhile(lambda ab: ab[0] == ab[1], zip(classes[n].__module__.split("."), here)))
+            return (-near, _norm(n) != want, -sum(w.lower() in n.lower() for w in words),
+                    "transformer" not in n.lower(), len(n))
+
+        found = sorted((n for n in classes if _norm(n) == want or (
+            len(want) >= 3 and _norm(n).endswith(want) and ("layer" in want or "layer" not in _norm(n)))), key=rank)
+        if found and _norm(found[0]) == want and not where:
+            return [(classes[found[0]], "")]
+        if found:
+            return [(classes[n], _suggested(p.name, classes[n], where, [m for m in found if m != n])) for n in found]
+    return []
+
+
+def _suggested(name: str, cls: type, where: str, others: list[str]) -> str:
+    place = f" ({cls.__module__})" if where else ""
+    return (f"{name} built as a {cls.__name__}{place}, the class its name suggests"
+            + (f" (others: {', '.join(others[:4])}{', ...' if len(others) > 4 else ''})" if others else ""))
 
 
 def _submodule(p: inspect.Parameter, owner: Any, depth: int, config: ModelConfig) -> tuple[str, Any, str] | None:
-    found = _submodule_class(p, _namespace(owner), getattr(owner, "__name__", "")) if depth < MAX_DEPTH else None
-    if found is None:
-        return None
-    cls, note = found
-    for ctor in constructors(cls, config, depth + 1):
-        if ctor.missing():
-            continue
-        try:
-            torch.manual_seed(0)
-            if isinstance(ctor.build(config), nn.Module):
-                return p.name, ctor, note
-        except Exception:  # noqa: BLE001 - a call that does not build is one not to write
-            continue
+    """The first candidate class that builds with ``config`` (its constructor call), for a parameter taking one."""
+    for cls, note in _submodule_classes(p, owner) if depth < MAX_DEPTH else []:
+        for ctor in constructors(cls, config, depth + 1):
+            if ctor.missing():
+                continue
+            try:
+                torch.manual_seed(0)
+                if isinstance(ctor.build(config), nn.Module):
+                    return p.name, ctor, note
+            except Exception:  # noqa: BLE001 - a call that does not build is one not to write
+                continue
     return None
 
 
