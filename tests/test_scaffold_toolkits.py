@@ -64,3 +64,26 @@ def test_a_constructor_whose_sub_modules_live_in_other_modules_of_its_package():
     assert (f"encoder=TransformerEncoder(  # CHECK: encoder built as a TransformerEncoder ({PACKAGE}.split.encoders), "
             "the class its name suggests (others: RecurrentEncoder") in text
     reproduces_the_reference(target)
+
+
+# -- options objects and config dicts -----------------------------------------------------------------------------
+def test_an_options_builder_reads_any_number_of_options_from_its_toolkits_parser():
+    """``build_model(model_opt, ...)`` reads 13 options only optkit.opts.model_opts defines, bare: they take the
+    parser's defaults (the plugin builds the same parser); the architecture options take the paper's values, marked;
+    two options no parser defines are None, marked. The plugin reproduces the reference."""
+    from scaffolded import reproduces_the_reference
+
+    target = f"{PACKAGE}.optkit.builder:build_model"
+    text = render(scaffold(target))
+    call = text[text.index("self.model = build_model("):text.index("_init(self.model)")]
+    assert "model_opt=options(  # CHECK: the defaults of tests.fixtures.scaffold_styles.optkit.opts.model_opts" in call
+    assert "                ArgumentParser,\n                [model_opts],\n" in call
+    assert f"from {PACKAGE}.optkit.opts import model_opts\n" in text
+    assert 'encoder_type="transformer",  # CHECK: the paper\'s encoder' in call
+    assert "position_encoding=True,  # CHECK: the sinusoid of section 3.5" in call
+    assert "gpu_ranks=None,  # CHECK: gpu_ranks is no ModelConfig field nor an option of the toolkit's parser" in call
+    for line in ("word_vec_size=config.d_model,", "heads=config.n_heads,", "transformer_ff=config.d_ff,",
+                 "enc_layers=config.n_layers,"):
+        assert line in call, line
+    assert "copy_attn" not in call and "feat_merge" not in call  # the parser's defaults, not written
+    reproduces_the_reference(target)

@@ -26,8 +26,9 @@ from torch import nn
 from aiayn_conformance.spec.config import TINY, ModelConfig
 
 from .errors import ScaffoldError, short
-from .runtime import ConfigNamespace
-from .synonyms import ASSUMED, CONFIG_PARAMETERS, meaning
+from .options import Parser, Section, find_parser, read_dict, read_options, value_of
+from .runtime import ConfigNamespace, options
+from .synonyms import ASSUMED, CONFIG_PARAMETERS, PAPER, meaning
 from .target import Loaded
 
 PROBE: ModelConfig = TINY.replace(d_ff=48)
@@ -37,49 +38,49 @@ that tell the parameters apart (d_ff = 48 is neither d_model = 32 nor a stacked 
 MAX_DEPTH = 3  # sub-modules of sub-modules of ... (Seq2Seq -> TransformerEncoder -> TransformerEncoderLayer)
 
 
-def _value(expr: str, config: ModelConfig) -> Any:
-    if expr == "config":
-        return config
-    if expr.startswith("config."):
-        return getattr(config, expr.split(".", 1)[1])
-    return {'"cpu"': "cpu", "None": None}.get(expr, expr if not expr.isdigit() else int(expr))
-
-
 @dataclass
 class Constructor:
     """How the scaffold built the target: the call for the generated plugin and its CHECK notes. An argument's
-    expression is generated code (``config.d_model``) or a nested :class:`Constructor` (a built sub-module or a
-    library config)."""
+    expression is generated code (``config.d_model``) or a nested :class:`Constructor` (a built sub-module, a
+    library config, an options object or a config dict: ``kind`` "dict" writes a dict literal)."""
 
     args: list[tuple[str | None, Any, str]]  # (keyword or None for positional, expression, CHECK note or "")
     target: Any = None  # the class or function called
     name: str = field(default="")  # its name in the plugin
+    uses: list[Any] = field(default_factory=list)  # the classes and functions the expressions name
+    kind: str = "call"
 
     def call(self, config: ModelConfig) -> tuple[list[Any], dict[str, Any]]:
+        names = {u.__name__: u for u in self.uses}
+
         def value(e: Any) -> Any:
-            return e.build(config) if isinstance(e, Constructor) else _value(e, config)
+            return e.build(config) if isinstance(e, Constructor) else value_of(e, config, names)
         positional = [value(e) for k, e, _ in self.args if k is None]
         keywords = {k: value(e) for k, e, _ in self.args if k is not None}
         return positional, keywords
 
     def build(self, config: ModelConfig) -> Any:
         args, kwargs = self.call(config)
-        return self.target(*args, **kwargs)
+        return kwargs if self.kind == "dict" else self.target(*args, **kwargs)
 
     def callables(self) -> list[Any]:
         """Every class or function the call names, this one first (for the plugin's import lines)."""
-        out = [self.target] if self.target is not None else []
+        out = [self.target] if self.target is not None and self.kind == "call" else []
+        out += [u for u in self.uses if u not in out]
         for _, e, _ in self.args:
             if isinstance(e, Constructor):
                 out += [c for c in e.callables() if c not in out]
         return out
 
+    def _key(self, k: str | None) -> str:
+        return "" if k is None else f"{k!r}: " if self.kind == "dict" else f"{k}="
+
     def shown(self) -> str:
         """The call in one line, ``?`` for what could not be filled."""
         def one(e: Any) -> str:
             return e.shown() if isinstance(e, Constructor) else (e or "?")
-        inner = ", ".join(("" if k is None else f"{k}=") + one(e) for k, e, _ in self.args)
-        return f"{self.name}({inner})"
+        inner = ", ".join(self._key(k) + one(e) for k, e, _ in self.args)
+        return "{" + inner + "}" if self.kind == "dict" else f"{self.name}({inner})"
 
     def missing(self) -> str:
         """The first reason this call cannot be made, or ""."""
@@ -95,10 +96,11 @@ class Constructor:
         """The arguments as the plugin writes them, one a line, nested calls indented."""
         pad, out = " " * indent, []
         for k, e, note in self.args:
-            key = "" if k is None else f"{k}="
+            key = self._key(k)
             mark = f"  # CHECK: {note}" if note else ""
             if isinstance(e, Constructor):
-                out += [f"{pad}{key}{e.name}({mark}", *e.lines(indent + 4), f"{pad}),"]
+                opening, closing = ("{", "}") if e.kind == "dict" else (f"{e.name}(", ")")
+                out += [f"{pad}{key}{opening}{mark}", *e.lines(indent + 4), f"{pad}{closing},"]
             else:
                 out.append(f"{pad}{key}{e},{mark}")
         return out
@@ -229,10 +231,15 @@ def _argument(target: Any, p: inspect.Parameter, depth: int, config: ModelConfig
     found = meaning(p.name)
     if found is not None:
         return (p.name, *found)
+    if p.name in PAPER and (p.default is p.empty or repr(p.default) != PAPER[p.name][0]):
+        return (p.name, *PAPER[p.name])
     if p.default is p.empty:
         sub = _submodule(p, target, depth, config)
         if sub is not None:
             return sub
+        parser = find_parser(target)
+        if parser is not None and p.name in parser.defaults:
+            return p.name, repr(parser.defaults[p.name]), f"the default of the option {p.name} ({parser.said})"
         return p.name, "", f"no ModelConfig field matches the required parameter {p.name!r}"
     return None
 
@@ -288,49 +295,11 @@ def constructors(target: Any, config: ModelConfig, depth: int = 0) -> list[Const
     return out
 
 
-class _Reader:
-    """A stand-in config object: it answers every attribute the synonym table knows (``args.encoder_embed_dim``,
-    ``opt.d_word_vec``) from the ``ModelConfig``, and records what the constructor read. An attribute no field
-    matches raises AttributeError (so ``getattr(opt, name, default)`` keeps its default) unless it is one of
-    ``absent``, which read as None (``opt.load_weights``, read bare by a factory)."""
-
-    def __init__(self, config: ModelConfig, absent: frozenset[str] = frozenset()):
-        self._config, self._absent = config, absent
-        self._read: dict[str, tuple[str, str]] = {}
-        self._missed: tuple[str, AttributeError] | None = None  # the last attribute no field matches, and the error
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        if name in self._absent:
-            self._read[name] = ("None", f"{name} is no ModelConfig field: the scaffold built the model with None")
-            return None
-        found = meaning(name)
-        if found is None:
-            error = AttributeError(f"the config has no {name!r} (no ModelConfig field matches it)")
-            self._missed = (name, error)
-            raise error
-        self._read[name] = found
-        return _value(found[0], self._config)
-
-    def __getitem__(self, name: str) -> Any:
-        try:
-            return getattr(self, name)
-        except AttributeError as exc:
-            raise KeyError(str(exc)) from None
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return getattr(self, name, default)
-
-
-MAX_ABSENT = 8  # attributes no field matches that a read_config call may answer with None
-
-
 def _read_config(target: Any, config: ModelConfig, depth: int = 0) -> Constructor | None:
-    """For a target taking one config-like argument (``Model(args)``, ``get_model(opt, src_vocab, trg_vocab)``) that
-    ``ModelConfig`` does not suit: the call that passes a ``SimpleNamespace`` of exactly the attributes it read, each
-    from the field its name means, the other required arguments filled as ``_argument`` fills them. An attribute it
-    reads bare that no field matches (``opt.load_weights``) is passed as None, with a CHECK."""
+    """For a target taking one config-like argument (``Model(args)``, ``build_base_model(model_opt, vocabs)``,
+    ``build_model(cfg, src_vocab, trg_vocab)``) that ``ModelConfig`` does not suit: the call passing an options
+    object or a config dict of what the target read (options.py), its other arguments filled as ``_argument``
+    fills them."""
     named = _parameters(target) or []
     required = [p for p in named if p.default is p.empty]
     holders = [p for p in required if p.name in CONFIG_PARAMETERS]
@@ -341,27 +310,44 @@ def _read_config(target: Any, config: ModelConfig, depth: int = 0) -> Constructo
     rest = Constructor(others, target)
     if rest.missing():
         return None
-    absent: frozenset[str] = frozenset()
-    while True:
-        reader = _Reader(config, absent)
-        try:
-            torch.manual_seed(0)
-            args, kwargs = rest.call(config)
-            target(*args, **{holder.name: reader}, **kwargs)
-            break
-        except AttributeError as exc:  # the reader's own, not caught by getattr(opt, name, default): read bare
-            if reader._missed is None or exc is not reader._missed[1] or len(absent) >= MAX_ABSENT:
-                return None
-            absent |= {reader._missed[0]}
-        except Exception:  # noqa: BLE001 - not buildable this way either: the caller reports the other calls
+
+    def call(stand_in: Any) -> object:
+        torch.manual_seed(0)
+        args, kwargs = rest.call(config)
+        return target(*args, **{holder.name: stand_in}, **kwargs)
+
+    parser = find_parser(target)
+    read = read_options(call, config, parser)
+    if read is not None:
+        built = _options_call(read, parser)
+    else:
+        section = read_dict(call, config)
+        if section is None:
             return None
-    if not reader._read:
-        return None
-    fields = Constructor([(k, e, note) for k, (e, note) in reader._read.items()], ConfigNamespace, "ConfigNamespace")
-    note = ("the attributes the constructor read, each from the ModelConfig field its name means (what it reads with "
-            "a default under another name keeps that default)")
-    return Constructor([(None if len(required) == 1 else holder.name, fields, note), *others], target,
+        built = (_dict_call(section), "the keys the builder read, each from the ModelConfig field its name means, and "
+                                      "the keys of the functions each section is unpacked into")
+    return Constructor([(None if len(required) == 1 else holder.name, built[0], built[1]), *others], target,
                        getattr(target, "__name__", "model"))
+
+
+def _options_call(read: dict[str, tuple[str, str]], parser: Parser | None) -> tuple[Constructor, str]:
+    fields = [(k, e, note) for k, (e, note) in read.items()]
+    if parser is None:
+        return Constructor(fields, ConfigNamespace, "ConfigNamespace"), (
+            "the attributes the constructor read, each from the ModelConfig field its name means (what it reads with "
+            "a default under another name keeps that default)")
+    adders = ", ".join(a.__name__ for a in parser.adders)
+    call = Constructor([(None, parser.cls.__name__, ""), (None, f"[{adders}]", ""), *fields], options, "options",
+                       uses=[parser.cls, *parser.adders])
+    return call, (f"the defaults of {parser.said}, with the options the builder read that a ModelConfig field or "
+                  "the paper decides")
+
+
+def _dict_call(section: Section) -> Constructor:
+    args: list[tuple[str | None, Any, str]] = []
+    for key, entry in section.entries.items():
+        args.append((key, _dict_call(entry), "") if isinstance(entry, Section) else (key, *entry))
+    return Constructor(args, dict, "dict", kind="dict")
 
 
 @dataclass
@@ -407,7 +393,7 @@ def build_with_config(target: Any, config: ModelConfig = PROBE) -> tuple[nn.Modu
             continue
         return model, ctor
     name = getattr(target, "__name__", "the target")
-    factories = sorted(n for n, v in _namespace(target).items() if inspect.isfunction(v) and
+    factories = sorted(n for n, v in _namespace(target).items() if inspect.isfunction(v) and v is not target and
                        re.match(r"(make|build|create|get|new)_?(\w*model|\w*transformer|\w*seq2seq)", n, re.I))
     hint = f" (a factory function is accepted as NAME too: {', '.join(factories)})" if factories else ""
     raise ScaffoldError(f"cannot build {name} with a ModelConfig: tried " + "; ".join(tried or
