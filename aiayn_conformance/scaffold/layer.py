@@ -255,7 +255,7 @@ def _norm_slots(stack: str, norms: list[str], owner: dict[str, str],
     undecided = [m for m in norms if m not in slot]
     if not undecided:
         return slot, {}
-    said = "; ".join(str(found[m]) for m in undecided if m in found) or why
+    said = "; ".join(dict.fromkeys(str(found[m]) for m in undecided if m in found)) or why
     free = [k for k in range(len(sublayers)) if k not in slot.values()]
     named = {m: _norm_slot(m, owner, sublayers, stack) for m in undecided}
     by_name = [k for k in named.values() if k is not None]

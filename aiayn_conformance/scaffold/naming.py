@@ -28,7 +28,7 @@ FFN = {"ff", "ffn", "feed", "feedforward", "mlp", "pos", "final", "fc", "pwff", 
 # and out_proj, so it says only "a projection" (as an output word it made q_proj, k_proj and v_proj ambiguous).
 PROJ = {"q": {"q", "qs", "query", "queries", "wq", "wqs"}, "k": {"k", "ks", "key", "keys", "wk", "wks"},
         "v": {"v", "vs", "value", "values", "wv", "wvs"},
-        "o": {"o", "out", "output", "fc", "concat", "wo", "dense", "outproj"}}
+        "o": {"o", "out", "output", "fc", "concat", "wo", "dense", "outproj", "final"}}
 FUSED = ("in_proj", "qkv", "c_attn", "to_qkv", "query_key_value")
 """Words of a [3 d_model, d_model] weight stacked q|k|v: torch.nn's in_proj_weight, qkv / to_qkv, GPT-2's c_attn."""
 POSITION = {"pos", "position", "positions", "positional", "wpe", "pe"}  # a learned positional table

@@ -1,9 +1,11 @@
-"""Which sub-layer each layer norm of a layer serves, read from values: the layer runs once with hooks, and a norm
-serves sub-layer k when its input is k's input plus k's output (post-norm, the paper's) or when its output is what
-k reads (pre-norm). A norm that matches no sub-layer, or more than one, is named with the reason."""
+"""Which sub-layer each layer norm of a layer serves, read from values: a copy of the model with random weights (so
+that no two norms compute alike) runs once with hooks, and a norm serves sub-layer k when its input is k's input
+plus k's output (post-norm, the paper's) or when its output is what k reads (pre-norm). A norm that matches no
+sub-layer, or more than one, is named with the reason."""
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -108,13 +110,26 @@ def _call_alone(layer: nn.Module, d: int, blocked: bool, four_d: bool) -> None:
         layer(*args)
 
 
-def run_layer(model: nn.Module, layer_path: str, d: int, run_model: Callable[[], object] | None,
+def _randomized(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` whose parameters are random: weights scaled by their fan-in, vectors around 1."""
+    out = copy.deepcopy(model).eval()
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in out.parameters():
+            noise = torch.rand(p.shape, generator=g, dtype=torch.float64).to(p.dtype) - 0.5
+            p.copy_(noise * 2 / p.shape[-1] ** 0.5 if p.dim() > 1 else 1 + noise)
+    return out
+
+
+def run_layer(model: nn.Module, layer_path: str, d: int, run_model: Callable[[nn.Module], object] | None,
               sublayers: dict[int, Sublayer], norms: list[str]) -> tuple[Seen, str]:
-    """What the layer's norms and sub-layers received and returned, from the model's forward (``run_model``) or,
-    where that fails, the layer called on its own; and "" or why nothing was recorded."""
+    """What the layer's norms and sub-layers received and returned in a copy of the model with random weights,
+    from its forward (``run_model``) or, where that fails, the layer called on its own; and "" or why nothing was
+    recorded."""
+    model = _randomized(model)
     layer = model.get_submodule(layer_path)
     wanted = {(s.entry, "in") for s in sublayers.values()}
-    tries: list[Callable[[], object]] = [run_model] if run_model is not None else []
+    tries: list[Callable[[], object]] = [lambda: run_model(model)] if run_model is not None else []
     tries += [lambda b=b, f=f: _call_alone(layer, d, b, f) for f in (False, True) for b in (False, True)]
     why = "no way to run the layer"
     for attempt in tries:
@@ -154,10 +169,11 @@ def norm_slots(seen: Seen, sublayers: dict[int, Sublayer],
         else:
             found[n] = f"{n}'s values match no sub-layer's input, nor its input plus its output"
     decided = {n: k for n, k in found.items() if isinstance(k, int)}
-    for n, k in decided.items():
-        twins = [m for m, j in decided.items() if j == k and m != n]
-        if twins:
-            found[n] = f"{n} and {', '.join(twins)} both match {names[k]}"
+    for k in set(decided.values()):
+        twins = [m for m, j in decided.items() if j == k]
+        if len(twins) > 1:
+            said = f"{', '.join(twins[:-1])} and {twins[-1]} all match {names[k]}"
+            found |= {m: said for m in twins}
     return found
 
 

@@ -87,8 +87,8 @@ def propose(probed: Probed) -> Proposed:
     forward = probed.forward
     model, config = built.model, built.config
 
-    def run_model() -> object:
-        return run_call(model, config, forward.lines, forward.call, *probe_batch(config))
+    def run_model(copy: nn.Module) -> object:
+        return run_call(copy, config, forward.lines, forward.call, *probe_batch(config))
 
     proposal = mapping(model, config, (probed.d_ff, ignored) if ignored else None, run_model)
     return Proposed(probed, proposal, encode_hook(built.model, proposal, built.config, forward.lines, forward.call,
@@ -96,7 +96,7 @@ def propose(probed: Probed) -> Proposed:
 
 
 def mapping(model: nn.Module, config: ModelConfig, ffn: tuple[int, str] | None = None,
-            run_model: Callable[[], object] | None = None) -> Proposal:
+            run_model: Callable[[nn.Module], object] | None = None) -> Proposal:
     """Where each canonical parameter goes in ``model`` (built with ``config``); ``ffn`` (width, reason) when the
     model's FFN is another width than ``config.d_ff`` whatever d_ff says (probe.py: ignored_sizes); ``run_model``
     runs its forward (the layers' norms are told apart by the values it computes)."""
@@ -152,7 +152,7 @@ def _place_vocab_matrices(out: Proposal, params: list[tuple[str, torch.Tensor]],
 
 
 def _runner(model: nn.Module, config: ModelConfig,
-            run_model: Callable[[], object] | None) -> Callable[[str], Runner]:
+            run_model: Callable[[nn.Module], object] | None) -> Callable[[str], Runner]:
     """For a layer's path: the runner that runs it with hooks (the model's forward, else the layer alone)."""
     def for_layer(path: str) -> Runner:
         return lambda sublayers, norms: run_layer(model, path, config.d_model, run_model, sublayers, norms)
