@@ -5,14 +5,53 @@ JoeyNMT 2.3.0 entry points are scaffolded when they are installed (skipped other
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 import torch
 from scaffolded import plugin_module
 
+from aiayn_conformance.cli import main
 from aiayn_conformance.conformance.transplant import visible_state
 from aiayn_conformance.scaffold import render, scaffold
 from aiayn_conformance.spec.config import TINY
 
+ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "tests.fixtures.scaffold_styles"
+OPENNMT = ("pip install --no-deps OpenNMT-py==3.5.1 pyonmttok==1.38.1 && "
+           "pip install spacy fasttext-wheel rapidfuzz pyahocorasick configargparse regex")
+JOEYNMT = ("pip install --no-deps joeynmt==2.3.0 importlib_metadata zipp lazy-importer tensorboard absl-py "
+           "sentencepiece subword-nmt")
+
+
+def missing(distribution: str, version: str, module: str) -> str:
+    """"" when ``distribution`` ``version`` is installed and ``module`` imports, else why not."""
+    try:
+        found = importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return f"{distribution} is not installed"
+    if found != version:
+        return f"{distribution} {found} is installed, not {version}"
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - any failure to import means: skip, saying why
+        return f"import {module} fails ({type(exc).__name__}: {exc})"
+    return ""
+
+
+def in_a_fresh_process(call: str) -> object:
+    """``call`` (an expression of tests/scaffolded.py's names) evaluated in a new Python process; its JSON value."""
+    code = (f"import json, logging, sys, warnings; sys.path[:0] = [{str(ROOT / 'tests')!r}, {str(ROOT)!r}]; "
+            "warnings.simplefilter('ignore'); logging.disable(logging.CRITICAL); "
+            f"from scaffolded import *; print(json.dumps({call}))")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 def loaded(target: str, config=TINY, seed: int = 3):
@@ -87,3 +126,69 @@ def test_an_options_builder_reads_any_number_of_options_from_its_toolkits_parser
         assert line in call, line
     assert "copy_attn" not in call and "feat_merge" not in call  # the parser's defaults, not written
     reproduces_the_reference(target)
+
+
+def test_a_config_dict_builder_taking_vocabulary_objects():
+    """``build_model(cfg=None, src_vocab=None, trg_vocab=None)``: the dict's sections are the ones it reads, each
+    holding the keys it reads and those the constructors it is unpacked into take (their defaults are not the
+    paper's); the vocabularies are its own class built from made-up tokens, the first special-token ids it
+    accepts putting the pad token at config.pad_id. The plugin reproduces the reference."""
+    from scaffolded import reproduces_the_reference
+
+    target = f"{PACKAGE}.dictkit.model:build_model"
+    text = render(scaffold(target))
+    call = text[text.index("self.model = build_model("):text.index("_init(self.model)")]
+    encoder = call[call.index('"encoder": {'):call.index('"decoder": {')]
+    for line in ('"hidden_size": config.d_model,', '"ff_size": config.d_ff,', '"num_layers": config.n_layers,',
+                 '"num_heads": config.n_heads,', '"embedding_dim": config.d_model,',
+                 '"type": "transformer",  # CHECK: read as the architecture', '"scale": True,  # CHECK:'):
+        assert line in encoder, line
+    assert '"tied_embeddings": config.share_embeddings,' in call
+    assert "src_vocab=vocabulary(  # CHECK: a Vocabulary of made-up tokens built by its own constructor\n" in call
+    assert "                    pad_id=0,\n" in call
+    assert f"from {PACKAGE}.dictkit.model import build_model, Vocabulary\n" in text
+    reproduces_the_reference(target)
+
+
+# -- the real toolkits ------------------------------------------------------------------------------------------------
+ONMT_MISSING = missing("OpenNMT-py", "3.5.1", "onmt.model_builder")
+JOEY_MISSING = missing("joeynmt", "2.3.0", "joeynmt.model")
+
+
+@pytest.mark.skipif(bool(ONMT_MISSING), reason=f"{ONMT_MISSING}; to run it: {OPENNMT}")
+def test_opennmt_py_build_base_model(tmp_path):
+    """``onmt.model_builder:build_base_model(model_opt, vocabs)``: options from onmt.opts.model_opts's defaults,
+    the architecture options set to the paper's (marked), OpenNMT-py's own vocabularies. Written plugin imported in
+    a fresh process: with the canonical weights loaded, each part of OpenNMT-py's model computes what the
+    reference's part computes (each sub-layer with the norm OpenNMT-py puts before it, the embeddings with their
+    scale and sinusoid, the projection); OpenNMT-py is pre-norm, so the whole model does not."""
+    path = tmp_path / "onmt_plugin.py"
+    assert main(["scaffold", "onmt.model_builder:build_base_model", "--name", "onmt", "-o", str(path)]) == 0
+    text = path.read_text()
+    for line in ("model_opt=options(  # CHECK: the defaults of onmt.opts.model_opts", "[model_opts],",
+                 'encoder_type="transformer",  # CHECK:', "position_encoding=True,  # CHECK:",
+                 "vocabs=dict_to_vocabs(  # CHECK: the toolkit's own vocabularies",
+                 "table = _attribute(self.model, 'encoder.embeddings.make_embedding.pe.pe')"):
+        assert line in text, line
+    assert "registration order" not in text.split("def load_reference_state")[1]
+    gaps = in_a_fresh_process(f"opennmt_gaps({str(path)!r})")
+    assert isinstance(gaps, dict) and len(gaps) == 14  # 5 parts of each of 2 layers, embeddings, projection, norms
+    assert all(gap <= 1e-4 for gap in gaps.values()), gaps
+
+
+@pytest.mark.skipif(bool(JOEY_MISSING), reason=f"{JOEY_MISSING}; to run it: {JOEYNMT}")
+def test_joeynmt_build_model(tmp_path):
+    """``joeynmt.model:build_model(cfg, src_vocab, trg_vocab)``: ``cfg`` the model section JoeyNMT reads (its
+    sections, the keys of the constructors they are unpacked into, the paper's post-norm, type and embedding scale,
+    marked), JoeyNMT's own Vocabulary objects. Written plugin imported in a fresh process: with the canonical
+    weights loaded, JoeyNMT's model, run by its own _encode_decode, computes the reference's log-probabilities."""
+    path = tmp_path / "joeynmt_plugin.py"
+    assert main(["scaffold", "joeynmt.model:build_model", "--name", "joeynmt", "-o", str(path)]) == 0
+    text = path.read_text()
+    for line in ('"layer_norm": "post",  # CHECK:', '"scale": True,  # CHECK:', '"num_heads": config.n_heads,',
+                 "src_vocab=vocabulary(  # CHECK: a Vocabulary of made-up tokens built by its own constructor; its "
+                 "pad token is at 1, not config.pad_id (0)", "table = _attribute(self.model, 'encoder.pe.pe')"):
+        assert line in text, line
+    assert "registration order" not in text.split("def load_reference_state")[1]
+    gap = in_a_fresh_process(f"joeynmt_gap({str(path)!r})")
+    assert isinstance(gap, float) and gap <= 1e-4, gap

@@ -16,7 +16,9 @@ One record flows through the stages, each module reading only the modules above 
     runtime.py         what a written plugin calls when it runs: options objects, vocabularies
     notebook.py        a notebook's code cells as a module (for target.py, and for a written plugin)
     target.py          stage 1: MODULE:NAME imported -> Loaded
+    calls.py           the constructor call the plugin writes: generated code and nested calls
     options.py         the options object or config dict a builder reads, learned by building it (for construct.py)
+    vocab.py           vocabulary objects of the ModelConfig's sizes, for builders taking them (for construct.py)
     construct.py       stage 2: the constructor calls worth trying, and the one that builds -> Built
     masks.py           the mask convention of a forward that takes masks (for probe.py)
     positions.py       the positional table: a sinusoid buffer or learned tables (for probe.py)

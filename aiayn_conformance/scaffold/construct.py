@@ -16,7 +16,7 @@ import inspect
 import pkgutil
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import takewhile
 from typing import Any
 
@@ -25,85 +25,19 @@ from torch import nn
 
 from aiayn_conformance.spec.config import TINY, ModelConfig
 
+from .calls import Constructor
 from .errors import ScaffoldError, short
-from .options import Parser, Section, find_parser, read_dict, read_options, value_of
+from .options import Parser, Section, find_parser, read_dict, read_options
 from .runtime import ConfigNamespace, options
 from .synonyms import ASSUMED, CONFIG_PARAMETERS, PAPER, meaning
 from .target import Loaded
+from .vocab import vocabulary_argument
 
 PROBE: ModelConfig = TINY.replace(d_ff=48)
 """The configuration the model is built with to read its parameters: h > 1, N = 2, tied embeddings, and sizes
 that tell the parameters apart (d_ff = 48 is neither d_model = 32 nor a stacked 2 or 3 x d_model)."""
 
 MAX_DEPTH = 3  # sub-modules of sub-modules of ... (Seq2Seq -> TransformerEncoder -> TransformerEncoderLayer)
-
-
-@dataclass
-class Constructor:
-    """How the scaffold built the target: the call for the generated plugin and its CHECK notes. An argument's
-    expression is generated code (``config.d_model``) or a nested :class:`Constructor` (a built sub-module, a
-    library config, an options object or a config dict: ``kind`` "dict" writes a dict literal)."""
-
-    args: list[tuple[str | None, Any, str]]  # (keyword or None for positional, expression, CHECK note or "")
-    target: Any = None  # the class or function called
-    name: str = field(default="")  # its name in the plugin
-    uses: list[Any] = field(default_factory=list)  # the classes and functions the expressions name
-    kind: str = "call"
-
-    def call(self, config: ModelConfig) -> tuple[list[Any], dict[str, Any]]:
-        names = {u.__name__: u for u in self.uses}
-
-        def value(e: Any) -> Any:
-            return e.build(config) if isinstance(e, Constructor) else value_of(e, config, names)
-        positional = [value(e) for k, e, _ in self.args if k is None]
-        keywords = {k: value(e) for k, e, _ in self.args if k is not None}
-        return positional, keywords
-
-    def build(self, config: ModelConfig) -> Any:
-        args, kwargs = self.call(config)
-        return kwargs if self.kind == "dict" else self.target(*args, **kwargs)
-
-    def callables(self) -> list[Any]:
-        """Every class or function the call names, this one first (for the plugin's import lines)."""
-        out = [self.target] if self.target is not None and self.kind == "call" else []
-        out += [u for u in self.uses if u not in out]
-        for _, e, _ in self.args:
-            if isinstance(e, Constructor):
-                out += [c for c in e.callables() if c not in out]
-        return out
-
-    def _key(self, k: str | None) -> str:
-        return "" if k is None else f"{k!r}: " if self.kind == "dict" else f"{k}="
-
-    def shown(self) -> str:
-        """The call in one line, ``?`` for what could not be filled."""
-        def one(e: Any) -> str:
-            return e.shown() if isinstance(e, Constructor) else (e or "?")
-        inner = ", ".join(self._key(k) + one(e) for k, e, _ in self.args)
-        return "{" + inner + "}" if self.kind == "dict" else f"{self.name}({inner})"
-
-    def missing(self) -> str:
-        """The first reason this call cannot be made, or ""."""
-        for _, e, note in self.args:
-            if isinstance(e, Constructor):
-                if e.missing():
-                    return e.missing()
-            elif not e:
-                return note
-        return ""
-
-    def lines(self, indent: int = 12) -> list[str]:
-        """The arguments as the plugin writes them, one a line, nested calls indented."""
-        pad, out = " " * indent, []
-        for k, e, note in self.args:
-            key = self._key(k)
-            mark = f"  # CHECK: {note}" if note else ""
-            if isinstance(e, Constructor):
-                opening, closing = ("{", "}") if e.kind == "dict" else (f"{e.name}(", ")")
-                out += [f"{pad}{key}{opening}{mark}", *e.lines(indent + 4), f"{pad}{closing},"]
-            else:
-                out.append(f"{pad}{key}{e},{mark}")
-        return out
 
 
 # -- what each parameter gets -----------------------------------------------------------------------------------
@@ -228,6 +162,9 @@ def _argument(target: Any, p: inspect.Parameter, depth: int, config: ModelConfig
         return p.name, _keywords(lib, depth + 1, config), (
             f"a {lib.__name__} filled from ModelConfig's fields; its other fields keep the library's defaults "
             "(activation, embedding scale, ...): the audit reports what they change")
+    vocab = vocabulary_argument(target, p, config)
+    if vocab is not None:
+        return vocab
     found = meaning(p.name)
     if found is not None:
         return (p.name, *found)
@@ -301,7 +238,8 @@ def _read_config(target: Any, config: ModelConfig, depth: int = 0) -> Constructo
     object or a config dict of what the target read (options.py), its other arguments filled as ``_argument``
     fills them."""
     named = _parameters(target) or []
-    required = [p for p in named if p.default is p.empty]
+    required = [p for p in named if p.default is p.empty or (p.default is None and (  # build_model(cfg=None, ...)
+        p.name in CONFIG_PARAMETERS or meaning(p.name) is not None))]
     holders = [p for p in required if p.name in CONFIG_PARAMETERS]
     if len(holders) != 1:
         return None

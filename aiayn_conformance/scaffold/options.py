@@ -13,30 +13,19 @@ import importlib.util
 import inspect
 import re
 import sys
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiayn_conformance.spec.config import ModelConfig
 
+from .calls import value_of
 from .runtime import option_defaults
 from .synonyms import PAPER, meaning
 
 MAX_TRIES = 200  # builds tried while learning what a builder reads (each adds at least one name)
 OPTION_MODULES = ("opts", "options", "arguments", "args", "flags")  # where packages keep their argparse options
-
-
-def value_of(expr: str, config: ModelConfig, names: dict[str, Any] | None = None) -> Any:
-    """The value of an expression the scaffold writes: ``config``, ``config.FIELD``, a literal, or a name it
-    imports (``[model_opts]``)."""
-    if expr == "config":
-        return config
-    if expr.startswith("config."):
-        return getattr(config, expr.split(".", 1)[1])
-    try:
-        return ast.literal_eval(expr)
-    except (ValueError, SyntaxError):
-        return eval(expr, {"config": config, **(names or {})})  # noqa: S307 - an expression the scaffold wrote
 
 
 # -- the toolkit's option parser ---------------------------------------------------------------------------------------
@@ -47,6 +36,7 @@ class Parser:
     cls: type
     adders: list[Callable[..., Any]]
     defaults: dict[str, Any] = field(default_factory=dict)
+    choices: dict[str, list[Any] | str] = field(default_factory=dict)  # each option's choices, else its help
 
     @property
     def said(self) -> str:
@@ -83,10 +73,17 @@ def _parser_in(package: str) -> Parser | None:
                   and "model" in n.lower() and not n.startswith("_") and _one_parameter(f)]
         for cls in _parser_classes(package, module):
             try:
-                return Parser(cls, adders, option_defaults(cls, adders)) if adders else None
+                return Parser(cls, adders, option_defaults(cls, adders), _choices(cls, adders)) if adders else None
             except Exception:  # noqa: BLE001 - the adders need another parser class
                 continue
     return None
+
+
+def _choices(cls: type, adders: list[Callable[..., Any]]) -> dict[str, list[Any] | str]:
+    parser = cls()
+    for add in adders:
+        add(parser)
+    return {a.dest: list(a.choices) if a.choices is not None else str(a.help or "") for a in parser._actions}
 
 
 def _one_parameter(f: Callable[..., Any]) -> bool:
@@ -110,21 +107,35 @@ def _parser_classes(package: str, module: Any) -> list[type]:
 Entry = tuple[str, str]  # (the expression written into the plugin, its CHECK note)
 
 
-def answer(name: str, config: ModelConfig, defaults: dict[str, Any]) -> tuple[Entry | None, Any] | None:
+def answer(name: str, config: ModelConfig, defaults: dict[str, Any], extra: dict[str, str] | None = None,
+           choices: dict[str, list[Any] | str] | None = None) -> tuple[Entry | None, Any] | None:
     """What a name read gets: (the entry to write, or None for the parser's default; the value), or None when
-    nothing answers it."""
+    nothing answers it. ``extra`` (name -> expression) answers first; a paper value the parser does not offer
+    (``choices``) is not one of its options."""
+    if extra and name in extra:
+        return (extra[name], ""), value_of(extra[name], config)
     found = meaning(name)
     if found is not None:
         return found, value_of(found[0], config)
     if name in PAPER:
         expr, note = PAPER[name]
         value = ast.literal_eval(expr)
-        if name in defaults and defaults[name] == value:
-            return None, value
+        if name in defaults and not _offered(value, defaults[name], (choices or {}).get(name)):
+            return None, defaults[name]
         return (expr, note + (f" (the toolkit's default: {defaults[name]!r})" if name in defaults else "")), value
     if name in defaults:
         return None, defaults[name]
     return None
+
+
+def _offered(value: Any, default: Any, offers: list[Any] | str | None) -> bool:
+    """Whether a paper value is one the parser's option takes, other than its default: the other value of a flag,
+    one of its choices, or a word its help names (a free-text option may mean something else by the same word)."""
+    if value == default:
+        return False
+    if isinstance(value, bool) or isinstance(offers, list):
+        return isinstance(default, bool) if isinstance(value, bool) else value in (offers or [])
+    return bool(re.search(rf"\b{re.escape(str(value))}\b", offers or ""))
 
 
 # -- an options object -------------------------------------------------------------------------------------------------
@@ -133,9 +144,11 @@ class _Options:
     answers raises AttributeError (so ``getattr(opt, name, default)`` keeps its default) unless it is one of
     ``absent``, read as None. Attributes the builder sets are kept."""
 
-    def __init__(self, config: ModelConfig, defaults: dict[str, Any], absent: frozenset[str]):
-        object.__setattr__(self, "_st", {"config": config, "defaults": defaults, "absent": absent, "set": {},
-                                         "read": {}, "missed": None})
+    def __init__(self, config: ModelConfig, parser: Parser | None, absent: frozenset[str],
+                 extra: dict[str, str] | None = None):
+        object.__setattr__(self, "_st", {"config": config, "defaults": parser.defaults if parser else {},
+                                         "choices": parser.choices if parser else {}, "absent": absent, "set": {},
+                                         "read": {}, "missed": None, "extra": extra})
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -143,7 +156,7 @@ class _Options:
         st = self._st
         if name in st["set"]:
             return st["set"][name]
-        found = answer(name, st["config"], st["defaults"])
+        found = answer(name, st["config"], st["defaults"], st["extra"], st["choices"])
         if found is not None:
             if found[0] is not None:
                 st["read"][name] = found[0]
@@ -172,14 +185,13 @@ class _Options:
         return getattr(self, name, default)
 
 
-def read_options(call: Callable[[Any], object], config: ModelConfig,
-                 parser: Parser | None) -> dict[str, Entry] | None:
+def read_options(call: Callable[[Any], object], config: ModelConfig, parser: Parser | None,
+                 extra: dict[str, str] | None = None) -> dict[str, Entry] | None:
     """The entries of the options object ``call`` (the builder, given the object) reads until it builds; None when
     it does not build. An attribute read bare that nothing answers is read as None on the next try."""
-    defaults = parser.defaults if parser else {}
     absent: frozenset[str] = frozenset()
     for _ in range(MAX_TRIES):
-        reader = _Options(config, defaults, absent)
+        reader = _Options(config, parser, absent, extra)
         try:
             call(reader)
             return dict(reader._st["read"])
@@ -208,18 +220,59 @@ class _Learner:
         self.new = False
 
     def profile(self, frame: Any, event: str, arg: Any) -> None:
-        """After a section is unpacked (``f(**cfg)``), the keys of the function called next that it lacks."""
-        if event != "call" or self.pending is None or frame.f_code.co_filename == __file__:
+        """After a section is unpacked (``f(**cfg)``), the keys of the function it was unpacked into that it
+        lacks: the first function called whose arguments hold every key of the section."""
+        section = self.pending
+        if event != "call" or section is None or frame.f_code.co_filename == __file__:
             return
-        section, self.pending = self.pending, None
         code = frame.f_code
-        for name in code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]:
+        count = code.co_argcount + code.co_kwonlyargcount
+        names = list(code.co_varnames[:count])
+        rest: dict[str, Any] = {}
+        if code.co_flags & inspect.CO_VARKEYWORDS:
+            keywords = code.co_varnames[count + bool(code.co_flags & inspect.CO_VARARGS)]
+            rest = frame.f_locals.get(keywords, {})
+            names += _keys_read(code, keywords)
+        if not all(k in rest or (k in names and frame.f_locals.get(k) is dict.__getitem__(section, k))
+                   for k in dict.keys(section)):
+            return  # another call (an argument computed after the unpacking)
+        learned = {}
+        for name in names:
             if name in ("self", "cls") or name in self.banned or dict.__contains__(section, name):
                 continue
             found = answer(name, self.config, {})
             if found is not None and found[0] is not None:
-                self.learned.setdefault(section.path, {})[name] = found[0]
-                self.new = True
+                learned[name] = found[0]
+        if not learned and not dict.__len__(section):
+            return  # nothing to learn from a call an empty section may not have gone to
+        self.pending = None
+        if learned:
+            self.learned.setdefault(section.path, {}).update(learned)
+            self.new = True
+
+
+_KEYS: dict[Any, list[str]] = {}
+
+
+def _keys_read(code: Any, keywords: str) -> list[str]:
+    """The keys a function reads of its ``**keywords`` by name (``kwargs.get("layer_norm", "pre")``), from its
+    source."""
+    if code not in _KEYS:
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(code)))
+        except (OSError, TypeError, SyntaxError):
+            tree = ast.Module([], [])
+        found = []
+        for node in ast.walk(tree):
+            key = node.args[0] if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in ("get", "pop") and node.args and isinstance(node.func.value, ast.Name) and \
+                node.func.value.id == keywords else \
+                node.slice if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and \
+                node.value.id == keywords else None
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                found.append(key.value)
+        _KEYS[code] = list(dict.fromkeys(found))
+    return _KEYS[code]
 
 
 class _Section(dict):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .construct import Constructor
+from .calls import Constructor
 from .initialisation import Init
 from .positions import Positional
 from .proposal import Line, Proposal, Proposed

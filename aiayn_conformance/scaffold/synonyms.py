@@ -110,6 +110,7 @@ PAPER: dict[str, tuple[str, str]] = {
     "position_encoding": ("True", "the sinusoid of section 3.5 added to the embeddings"),
     "attention_dropout": ("0.0", "section 5.4 drops out sub-layer outputs and embedding sums, not attention weights"),
     "add_ffnbias": ("True", "Eq. (2) has biases b1 and b2"),
+    "layer_norm": ('"post"', "post-norm, LayerNorm(x + Sublayer(x)) of section 3.1 (JoeyNMT's layer_norm)"),
     "scale": ("True", "read as the embeddings' scale by sqrt(d_model) of section 3.4 (JoeyNMT's embeddings.scale); if "
                       "it scales something else, remove it"),
 }
@@ -130,3 +131,20 @@ def meaning(name: str) -> tuple[str, str] | None:
         if key in GUESSES:
             return GUESSES[key]
     return None
+
+SPECIALS: dict[str, str] = {
+    "unk_token": '"<unk>"', "pad_token": '"<pad>"', "bos_token": '"<s>"', "eos_token": '"</s>"', "sep_token": "None",
+    "mask_token": "None", "lang_tags": "[]", "sep_id": "None",
+}
+"""What a vocabulary class reads of its special tokens (JoeyNMT's ``special_symbols``); their ids are tried."""
+SPECIAL_IDS = ("unk_id", "pad_id", "bos_id", "eos_id")
+
+VOCABULARIES: dict[tuple[str, str], tuple[str, str, str]] = {
+    ("onmt", "vocabs"): ("onmt.inputters.inputter", "dict_to_vocabs",
+                         '{"src": tokens(config.src_vocab, ["<blank>", "<unk>", "<s>", "</s>"], config.pad_id), '
+                         '"tgt": tokens(config.tgt_vocab, ["<blank>", "<unk>", "<s>", "</s>"], config.pad_id), '
+                         '"data_task": "seq2seq"}'),
+}
+"""(top package, parameter) -> (module, function, its argument): toolkits' own vocabulary builders, for a builder
+taking vocabularies with no annotation to say which class (OpenNMT-py's ``vocabs``: pyonmttok vocabularies, its
+pad token ``<blank>`` at config.pad_id)."""
