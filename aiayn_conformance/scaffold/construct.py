@@ -11,6 +11,7 @@ the error names every call tried.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import pkgutil
@@ -27,7 +28,7 @@ from aiayn_conformance.spec.config import TINY, ModelConfig
 
 from .calls import Constructor
 from .errors import ScaffoldError, short
-from .options import Parser, Section, find_parser, read_dict, read_options
+from .options import Parser, Section, find_parser, offered, read_dict, read_options
 from .runtime import ConfigNamespace, options
 from .synonyms import ASSUMED, CONFIG_PARAMETERS, PAPER, meaning
 from .target import Loaded
@@ -96,7 +97,10 @@ def _submodule_classes(p: inspect.Parameter, owner: Any) -> list[tuple[type, str
     namespace = _namespace(owner)
     ann = namespace.get(p.annotation) if isinstance(p.annotation, str) else p.annotation
     if inspect.isclass(ann) and issubclass(ann, nn.Module) and ann is not nn.Module:
-        return [(ann, "")]
+        subclasses = sorted((c for c in _package_classes(owner).values() if issubclass(c, ann) and c is not ann),
+                            key=lambda c: ("transformer" not in c.__name__.lower(), len(c.__name__)))
+        return [(ann, ""), *((c, f"{p.name} built as a {c.__name__} ({c.__module__}), a subclass of its annotation "
+                                 f"{ann.__name__}") for c in subclasses)]
     want = _norm(p.name)
     want = {"enc": "encoder", "dec": "decoder", "gen": "generator"}.get(want, want)
     words = [w for w in re.split(r"(?<=[a-z])(?=[A-Z])|_", getattr(owner, "__name__", "")) if len(w) >= 3]
@@ -168,7 +172,7 @@ def _argument(target: Any, p: inspect.Parameter, depth: int, config: ModelConfig
     found = meaning(p.name)
     if found is not None:
         return (p.name, *found)
-    if p.name in PAPER and (p.default is p.empty or repr(p.default) != PAPER[p.name][0]):
+    if p.name in PAPER and _paper_value(target, p):
         return (p.name, *PAPER[p.name])
     if p.default is p.empty:
         sub = _submodule(p, target, depth, config)
@@ -179,6 +183,18 @@ def _argument(target: Any, p: inspect.Parameter, depth: int, config: ModelConfig
             return p.name, repr(parser.defaults[p.name]), f"the default of the option {p.name} ({parser.said})"
         return p.name, "", f"no ModelConfig field matches the required parameter {p.name!r}"
     return None
+
+
+def _paper_value(target: Any, p: inspect.Parameter) -> bool:
+    """Whether a parameter named like an architecture option (synonyms.PAPER) gets the paper's value: when it is
+    required, or the package's option of that name offers it (options.offered), or it is a flag set otherwise."""
+    value = ast.literal_eval(PAPER[p.name][0])
+    if p.default is p.empty:
+        return True
+    parser = find_parser(target)
+    if parser is not None and p.name in parser.defaults:
+        return offered(value, p.default, parser.choices.get(p.name))
+    return offered(value, p.default, None)
 
 
 def _parameters(target: Any) -> list[inspect.Parameter] | None:
@@ -269,7 +285,7 @@ def _read_config(target: Any, config: ModelConfig, depth: int = 0) -> Constructo
 
 
 def _options_call(read: dict[str, tuple[str, str]], parser: Parser | None) -> tuple[Constructor, str]:
-    fields = [(k, e, note) for k, (e, note) in read.items()]
+    fields: list[tuple[str | None, Any, str]] = [(k, e, note) for k, (e, note) in read.items()]
     if parser is None:
         return Constructor(fields, ConfigNamespace, "ConfigNamespace"), (
             "the attributes the constructor read, each from the ModelConfig field its name means (what it reads with "

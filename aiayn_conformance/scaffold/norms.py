@@ -9,6 +9,7 @@ import copy
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -88,8 +89,9 @@ def _call_alone(layer: nn.Module, d: int, blocked: bool, four_d: bool) -> None:
     forward = layer.forward
     params = [p for p in inspect.signature(forward).parameters.values()
               if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    if not params and callable(getattr(layer, "_forward", None)):  # forward(*args, **kwargs) passing them on
-        params = [p for p in inspect.signature(layer._forward).parameters.values()
+    inner = getattr(layer, "_forward", None)
+    if not params and callable(inner):  # forward(*args, **kwargs) passing them on
+        params = [p for p in inspect.signature(inner).parameters.values()
                   if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     g = torch.Generator().manual_seed(0)
     x, memory = torch.randn(2, 5, d, generator=g), torch.randn(2, 7, d, generator=g)
@@ -130,7 +132,7 @@ def run_layer(model: nn.Module, layer_path: str, d: int, run_model: Callable[[nn
     layer = model.get_submodule(layer_path)
     wanted = {(s.entry, "in") for s in sublayers.values()}
     tries: list[Callable[[], object]] = [lambda: run_model(model)] if run_model is not None else []
-    tries += [lambda b=b, f=f: _call_alone(layer, d, b, f) for f in (False, True) for b in (False, True)]
+    tries += [partial(_call_alone, layer, d, b, f) for f in (False, True) for b in (False, True)]
     why = "no way to run the layer"
     for attempt in tries:
         record = _Record(layer, sublayers, norms)

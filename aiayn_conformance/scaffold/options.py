@@ -69,8 +69,9 @@ def _parser_in(package: str) -> Parser | None:
             module = None
         if module is None:
             continue
-        adders = [f for n, f in vars(module).items() if inspect.isfunction(f) and f.__module__ == module.__name__
-                  and "model" in n.lower() and not n.startswith("_") and _one_parameter(f)]
+        adders: list[Callable[..., Any]] = [
+            f for n, f in vars(module).items() if inspect.isfunction(f) and f.__module__ == module.__name__
+            and "model" in n.lower() and not n.startswith("_") and _one_parameter(f)]
         for cls in _parser_classes(package, module):
             try:
                 return Parser(cls, adders, option_defaults(cls, adders), _choices(cls, adders)) if adders else None
@@ -120,7 +121,7 @@ def answer(name: str, config: ModelConfig, defaults: dict[str, Any], extra: dict
     if name in PAPER:
         expr, note = PAPER[name]
         value = ast.literal_eval(expr)
-        if name in defaults and not _offered(value, defaults[name], (choices or {}).get(name)):
+        if name in defaults and not offered(value, defaults[name], (choices or {}).get(name)):
             return None, defaults[name]
         return (expr, note + (f" (the toolkit's default: {defaults[name]!r})" if name in defaults else "")), value
     if name in defaults:
@@ -128,7 +129,7 @@ def answer(name: str, config: ModelConfig, defaults: dict[str, Any], extra: dict
     return None
 
 
-def _offered(value: Any, default: Any, offers: list[Any] | str | None) -> bool:
+def offered(value: Any, default: Any, offers: list[Any] | str | None) -> bool:
     """Whether a paper value is one the parser's option takes, other than its default: the other value of a flag,
     one of its choices, or a word its help names (a free-text option may mean something else by the same word)."""
     if value == default:
