@@ -1,7 +1,7 @@
 """``aiayn scaffold MODULE:CLASS``: the plugin it writes for the built-in model classes loads the canonical weights
 exactly where their hand-written ``load_reference_state`` puts them, and, on a conforming model, computes the
 reference's outputs once its CHECK lines are accepted as written. Bad targets get one-line errors. The scaffold's code
-keeps its functions short (issue 23: it was split by job, no function over MAX_FUNCTION_LINES)."""
+keeps its functions short (no function over MAX_FUNCTION_LINES) and its modules in pipeline order."""
 
 from __future__ import annotations
 

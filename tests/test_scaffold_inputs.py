@@ -1,4 +1,4 @@
-"""``aiayn scaffold`` takes models as people write them (issue 24, items 1 and 4): constructors that take built
+"""``aiayn scaffold`` takes models as people write them: constructors that take built
 sub-modules, factory functions, tutorial argument names, notebooks, library config objects.
 
 The fixtures in tests/fixtures/scaffold_styles/ are written in those styles with planted departures. For each, the
