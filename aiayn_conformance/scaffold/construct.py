@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 import re
 import sys
 from dataclasses import dataclass
 from itertools import takewhile
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -59,10 +61,11 @@ def _module_classes(namespace: dict[str, Any]) -> dict[str, type]:
             if inspect.isclass(v) and issubclass(v, nn.Module) and not n.startswith("_")}
 
 
-def _package_classes(owner: Any) -> dict[str, type]:
-    """The ``nn.Module`` classes defined in the owner's package: its sibling modules (imported here) and every
-    module of its top-level package already imported (``onmt.encoders`` for ``onmt.models.model:NMTModel``). Of
-    two classes of one name, the one in the module nearer the owner's is kept."""
+def _package_classes(owner: Any, want: str) -> dict[str, type]:
+    """The ``nn.Module`` classes defined in the owner's package: its sibling modules that define a class named
+    for ``want`` (imported here; a script beside them is not run) and every module of its top-level package
+    already imported (``onmt.encoders`` for ``onmt.models.model:NMTModel``). Of two classes of one name, the one
+    in the module nearer the owner's is kept."""
     name = getattr(owner, "__module__", "") or ""
     parent, top = name.rpartition(".")[0], name.split(".")[0]
     if top in ("torch", "builtins"):  # the building blocks models are written with, not a model's package
@@ -70,7 +73,10 @@ def _package_classes(owner: Any) -> dict[str, type]:
     package = sys.modules.get(parent)
     for info in pkgutil.iter_modules(getattr(package, "__path__", None) or []):
         try:
-            importlib.import_module(f"{parent}.{info.name}")
+            spec = importlib.util.find_spec(f"{parent}.{info.name}")
+            source = Path(spec.origin).read_text(errors="replace") if spec and spec.origin else ""
+            if re.search(rf"^class\s+\w*{re.escape(want)}\b", source.replace("_", ""), re.I | re.M):
+                importlib.import_module(f"{parent}.{info.name}")
         except Exception:  # noqa: BLE001 - a sibling that does not import holds no class to build
             continue
 
@@ -97,7 +103,8 @@ def _submodule_classes(p: inspect.Parameter, owner: Any) -> list[tuple[type, str
     namespace = _namespace(owner)
     ann = namespace.get(p.annotation) if isinstance(p.annotation, str) else p.annotation
     if inspect.isclass(ann) and issubclass(ann, nn.Module) and ann is not nn.Module:
-        subclasses = sorted((c for c in _package_classes(owner).values() if issubclass(c, ann) and c is not ann),
+        subclasses = sorted((c for c in _package_classes(owner, _norm(ann.__name__)).values()
+                             if issubclass(c, ann) and c is not ann),
                             key=lambda c: ("transformer" not in c.__name__.lower(), len(c.__name__)))
         return [(ann, ""), *((c, f"{p.name} built as a {c.__name__} ({c.__module__}), a subclass of its annotation "
                                  f"{ann.__name__}") for c in subclasses)]
@@ -105,7 +112,7 @@ def _submodule_classes(p: inspect.Parameter, owner: Any) -> list[tuple[type, str
     want = {"enc": "encoder", "dec": "decoder", "gen": "generator"}.get(want, want)
     words = [w for w in re.split(r"(?<=[a-z])(?=[A-Z])|_", getattr(owner, "__name__", "")) if len(w) >= 3]
     here = (getattr(owner, "__module__", "") or "").split(".")
-    for classes, where in ((_module_classes(namespace), ""), (_package_classes(owner), "package")):
+    for classes, where in ((_module_classes(namespace), ""), (_package_classes(owner, want), "package")):
         def rank(n: str, classes: dict[str, type] = classes) -> tuple[int, bool, int, bool, int]:
             near = sum(1 for _ in takewhile(lambda ab: ab[0] == ab[1], zip(classes[n].__module__.split("."), here)))
             return (-near, _norm(n) != want, -sum(w.lower() in n.lower() for w in words),
