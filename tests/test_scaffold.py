@@ -1,7 +1,7 @@
 """``aiayn scaffold MODULE:CLASS``: the plugin it writes for the built-in model classes loads the canonical weights
 exactly where their hand-written ``load_reference_state`` puts them, and, on a conforming model, computes the
 reference's outputs once its CHECK lines are accepted as written. Bad targets get one-line errors. The scaffold's code
-keeps its functions short (issue 23: it was split by job, no function over MAX_FUNCTION_LINES)."""
+keeps its functions short (no function over MAX_FUNCTION_LINES) and its modules in pipeline order."""
 
 from __future__ import annotations
 
@@ -166,6 +166,25 @@ def function_lengths(source: str, where: str = "<source>") -> dict[str, int]:
             start = min([d.lineno for d in node.decorator_list] + [node.lineno])
             lengths[f"{where}:{node.lineno} {node.name}"] = (node.end_lineno or node.lineno) - start + 1
     return lengths
+
+
+def test_the_module_map_lists_every_module_in_pipeline_order():
+    """The package docstring lists each module once, in the order a target flows through them; each module imports
+    only from modules listed above it (no stage reaches back into a later one, or returns to one already left)."""
+    doc = ast.get_docstring(ast.parse((SCAFFOLD / "__init__.py").read_text())) or ""
+    listed = re.findall(r"^    (\w+\.py) ", doc, re.M)
+    assert sorted(listed) == sorted(p.name for p in SCAFFOLD.glob("*.py")), listed
+    order = {name.removesuffix(".py"): n for n, name in enumerate(listed)}
+    backwards = []
+    for name, n in order.items():
+        for node in ast.walk(ast.parse((SCAFFOLD / f"{name}.py").read_text())):
+            if isinstance(node, ast.ImportFrom):
+                dep = (node.module or "") if node.level == 1 else \
+                    (node.module or "").removeprefix("aiayn_conformance.scaffold.") if \
+                    (node.module or "").startswith("aiayn_conformance.scaffold.") else None
+                if dep is not None and order[dep.split(".")[0]] >= n:
+                    backwards.append(f"{name} imports {dep}")
+    assert not backwards, backwards
 
 
 def test_no_scaffold_function_is_over_80_lines():

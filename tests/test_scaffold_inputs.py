@@ -1,4 +1,4 @@
-"""``aiayn scaffold`` takes models as people write them (issue 24, items 1 and 4): constructors that take built
+"""``aiayn scaffold`` takes models as people write them: constructors that take built
 sub-modules, factory functions, tutorial argument names, notebooks, library config objects.
 
 The fixtures in tests/fixtures/scaffold_styles/ are written in those styles with planted departures. For each, the
@@ -23,7 +23,7 @@ from torch import nn
 
 from aiayn_conformance.cli import main
 from aiayn_conformance.scaffold import render, scaffold
-from aiayn_conformance.scaffold.probe import build_with_config
+from aiayn_conformance.scaffold.construct import build_with_config
 from aiayn_conformance.scaffold.synonyms import ASSUMED, SURE
 from aiayn_conformance.spec.config import TINY, ModelConfig
 
@@ -229,7 +229,8 @@ def test_a_hugging_face_model_is_built_from_its_own_config():
 
 
 # -- notebooks ------------------------------------------------------------------------------------------------
-def test_a_notebook_keeps_its_model_cells_and_lists_the_rest(capsys, tmp_path):
+def test_a_notebook_keeps_its_model_cells_and_lists_the_rest(capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "spacy", None)  # not installed, as in the tutorial's fresh environment
     path = tmp_path / "plugin.py"
     assert main(["scaffold", f"{NOTEBOOK}:Transformer", "-o", str(path)]) == 0
     err = capsys.readouterr().err
@@ -475,3 +476,18 @@ def test_a_file_whose_import_is_found_nowhere_says_so_in_one_line(tmp_path, monk
 def test_gordicaleksas_argument_names_are_read(name, field):
     from aiayn_conformance.scaffold.synonyms import meaning
     assert meaning(name) == (field, "")
+
+
+@pytest.mark.parametrize("factory, shape", [("make_rows_model", [5000, 32]), ("make_batch_first_model", [1, 5000, 32]),
+                                            ("make_seq_first_model", [5000, 1, 32])])
+def test_a_sinusoid_buffer_is_found_in_each_layout(factory, shape):
+    """[max_len, d], [1, max_len, d] (JoeyNMT) and [max_len, 1, d] (OpenNMT-py): positional_encoding returns the
+    table as (length, d_model), unmarked: the value probe compared it with the sinusoid."""
+    from aiayn_conformance.reference.model import sinusoid_table
+
+    target = f"{PACKAGE}.pe_layouts:{factory}"
+    text = render(scaffold(target))
+    assert "        table = _attribute(self.model, 'src_embed.pe')\n" in text, text[text.find("def positional"):][:300]
+    adapter = plugin_module(target).Adapter(TINY)
+    assert list(adapter.model.src_embed.pe.shape) == shape
+    torch.testing.assert_close(adapter.positional_encoding(9), sinusoid_table(9, TINY.d_model))

@@ -1,4 +1,4 @@
-"""``aiayn scaffold`` on the naming conventions of the main ecosystems (issue 24, items 2 and 3): for one fixture per
+"""``aiayn scaffold`` on the naming conventions of the main ecosystems: for one fixture per
 convention (tests/fixtures/scaffold_map/), the plugin as written (no hand edit: its ``# CHECK:`` lines accepted)
 loads each canonical tensor where it belongs, is unmarked only where the value probe proved it, has ``encode()``,
 ``positional_encoding()``, the mask convention its forward follows and the repository's initialisation, and the
@@ -20,8 +20,8 @@ import torch
 from aiayn_conformance.cli import main
 from aiayn_conformance.conformance.helpers.transplant import reference_twin, visible_state
 from aiayn_conformance.scaffold import naming, render, scaffold
+from aiayn_conformance.scaffold.construct import PROBE
 from aiayn_conformance.scaffold.masks import Convention, _try, mask_lines
-from aiayn_conformance.scaffold.probe import PROBE
 from aiayn_conformance.spec.config import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,7 +157,7 @@ def test_a_mapping_the_probe_cannot_prove_is_marked_line_by_line(key):
 
 
 def test_hugging_face_names_the_old_bug_reproduced_and_now_caught(monkeypatch):
-    """With "proj" among the output words (before issue 24), q_proj / k_proj / v_proj were ambiguous and the
+    """With "proj" among the output words (as an older table had it), q_proj / k_proj / v_proj were ambiguous and the
     registration order (k, v, q as BartAttention registers them) mapped q <- k_proj; the value probe now refuses to
     write that silently."""
     target = FIXTURES["hf"][0]
@@ -171,7 +171,7 @@ def test_hugging_face_names_the_old_bug_reproduced_and_now_caught(monkeypatch):
 
 
 def test_the_mask_convention_is_found_by_probing_the_forward():
-    """head_axis adds the head axis itself: 3-D masks pass; the 4-D guess (before issue 24) gives the attention a
+    """head_axis adds the head axis itself: 3-D masks pass; a 4-D guess gives the attention a
     fifth axis, and the call crashes or returns the wrong shape: rejected. The Annotated layout takes 4-D masks as
     they are."""
     assert "source 3-D, boolean, True = may attend, target 3-D" in text_of("head-axis")
@@ -180,7 +180,7 @@ def test_the_mask_convention_is_found_by_probing_the_forward():
     module_name, _, cls = FIXTURES["head-axis"][0].partition(":")
     model = getattr(__import__(module_name, fromlist=[cls]), cls)(37, 37, 32, 2, 4, 48, 0.0, 24).eval()
     four = mask_lines(["src", "tgt"], Convention(4, "bool"), Convention(4, "bool"))
-    assert re.match(r"raised|returned \[", _try(model, PROBE, *four))  # the crash issue 24 reports
+    assert re.match(r"raised|returned \[", _try(model, PROBE, *four))  # the crash a 4-D guess gives
     blocked = mask_lines(["src", "tgt"], Convention(3, "blocked"), Convention(3, "blocked"))
     assert _try(model, PROBE, *blocked)  # the wrong polarity: attends to padding and the future
 

@@ -4,78 +4,60 @@
     aiayn scaffold path/to/models.py:Seq2Seq --name my-seq2seq > my_plugin.py
     aiayn scaffold path/to/tutorial.ipynb:make_model -o my_plugin.py
 
-The scaffold imports ``MODULE`` (a dotted module name, a ``.py`` file, or a ``.ipynb`` notebook's code cells
-without those that train, download or run shell commands), builds ``NAME`` (an ``nn.Module`` class or a factory
-function) with a small ``ModelConfig`` (``NAME(config)``, a library config object built from it, or keyword
-arguments matched to the constructor's parameter names, with built sub-modules for parameters that take one), and
-writes a plugin (docs/plugins.md): an adapter whose ``load_reference_state`` maps every canonical parameter
-(``spec.schema.parameter_schema``) to one of the model's, proposed from the parameter names, shapes and
-registration order, with ``zero=`` for the biases the paper lacks and ``one=`` for the norms it lacks. Every
-line it could not decide from a name is marked ``# CHECK:`` with the reason; a canonical parameter it found no
-home for gets a target that fails in one line naming it, so the plugin cannot load silently wrong.
+The plugin's adapter builds NAME (an ``nn.Module`` class or a factory function) and maps every canonical parameter
+to one of the model's in ``load_reference_state``; a line the scaffold could not decide is marked ``# CHECK:``
+with the reason, one it could not place fails in one line naming it. Bad input is one line, exit 2.
 
-Errors are one line (exit 2): a module that cannot be imported, a name that is not an ``nn.Module`` class or a
-function returning one, a notebook whose kept cells do not run (naming the cell), a target that cannot be built
-with a ``ModelConfig`` (naming each constructor call tried).
+One record flows through the stages, each module reading only the modules above it:
 
-The work is split by job, each module feeding the next:
-
-    naming.py    the naming conventions read in parameter paths: tables only
-    synonyms.py  constructor argument names and the ModelConfig field each means: tables only
-    target.py    ``MODULE:NAME`` imported, and the import lines the plugin carries (notebook.py: a notebook's cells)
-    construct.py the constructor calls worth trying (sub-modules, library configs), and the one that builds
-    probe.py     the model built with a small ``ModelConfig``, and its forward call, output kind, positional table
-    proposal.py  where each canonical parameter goes, and which lines are uncertain (layer.py: one layer's template)
-    render.py    the plugin file's text
-    this module  :func:`scaffold` (the steps in order) and the ``aiayn scaffold`` sub-command
-    errors.py    the one-line error every step raises
+    errors.py          the one-line error every stage raises
+    naming.py          tables: the words in parameter paths that tell embeddings, projections and norms apart
+    synonyms.py        tables: constructor argument names and the ModelConfig field each means
+    runtime.py         what a written plugin calls when it runs: options objects, vocabularies
+    notebook.py        a notebook's code cells as a module (for target.py, and for a written plugin)
+    target.py          stage 1: MODULE:NAME imported -> Loaded
+    calls.py           the constructor call the plugin writes: generated code and nested calls
+    options.py         the options object or config dict a builder reads, learned by building it (for construct.py)
+    vocab.py           vocabulary objects of the ModelConfig's sizes, for builders taking them (for construct.py)
+    construct.py       stage 2: the constructor calls worth trying, and the one that builds -> Built
+    masks.py           the mask convention of a forward that takes masks (for probe.py)
+    positions.py       the positional table: a sinusoid buffer or learned tables (for probe.py)
+    initialisation.py  the repository's own initialisation, read from the code next to the class (for probe.py)
+    probe.py           stage 3: the built model called once: forward call, output kind, sizes it ignores -> Probed
+    norms.py           which sub-layer each layer norm serves, read from the values a run of the layer computes
+    layer.py           one layer's template: projections, feed-forward network, norms (for proposal.py)
+    proposal.py        stage 4: where each canonical parameter goes, and how encode() reads -> Proposed
+    render.py          stage 5: the plugin file's text
+    proof.py           stage 6: the written plugin run against the reference; the final text -> Scaffold
+    __init__.py        scaffold(): the stages in order, and the sub-command
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from torch import nn
-
-from .finish import finish
-from .masks import find_convention
-from .probe import PROBE, Constructor, build_with_config, encode_call, positional_table, probe_forward
+from .construct import PROBE, Constructor, build, build_with_config
+from .errors import ScaffoldError
+from .probe import probe
+from .proof import Scaffold, prove
 from .proposal import Line, Proposal, propose
-from .render import Scaffold, render
-from .target import Loaded, ScaffoldError, load_class, load_target
+from .target import load_class, load_target
 
 __all__ = ["ScaffoldError", "Scaffold", "add_parser", "load_class", "build_with_config", "propose", "render", "run",
            "scaffold", "PROBE", "Constructor", "Line", "Proposal"]
 
 
 def scaffold(target: str, name: str | None = None) -> Scaffold:
-    """The scaffold of ``MODULE:NAME``: imported, built with PROBE, probed, its mapping proposed."""
-    loaded = load_target(target)
-    model, ctor = _built(loaded)
-    proposal = propose(model, PROBE)
-    found = find_convention(model, PROBE)
-    forward = probe_forward(model, PROBE, (found.lines, found.call) if found else None)
-    slug = re.sub(r"[^a-z0-9]+", "-", (name or loaded.obj.__name__).lower()).strip("-") or "my-transformer"
-    base = Scaffold(loaded.obj, loaded.where, loaded.import_line(ctor.callables()), ctor, proposal, slug,
-                    forward.body, forward.check, forward.output, forward.output_check, encode_call(type(model)),
-                    positional_table(model, PROBE), notes=loaded.notes)
-    return finish(base, model, found)
+    """The scaffold of ``MODULE:NAME``: imported, built with PROBE, probed, its mapping proposed and proved."""
+    return prove(propose(probe(build(load_target(target, name)))))
 
 
-def _built(loaded: Loaded) -> tuple[nn.Module, Constructor]:
-    """The target built with PROBE; a function that builds nothing is named as one."""
-    try:
-        return build_with_config(loaded.obj, PROBE)
-    except ScaffoldError as exc:
-        if inspect.isclass(loaded.obj):
-            raise
-        raise ScaffoldError(f"{loaded.where} is a function, not a torch.nn.Module class, and no call of it as a "
-                            f"factory returned a module: {exc}") from None
+def render(result: Scaffold) -> str:
+    """The plugin file's text."""
+    return result.text
 
 
 # -- the command ------------------------------------------------------------------------------------------------
@@ -98,8 +80,7 @@ def run(args: argparse.Namespace, stdout: Callable[[str], object] | None = None)
         return 2
     for note in result.notes:
         print(f"aiayn scaffold: {note}", file=sys.stderr)
-    text = render(result)
-    checks = text.count("# CHECK:")
+    text, checks = result.text, result.checks
     if args.output:
         path = Path(args.output)
         if path.exists() and not args.force:

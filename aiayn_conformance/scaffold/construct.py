@@ -1,109 +1,46 @@
-"""Building the target with a ``ModelConfig``: the constructor calls worth trying, read from its signature.
+"""Stage 2: the target built with a small ``ModelConfig`` (:data:`PROBE`) -> :class:`Built`, holding the model and
+the constructor call the plugin will write.
 
-The target is a class or a factory function (``make_model(src_vocab, tgt_vocab, N=6, ...)``). Each parameter
-gets, in this order:
-
-- the whole configuration, when it is named like one (``config``): a library's own config class when the target
-  names one (``config_class``, as Hugging Face models do, or the parameter's annotation), built from the
-  ``ModelConfig`` fields by the same rules; else the ``ModelConfig`` itself;
-- the ``ModelConfig`` field its name means (synonyms.py; an ambiguous name is passed with a CHECK note);
-- a built sub-module, for a parameter that takes one (``Seq2Seq(encoder, decoder, ...)``): the ``nn.Module``
-  class its annotation names, else the class of the target's module its name names (``encoder`` -> ``Encoder``),
-  itself built by these rules;
-- nothing, when it has a default.
-
-When the ``ModelConfig`` does not suit a parameter named like a configuration (``Model(args)`` reading
-``args.encoder_embed_dim``, ``get_model(opt, src_vocab, trg_vocab)`` reading ``opt.heads``), the call passes a
-``ConfigNamespace`` of exactly the attributes the target read (:func:`_read_config`).
-
-A required parameter none of these fills makes that call impossible; :func:`build` names every call tried.
+Each parameter of the target's signature gets, in this order: the whole configuration, for a parameter named like
+one (a library's own config class when the target names one, else the ``ModelConfig``); the ``ModelConfig`` field
+its name means (synonyms.py); a built sub-module, for a parameter that takes one; nothing, when it has a default.
+Where the ``ModelConfig`` does not suit a parameter named like a configuration, the call passes a ``ConfigNamespace``
+of exactly the attributes the target read. A required parameter none of these fills makes that call impossible;
+the error names every call tried.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib
+import importlib.util
 import inspect
+import pkgutil
 import re
 import sys
-from dataclasses import dataclass, field
-from types import SimpleNamespace
+from dataclasses import dataclass
+from itertools import takewhile
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.config import TINY, ModelConfig
 
+from .calls import Constructor
 from .errors import ScaffoldError, short
-from .synonyms import ASSUMED, CONFIG_PARAMETERS, meaning
+from .options import Parser, Section, find_parser, offered, read_dict, read_options
+from .runtime import ConfigNamespace, options
+from .synonyms import ASSUMED, CONFIG_PARAMETERS, PAPER, meaning
+from .target import Loaded
+from .vocab import vocabulary_argument
+
+PROBE: ModelConfig = TINY.replace(d_ff=48)
+"""The configuration the model is built with to read its parameters: h > 1, N = 2, tied embeddings, and sizes
+that tell the parameters apart (d_ff = 48 is neither d_model = 32 nor a stacked 2 or 3 x d_model)."""
 
 MAX_DEPTH = 3  # sub-modules of sub-modules of ... (Seq2Seq -> TransformerEncoder -> TransformerEncoderLayer)
-
-
-def _value(expr: str, config: ModelConfig) -> Any:
-    if expr == "config":
-        return config
-    if expr.startswith("config."):
-        return getattr(config, expr.split(".", 1)[1])
-    return {'"cpu"': "cpu", "None": None}.get(expr, expr if not expr.isdigit() else int(expr))
-
-
-@dataclass
-class Constructor:
-    """How the scaffold built the target: the call for the generated plugin and its CHECK notes. An argument's
-    expression is generated code (``config.d_model``) or a nested :class:`Constructor` (a built sub-module or a
-    library config)."""
-
-    args: list[tuple[str | None, Any, str]]  # (keyword or None for positional, expression, CHECK note or "")
-    target: Any = None  # the class or function called
-    name: str = field(default="")  # its name in the plugin
-
-    def call(self, config: ModelConfig) -> tuple[list[Any], dict[str, Any]]:
-        def value(e: Any) -> Any:
-            return e.build(config) if isinstance(e, Constructor) else _value(e, config)
-        positional = [value(e) for k, e, _ in self.args if k is None]
-        keywords = {k: value(e) for k, e, _ in self.args if k is not None}
-        return positional, keywords
-
-    def build(self, config: ModelConfig) -> Any:
-        args, kwargs = self.call(config)
-        return self.target(*args, **kwargs)
-
-    def callables(self) -> list[Any]:
-        """Every class or function the call names, this one first (for the plugin's import lines)."""
-        out = [self.target] if self.target is not None else []
-        for _, e, _ in self.args:
-            if isinstance(e, Constructor):
-                out += [c for c in e.callables() if c not in out]
-        return out
-
-    def shown(self) -> str:
-        """The call in one line, ``?`` for what could not be filled."""
-        def one(e: Any) -> str:
-            return e.shown() if isinstance(e, Constructor) else (e or "?")
-        inner = ", ".join(("" if k is None else f"{k}=") + one(e) for k, e, _ in self.args)
-        return f"{self.name}({inner})"
-
-    def missing(self) -> str:
-        """The first reason this call cannot be made, or ""."""
-        for _, e, note in self.args:
-            if isinstance(e, Constructor):
-                if e.missing():
-                    return e.missing()
-            elif not e:
-                return note
-        return ""
-
-    def lines(self, indent: int = 12) -> list[str]:
-        """The arguments as the plugin writes them, one a line, nested calls indented."""
-        pad, out = " " * indent, []
-        for k, e, note in self.args:
-            key = "" if k is None else f"{k}="
-            mark = f"  # CHECK: {note}" if note else ""
-            if isinstance(e, Constructor):
-                out += [f"{pad}{key}{e.name}({mark}", *e.lines(indent + 4), f"{pad}),"]
-            else:
-                out.append(f"{pad}{key}{e},{mark}")
-        return out
 
 
 # -- what each parameter gets -----------------------------------------------------------------------------------
@@ -124,42 +61,90 @@ def _module_classes(namespace: dict[str, Any]) -> dict[str, type]:
             if inspect.isclass(v) and issubclass(v, nn.Module) and not n.startswith("_")}
 
 
-def _submodule_class(p: inspect.Parameter, namespace: dict[str, Any], owner: str) -> tuple[type, str] | None:
-    """The ``nn.Module`` class a parameter takes an instance of, and a CHECK note when it was not certain. Among
-    classes whose name ends with the parameter's (``layer`` -> ``EncoderLayer``, ``DecoderLayer``), the one sharing
-    most words with the owner's name (``Decoder``) comes first."""
+def _package_classes(owner: Any, want: str) -> dict[str, type]:
+    """The ``nn.Module`` classes defined in the owner's package: its sibling modules that define a class named
+    for ``want`` (imported here; a script beside them is not run) and every module of its top-level package
+    already imported (``onmt.encoders`` for ``onmt.models.model:NMTModel``). Of two classes of one name, the one
+    in the module nearer the owner's is kept."""
+    name = getattr(owner, "__module__", "") or ""
+    parent, top = name.rpartition(".")[0], name.split(".")[0]
+    if top in ("torch", "builtins"):  # the building blocks models are written with, not a model's package
+        return {}
+    package = sys.modules.get(parent)
+    for info in pkgutil.iter_modules(getattr(package, "__path__", None) or []):
+        try:
+            spec = importlib.util.find_spec(f"{parent}.{info.name}")
+            source = Path(spec.origin).read_text(errors="replace") if spec and spec.origin else ""
+            if re.search(rf"^class\s+\w*{re.escape(want)}\b", source.replace("_", ""), re.I | re.M):
+                importlib.import_module(f"{parent}.{info.name}")
+        except Exception:  # noqa: BLE001 - a sibling that does not import holds no class to build
+            continue
+
+    def nearness(module_name: str) -> int:
+        return sum(1 for _ in takewhile(lambda ab: ab[0] == ab[1], zip(module_name.split("."), name.split("."))))
+
+    found: list[tuple[int, str, type]] = []
+    for module_name, module in list(sys.modules.items()):
+        if module is not None and (module_name == top or module_name.startswith(f"{top}.")):
+            found += [(nearness(module_name), n, c) for n, c in _module_classes(vars(module)).items()
+                      if c.__module__ == module_name]
+    out: dict[str, type] = {}
+    for _, n, c in sorted(found, key=lambda x: -x[0]):
+        out.setdefault(n, c)
+    return out
+
+
+def _submodule_classes(p: inspect.Parameter, owner: Any) -> list[tuple[type, str]]:
+    """The ``nn.Module`` classes a parameter may take an instance of, best first, each with a CHECK note when it is
+    not certain: its annotation; else the class named as the parameter (``encoder`` -> ``Encoder``); else those
+    whose name ends with the parameter's (``layer`` -> ``EncoderLayer``): those nearest the owner's module first,
+    then those sharing most words with the owner's name, then those named for the Transformer. The owner's module
+    is searched first, then its package."""
+    namespace = _namespace(owner)
     ann = namespace.get(p.annotation) if isinstance(p.annotation, str) else p.annotation
     if inspect.isclass(ann) and issubclass(ann, nn.Module) and ann is not nn.Module:
-        return ann, ""
-    classes = _module_classes(namespace)
+        subclasses = sorted((c for c in _package_classes(owner, _norm(ann.__name__)).values()
+                             if issubclass(c, ann) and c is not ann),
+                            key=lambda c: ("transformer" not in c.__name__.lower(), len(c.__name__)))
+        return [(ann, ""), *((c, f"{p.name} built as a {c.__name__} ({c.__module__}), a subclass of its annotation "
+                                 f"{ann.__name__}") for c in subclasses)]
     want = _norm(p.name)
     want = {"enc": "encoder", "dec": "decoder", "gen": "generator"}.get(want, want)
-    exact = [c for n, c in classes.items() if _norm(n) == want]
-    if exact:
-        return exact[0], ""
-    words = [w for w in re.split(r"(?<=[a-z])(?=[A-Z])|_", owner) if len(w) >= 3]
-    near = sorted((n for n in classes if _norm(n).endswith(want) and ("layer" in want or "layer" not in _norm(n))),
-                  key=lambda n: (-sum(w.lower() in n.lower() for w in words), len(n)))
-    if not near or len(want) < 3:
-        return None
-    others = f" (others: {', '.join(near[1:])})" if len(near) > 1 else ""
-    return classes[near[0]], f"{p.name} built as a {near[0]}, the class its name suggests{others}"
+    words = [w for w in re.split(r"(?<=[a-z])(?=[A-Z])|_", getattr(owner, "__name__", "")) if len(w) >= 3]
+    here = (getattr(owner, "__module__", "") or "").split(".")
+    for classes, where in ((_module_classes(namespace), ""), (_package_classes(owner, want), "package")):
+        def rank(n: str, classes: dict[str, type] = classes) -> tuple[int, bool, int, bool, int]:
+            near = sum(1 for _ in takewhile(lambda ab: ab[0] == ab[1], zip(classes[n].__module__.split("."), here)))
+            return (-near, _norm(n) != want, -sum(w.lower() in n.lower() for w in words),
+                    "transformer" not in n.lower(), len(n))
+
+        found = sorted((n for n in classes if _norm(n) == want or (
+            len(want) >= 3 and _norm(n).endswith(want) and ("layer" in want or "layer" not in _norm(n)))), key=rank)
+        if found and _norm(found[0]) == want and not where:
+            return [(classes[found[0]], "")]
+        if found:
+            return [(classes[n], _suggested(p.name, classes[n], where, [m for m in found if m != n])) for n in found]
+    return []
+
+
+def _suggested(name: str, cls: type, where: str, others: list[str]) -> str:
+    place = f" ({cls.__module__})" if where else ""
+    return (f"{name} built as a {cls.__name__}{place}, the class its name suggests"
+            + (f" (others: {', '.join(others[:4])}{', ...' if len(others) > 4 else ''})" if others else ""))
 
 
 def _submodule(p: inspect.Parameter, owner: Any, depth: int, config: ModelConfig) -> tuple[str, Any, str] | None:
-    found = _submodule_class(p, _namespace(owner), getattr(owner, "__name__", "")) if depth < MAX_DEPTH else None
-    if found is None:
-        return None
-    cls, note = found
-    for ctor in constructors(cls, config, depth + 1):
-        if ctor.missing():
-            continue
-        try:
-            torch.manual_seed(0)
-            if isinstance(ctor.build(config), nn.Module):
-                return p.name, ctor, note
-        except Exception:  # noqa: BLE001 - a call that does not build is one not to write
-            continue
+    """The first candidate class that builds with ``config`` (its constructor call), for a parameter taking one."""
+    for cls, note in _submodule_classes(p, owner) if depth < MAX_DEPTH else []:
+        for ctor in constructors(cls, config, depth + 1):
+            if ctor.missing():
+                continue
+            try:
+                torch.manual_seed(0)
+                if isinstance(ctor.build(config), nn.Module):
+                    return p.name, ctor, note
+            except Exception:  # noqa: BLE001 - a call that does not build is one not to write
+                continue
     return None
 
 
@@ -188,15 +173,35 @@ def _argument(target: Any, p: inspect.Parameter, depth: int, config: ModelConfig
         return p.name, _keywords(lib, depth + 1, config), (
             f"a {lib.__name__} filled from ModelConfig's fields; its other fields keep the library's defaults "
             "(activation, embedding scale, ...): the audit reports what they change")
+    vocab = vocabulary_argument(target, p, config)
+    if vocab is not None:
+        return vocab
     found = meaning(p.name)
     if found is not None:
         return (p.name, *found)
+    if p.name in PAPER and _paper_value(target, p):
+        return (p.name, *PAPER[p.name])
     if p.default is p.empty:
         sub = _submodule(p, target, depth, config)
         if sub is not None:
             return sub
+        parser = find_parser(target)
+        if parser is not None and p.name in parser.defaults:
+            return p.name, repr(parser.defaults[p.name]), f"the default of the option {p.name} ({parser.said})"
         return p.name, "", f"no ModelConfig field matches the required parameter {p.name!r}"
     return None
+
+
+def _paper_value(target: Any, p: inspect.Parameter) -> bool:
+    """Whether a parameter named like an architecture option (synonyms.PAPER) gets the paper's value: when it is
+    required, or the package's option of that name offers it (options.offered), or it is a flag set otherwise."""
+    value = ast.literal_eval(PAPER[p.name][0])
+    if p.default is p.empty:
+        return True
+    parser = find_parser(target)
+    if parser is not None and p.name in parser.defaults:
+        return offered(value, p.default, parser.choices.get(p.name))
+    return offered(value, p.default, None)
 
 
 def _parameters(target: Any) -> list[inspect.Parameter] | None:
@@ -250,65 +255,14 @@ def constructors(target: Any, config: ModelConfig, depth: int = 0) -> list[Const
     return out
 
 
-class ConfigNamespace(SimpleNamespace):
-    """The config object a generated plugin passes to a constructor that reads attributes of its own names
-    (``Model(args)`` reading ``args.encoder_embed_dim``): attributes, ``[name]`` and ``.get(name, default)``."""
-
-    def __getitem__(self, name: str) -> Any:
-        return getattr(self, name)
-
-    def __contains__(self, name: str) -> bool:
-        return hasattr(self, name)
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return getattr(self, name, default)
-
-
-class _Reader:
-    """A stand-in config object: it answers every attribute the synonym table knows (``args.encoder_embed_dim``,
-    ``opt.d_word_vec``) from the ``ModelConfig``, and records what the constructor read. An attribute no field
-    matches raises AttributeError (so ``getattr(opt, name, default)`` keeps its default) unless it is one of
-    ``absent``, which read as None (``opt.load_weights``, read bare by a factory)."""
-
-    def __init__(self, config: ModelConfig, absent: frozenset[str] = frozenset()):
-        self._config, self._absent = config, absent
-        self._read: dict[str, tuple[str, str]] = {}
-        self._missed: tuple[str, AttributeError] | None = None  # the last attribute no field matches, and the error
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        if name in self._absent:
-            self._read[name] = ("None", f"{name} is no ModelConfig field: the scaffold built the model with None")
-            return None
-        found = meaning(name)
-        if found is None:
-            error = AttributeError(f"the config has no {name!r} (no ModelConfig field matches it)")
-            self._missed = (name, error)
-            raise error
-        self._read[name] = found
-        return _value(found[0], self._config)
-
-    def __getitem__(self, name: str) -> Any:
-        try:
-            return getattr(self, name)
-        except AttributeError as exc:
-            raise KeyError(str(exc)) from None
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return getattr(self, name, default)
-
-
-MAX_ABSENT = 8  # attributes no field matches that a read_config call may answer with None
-
-
 def _read_config(target: Any, config: ModelConfig, depth: int = 0) -> Constructor | None:
-    """For a target taking one config-like argument (``Model(args)``, ``get_model(opt, src_vocab, trg_vocab)``) that
-    ``ModelConfig`` does not suit: the call that passes a ``SimpleNamespace`` of exactly the attributes it read, each
-    from the field its name means, the other required arguments filled as ``_argument`` fills them. An attribute it
-    reads bare that no field matches (``opt.load_weights``) is passed as None, with a CHECK."""
+    """For a target taking one config-like argument (``Model(args)``, ``build_base_model(model_opt, vocabs)``,
+    ``build_model(cfg, src_vocab, trg_vocab)``) that ``ModelConfig`` does not suit: the call passing an options
+    object or a config dict of what the target read (options.py), its other arguments filled as ``_argument``
+    fills them."""
     named = _parameters(target) or []
-    required = [p for p in named if p.default is p.empty]
+    required = [p for p in named if p.default is p.empty or (p.default is None and (  # build_model(cfg=None, ...)
+        p.name in CONFIG_PARAMETERS or meaning(p.name) is not None))]
     holders = [p for p in required if p.name in CONFIG_PARAMETERS]
     if len(holders) != 1:
         return None
@@ -317,30 +271,69 @@ def _read_config(target: Any, config: ModelConfig, depth: int = 0) -> Constructo
     rest = Constructor(others, target)
     if rest.missing():
         return None
-    absent: frozenset[str] = frozenset()
-    while True:
-        reader = _Reader(config, absent)
-        try:
-            torch.manual_seed(0)
-            args, kwargs = rest.call(config)
-            target(*args, **{holder.name: reader}, **kwargs)
-            break
-        except AttributeError as exc:  # the reader's own, not caught by getattr(opt, name, default): read bare
-            if reader._missed is None or exc is not reader._missed[1] or len(absent) >= MAX_ABSENT:
-                return None
-            absent |= {reader._missed[0]}
-        except Exception:  # noqa: BLE001 - not buildable this way either: the caller reports the other calls
+
+    def call(stand_in: Any) -> object:
+        torch.manual_seed(0)
+        args, kwargs = rest.call(config)
+        return target(*args, **{holder.name: stand_in}, **kwargs)
+
+    parser = find_parser(target)
+    read = read_options(call, config, parser)
+    if read is not None:
+        built = _options_call(read, parser)
+    else:
+        section = read_dict(call, config)
+        if section is None:
             return None
-    if not reader._read:
-        return None
-    fields = Constructor([(k, e, note) for k, (e, note) in reader._read.items()], ConfigNamespace, "ConfigNamespace")
-    note = ("the attributes the constructor read, each from the ModelConfig field its name means (what it reads with "
-            "a default under another name keeps that default)")
-    return Constructor([(None if len(required) == 1 else holder.name, fields, note), *others], target,
+        built = (_dict_call(section), "the keys the builder read, each from the ModelConfig field its name means, and "
+                                      "the keys of the functions each section is unpacked into")
+    return Constructor([(None if len(required) == 1 else holder.name, built[0], built[1]), *others], target,
                        getattr(target, "__name__", "model"))
 
 
-def build(target: Any, config: ModelConfig) -> tuple[nn.Module, Constructor]:
+def _options_call(read: dict[str, tuple[str, str]], parser: Parser | None) -> tuple[Constructor, str]:
+    fields: list[tuple[str | None, Any, str]] = [(k, e, note) for k, (e, note) in read.items()]
+    if parser is None:
+        return Constructor(fields, ConfigNamespace, "ConfigNamespace"), (
+            "the attributes the constructor read, each from the ModelConfig field its name means (what it reads with "
+            "a default under another name keeps that default)")
+    adders = ", ".join(a.__name__ for a in parser.adders)
+    call = Constructor([(None, parser.cls.__name__, ""), (None, f"[{adders}]", ""), *fields], options, "options",
+                       uses=[parser.cls, *parser.adders])
+    return call, (f"the defaults of {parser.said}, with the options the builder read that a ModelConfig field or "
+                  "the paper decides")
+
+
+def _dict_call(section: Section) -> Constructor:
+    args: list[tuple[str | None, Any, str]] = []
+    for key, entry in section.entries.items():
+        args.append((key, _dict_call(entry), "") if isinstance(entry, Section) else (key, *entry))
+    return Constructor(args, dict, "dict", kind="dict")
+
+
+@dataclass
+class Built:
+    """Stage 2's record: the target, the model built with ``config``, and the call that built it."""
+
+    loaded: Loaded
+    model: nn.Module
+    constructor: Constructor
+    config: ModelConfig
+
+
+def build(loaded: Loaded, config: ModelConfig = PROBE) -> Built:
+    """The target built with ``config``; a function that builds nothing is named as one."""
+    try:
+        model, ctor = build_with_config(loaded.obj, config)
+    except ScaffoldError as exc:
+        if inspect.isclass(loaded.obj):
+            raise
+        raise ScaffoldError(f"{loaded.where} is a function, not a torch.nn.Module class, and no call of it as a "
+                            f"factory returned a module: {exc}") from None
+    return Built(loaded, model, ctor, config)
+
+
+def build_with_config(target: Any, config: ModelConfig = PROBE) -> tuple[nn.Module, Constructor]:
     """``target`` built with ``config``; ScaffoldError naming each call tried when none works."""
     tried = []
     for ctor in [*constructors(target, config), _read_config(target, config)]:
@@ -361,7 +354,7 @@ def build(target: Any, config: ModelConfig) -> tuple[nn.Module, Constructor]:
             continue
         return model, ctor
     name = getattr(target, "__name__", "the target")
-    factories = sorted(n for n, v in _namespace(target).items() if inspect.isfunction(v) and
+    factories = sorted(n for n, v in _namespace(target).items() if inspect.isfunction(v) and v is not target and
                        re.match(r"(make|build|create|get|new)_?(\w*model|\w*transformer|\w*seq2seq)", n, re.I))
     hint = f" (a factory function is accepted as NAME too: {', '.join(factories)})" if factories else ""
     raise ScaffoldError(f"cannot build {name} with a ModelConfig: tried " + "; ".join(tried or

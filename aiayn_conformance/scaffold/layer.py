@@ -1,33 +1,33 @@
-"""One encoder or decoder layer's template: which of its parameters is each canonical parameter of the layer
-(attention projections, feed-forward network, the norm of each sub-layer), with ``{i}`` for the layer number,
-and which of its lines are uncertain.
-
-A layer's parameters are read in three passes, each taking what it places out of the pool: attention modules
-(the components holding [d_model, d_model], [2 d_model, d_model] or [3 d_model, d_model] weights), then the
-feed-forward network ([d_ff, d_model] then [d_model, d_ff]), then the [d_model] norms, each assigned to its
-sub-layer. What no pass takes is left as built.
-"""
+"""One encoder or decoder layer's template: which of its parameters is each canonical parameter of the layer, with
+``{i}`` for the layer number, and which lines are uncertain. Attention modules are placed first (the components
+holding [d, d], [2 d, d] or [3 d, d] weights), then the feed-forward network, then the [d] norms, each assigned to
+its sub-layer; what no pass takes is left as built."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import torch
 
 from aiayn_conformance.spec.schema import NORMS
 
 from .naming import ATTENTION, CROSS, FFN, GAIN, PROJ, SELF, SHIFT, tokens
+from .norms import Seen, Sublayer, norm_slots
 
 Member = tuple[str, list[str], torch.Tensor]  # (full parameter name, its path inside the layer, the tensor)
 Template = tuple[str | tuple[str, ...], str, str]  # (canonical name(s) with {i}, name inside the layer, CHECK note)
 Noted = tuple[str, str]  # (name inside the layer, CHECK note or why)
+Runner = Callable[[dict[int, Sublayer], list[str]], tuple[Seen, str]]  # runs the layer with hooks (norms.run_layer)
+LABELS = {"self_attn": "the self-attention", "cross_attn": "the cross-attention", "ffn": "the feed-forward network"}
 
 
-def layer_template(stack: str, members: list[Member], d: int,
-                   d_ff: int, ignored: str = "") -> tuple[list[Template], list[Noted], list[Noted], list[Noted]]:
+def layer_template(stack: str, members: list[Member], d: int, d_ff: int, ignored: str = "",
+                   run: Runner | None = None) -> tuple[list[Template], list[Noted], list[Noted], list[Noted]]:
     """Template lines for one layer: (canonical with {i}, model name relative to the layer, check), the biases
     the paper lacks (zero), the gains it lacks (one) and the parameters left as built. ``ignored`` (when the model
-    ignores the d_ff it was given, ``d_ff`` is the width it has): the FFN's lines get no target and that reason."""
+    ignores the d_ff it was given, ``d_ff`` is the width it has): the FFN's lines get no target and that reason.
+    ``run`` runs the layer with hooks, to tell its norms apart by their values."""
     rel = [(".".join(r), r, p) for _, r, p in members]
     shape = {name: tuple(p.shape) for name, _, p in rel}
     canon = f"{stack}.{{i}}"
@@ -57,7 +57,7 @@ def layer_template(stack: str, members: list[Member], d: int,
     owner = {g: r for g, (r, _) in roles.items()}
     if ffn_group:
         owner[ffn_group] = "ffn"
-    lines += _norm_lines(canon, stack, rel, shape, done, owner, d)
+    lines += _norm_lines(canon, stack, rel, shape, done, owner, d, (_sublayer_modules(canon, stack, lines, owner), run))
     left = [(n, f"shape {list(shape[n])}: not in the paper's schema, left as built") for n, _, _ in rel
             if n not in done]
     return lines, zero, one, left
@@ -194,11 +194,27 @@ def _norm_slot(mod: str, owner: dict[str, str], sublayers: list[str], stack: str
     return None
 
 
+def _sublayer_modules(canon: str, stack: str, lines: list[Template], owner: dict[str, str]) -> dict[int, Sublayer]:
+    """Each sub-layer's modules (its entry, exit and group) from the lines placed so far, by sub-layer number."""
+    def module(canonical: str) -> str:
+        name = next((t for c, t, _ in lines if t and (c == canonical or (isinstance(c, tuple) and canonical in c))), "")
+        return name.rpartition(".")[0] if name else ""
+
+    groups = {r: g for g, r in owner.items()}
+    out = {}
+    for k, role in enumerate(_sublayers(stack)):
+        first, last = ("w1", "w2") if role == "ffn" else ("q", "o")
+        entry, exit_ = module(f"{canon}.{role}.{first}.weight"), module(f"{canon}.{role}.{last}.weight")
+        if entry and role in groups:
+            out[k] = Sublayer(entry, exit_ or groups[role], groups[role])
+    return out
+
+
 def _norm_lines(canon: str, stack: str, rel: list[Member], shape: dict[str, tuple[int, ...]], done: set[str],
-                owner: dict[str, str], d: int) -> list[Template]:
-    """Layer norms: [d] parameters grouped by their module, each module assigned to its sub-layer by name (else all
-    by registration order); a sub-layer with no norm gets lines with no target. Placed names go into ``done``."""
-    sublayers = _sublayers(stack)
+                owner: dict[str, str], d: int, probe: tuple[dict[int, Sublayer], Runner | None]) -> list[Template]:
+    """Layer norms: [d] parameters grouped by their module, each module assigned to its sub-layer by the value
+    probe, else by name, else by registration order (marked); a sub-layer with no norm gets lines with no target.
+    Placed names go into ``done``."""
     norms: dict[str, dict[str, str]] = {}
     for name, parts, _ in rel:
         if name in done or shape[name] != (d,):
@@ -207,21 +223,13 @@ def _norm_lines(canon: str, stack: str, rel: list[Member], shape: dict[str, tupl
         part = "gain" if leaf in GAIN else "bias" if leaf in SHIFT else None
         if part is not None:
             norms.setdefault(".".join(parts[:-1]), {})[part] = name
-    slot: dict[str, int] = {}
-    for mod in norms:
-        found = _norm_slot(mod, owner, sublayers, stack)
-        if found is not None:
-            slot[mod] = found
-    order_note = ""
-    if len(set(slot.values())) != len(slot) or len(slot) != len(norms):
-        slot = {mod: n for n, mod in enumerate(norms) if n < len(sublayers)}
-        order_note = "the norm of each sub-layer chosen by registration order"
+    slot, notes = _norm_slots(stack, list(norms), owner, probe)
     lines: list[Template] = []
     for mod, n in slot.items():
         for part, canon_part in (("gain", "weight"), ("bias", "bias")):
             name = norms[mod].get(part, "")
             lines.append((f"{canon}.{NORMS[stack][n]}.{canon_part}", name,
-                          order_note if name else f"{mod} has no {part} of shape [{d}]"))
+                          notes.get(mod, "") if name else f"{mod} has no {part} of shape [{d}]"))
             done.add(name)
     for n, norm in enumerate(NORMS[stack]):
         if n not in slot.values():
@@ -230,3 +238,40 @@ def _norm_lines(canon: str, stack: str, rel: list[Member], shape: dict[str, tupl
                 lines.append((f"{canon}.{norm}.{part}", "", f"no [{d}] layer-norm parameter found (left in this "
                               f"layer: {others})"))
     return lines
+
+
+def _norm_slots(stack: str, norms: list[str], owner: dict[str, str],
+                probe: tuple[dict[int, Sublayer], Runner | None]) -> tuple[dict[str, int], dict[str, str]]:
+    """Norm module -> its sub-layer number, and the CHECK note of each one the value probe did not decide."""
+    sublayers = _sublayers(stack)
+    modules, run = probe
+    found: dict[str, int | str] = {}
+    why = "the layer was not run"
+    if run is not None and modules and norms:
+        seen, why = run(modules, norms)
+        if not why:
+            found = norm_slots(seen, modules, norms, {k: LABELS[sublayers[k]] for k in modules})
+    slot = {m: k for m, k in found.items() if isinstance(k, int)}
+    undecided = [m for m in norms if m not in slot]
+    if not undecided:
+        return slot, {}
+    said = "; ".join(dict.fromkeys(str(found[m]) for m in undecided if m in found)) or why
+    free = [k for k in range(len(sublayers)) if k not in slot.values()]
+    named = {m: _norm_slot(m, owner, sublayers, stack) for m in undecided}
+    by_name = [k for k in named.values() if k is not None]
+    if len(by_name) == len(set(by_name)) and set(by_name) <= set(free):
+        if len(by_name) == len(undecided) and not found:  # the names decide every norm; no value was read
+            return slot | {m: k for m, k in named.items() if k is not None}, {}
+        for m, k in named.items():
+            if k is not None:
+                slot[m], free = k, [j for j in free if j != k]
+    notes = {m: f"{m} chosen by its name; the value probe could not tell ({said})" for m in undecided if m in slot}
+    rest = [m for m in undecided if m not in slot]
+    order = dict(zip(rest, free))
+    if len(order) == 1:
+        notes |= {m: f"{m} given the one sub-layer left; the value probe could not tell ({said})" for m in order}
+    elif order:
+        note = (f"the norm of each sub-layer chosen by registration order among {', '.join(rest)}: the value "
+                f"probe could not tell them apart ({said})")
+        notes |= {m: note for m in order}
+    return slot | order, notes

@@ -1,14 +1,7 @@
-"""The mask convention of a forward that takes masks, found by probing it (issue 24).
-
-A model whose ``forward`` requires masks beyond ``(src, tgt)`` is called with each candidate convention in turn:
-2-D, 3-D or 4-D (``(B, S)`` / ``(T, T)``, ``(B, 1, S)`` / ``(B, T, T)``, ``(B, 1, 1, S)`` / ``(B, 1, T, T)``), boolean
-True = may attend, boolean True = masked out, float 1 = may attend, or additive (0 / -inf). A convention is kept
-when the call returns ``[B, T, tgt_vocab]`` finite scores, the scores do not move when the content of padded source
-positions or of future target positions changes (the masks built from the original tokens), and they do move when
-a real source token or a past target token changes (a convention that masks everything is not one). The first
-convention that passes, in the order above, is written; when none passes the scaffold writes the 4-D boolean one
-marked ``# CHECK:`` with what each try did.
-"""
+"""The mask convention of a forward that takes masks, found by calling it with each candidate in turn (4-D, 3-D
+or 2-D; boolean True = may attend, boolean True = masked out, float 1 = may attend, additive 0 / -inf). The first
+under which padded source and future target content do not move the scores, and a real source token does, is
+kept; when none passes the 4-D boolean one is written, marked ``# CHECK:`` with what the tries did."""
 
 from __future__ import annotations
 

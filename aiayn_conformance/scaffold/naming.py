@@ -1,15 +1,10 @@
-"""The naming conventions the scaffold reads: the words in parameter paths that tell embeddings, attention
-projections, feed-forward networks and norms apart (constructor argument names are in synonyms.py).
-
-Tables only, no logic: a new convention (a library's naming, say) is a new entry or a new table here, and the
-probe (probe.py) and the proposal (proposal.py, layer.py) read it from here.
-"""
+"""Tables: the words in parameter paths that tell embeddings, attention projections, feed-forward networks and norms
+apart, and :func:`tokens`, which splits a path into its words. A naming convention the scaffold misses is an entry
+here."""
 
 from __future__ import annotations
 
 import re
-
-# Constructor argument names (``src_vocab_size``, ``hid_dim``, ``N``, ...) live in synonyms.py.
 
 
 # -- parameter paths -------------------------------------------------------------------------------------------
@@ -30,11 +25,10 @@ CROSS = {"cross", "enc", "encoder", "src", "context", "memory", "mem", "encdec",
 ATTENTION = {"attn", "attention", "att", "self", "slf"}  # a norm named for attention, in a layer: the first sub-layer's
 FFN = {"ff", "ffn", "feed", "feedforward", "mlp", "pos", "final", "fc", "pwff", "positionwise"}
 # The projection each word names. "proj" names none of them: Hugging Face and fairseq write q_proj, k_proj, v_proj
-# and out_proj, so it says only "a projection" (issue 24: with "proj" among the output words q_proj, k_proj and v_proj
-# were ambiguous and the registration-order fallback mapped q <- k_proj, k <- v_proj, v <- q_proj).
+# and out_proj, so it says only "a projection" (as an output word it made q_proj, k_proj and v_proj ambiguous).
 PROJ = {"q": {"q", "qs", "query", "queries", "wq", "wqs"}, "k": {"k", "ks", "key", "keys", "wk", "wks"},
         "v": {"v", "vs", "value", "values", "wv", "wvs"},
-        "o": {"o", "out", "output", "fc", "concat", "wo", "dense", "outproj"}}
+        "o": {"o", "out", "output", "fc", "concat", "wo", "dense", "outproj", "final"}}
 FUSED = ("in_proj", "qkv", "c_attn", "to_qkv", "query_key_value")
 """Words of a [3 d_model, d_model] weight stacked q|k|v: torch.nn's in_proj_weight, qkv / to_qkv, GPT-2's c_attn."""
 POSITION = {"pos", "position", "positions", "positional", "wpe", "pe"}  # a learned positional table

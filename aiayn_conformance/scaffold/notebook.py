@@ -1,21 +1,8 @@
-"""A Jupyter notebook (``.ipynb``) as a module: its code cells run top to bottom, statement by statement, with what
-the model does not need left out and listed (no Jupyter needed: a notebook is JSON).
-
-Left out, each with the cell it is in and why:
-
-- shell commands and magics (``!pip install ...``, ``%matplotlib inline``; a ``%%`` cell magic leaves out the cell);
-- top-level statements that train (``for epoch in ...``, ``.fit(``, ``.backward()``, ``optimizer.step()``,
-  ``train(...)``, ``evaluate(...)``), download or read data (``urlretrieve``, ``torchtext.datasets``,
-  ``load_dataset(``, ``.download(``, ``from_pretrained(``, ``spacy.load``, ``open(``), or save and load
-  checkpoints (``torch.save``, ``torch.load``). Definitions (``def``, ``class``) are always kept;
-- imports of packages that are not installed (a tokenizer, a plotting library), and the statements that use a name
-  only something left out defines (``INPUT_DIM = len(SRC.vocab)``).
-
-Anything else that fails is an error naming the cell: a notebook that does not run cannot be scaffolded.
-
-:func:`load_notebook` is what a generated plugin calls; :func:`notebook_module` is the scaffold's (it also returns
-the list of what was left out).
-"""
+"""A Jupyter notebook's code cells run as a module, statement by statement (no Jupyter needed), with what the model
+does not need left out and listed with its cell: shell commands and magics, statements that train, download or
+read data, or save and load checkpoints, imports of packages that are not installed, and statements using what
+only a left-out statement defines. Definitions are always kept; anything else that fails is an error naming the
+cell. :func:`load_notebook` is what a written plugin calls."""
 
 from __future__ import annotations
 

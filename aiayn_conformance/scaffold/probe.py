@@ -1,48 +1,40 @@
-"""Probing the target class: building it with a small ``ModelConfig`` (the constructor calls worth trying, from
-its parameter names), then calling it once to learn the forward call, the output kind, the positional table and
-the encoder entry point the plugin will use."""
+"""Stage 3: the built model called once -> :class:`Probed`: the adapter's forward call (the masks it needs:
+masks.py) and what it returns, the positional table (positions.py), the repository's initialisation
+(initialisation.py), and the sizes the model ignores (a ``d_ff`` it builds the same whatever its value)."""
 
 from __future__ import annotations
 
 import argparse
+import copy
 import inspect
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
-from aiayn_conformance.spec.config import TINY, ModelConfig
+from aiayn_conformance.spec.config import ModelConfig
 
-from .construct import Constructor, build, constructors
-from .masks import flattened
-from .target import short
-
-PROBE: ModelConfig = TINY.replace(d_ff=48)
-"""The configuration the model is built with to read its parameters: h > 1, N = 2, tied embeddings, and sizes
-that tell the parameters apart (d_ff = 48 is neither d_model = 32 nor a stacked 2 or 3 x d_model)."""
+from .construct import Built, Constructor
+from .errors import short
+from .initialisation import Init, find_init, init_works
+from .masks import find_convention, flattened
+from .positions import Positional, positional
 
 
-# -- the constructor (construct.py) ----------------------------------------------------------------------------
-def build_with_config(target: Any, config: ModelConfig = PROBE) -> tuple[nn.Module, Constructor]:
-    """``target`` (a class or a factory function) built with ``config``; ScaffoldError naming each call tried."""
-    return build(target, config)
-
-
-__all__ = ["PROBE", "Constructor", "build_with_config", "constructors", "probe_forward", "positional_table",
-           "encode_call"]
-
-
-# -- the built model ----------------------------------------------------------------------------------------------
-@dataclass
+@dataclass(kw_only=True)
 class Forward:
-    """The adapter's forward: its body (the last line returns), a CHECK note, the output kind and its CHECK note."""
+    """The adapter's forward: the lines building its masks, the call, a CHECK note, the output kind and its note,
+    and the mask convention found ("" when the forward takes no masks)."""
 
-    body: list[str]
+    lines: list[str]
+    call: str
     check: str
     output: str
     output_check: str
+    masks: str = ""
 
 
 def _forward_body(model: nn.Module) -> tuple[list[str], str]:
@@ -92,13 +84,14 @@ def probe_forward(model: nn.Module, config: ModelConfig,
     except Exception as exc:
         note = (f"the scaffold's probe call {call} raised {short(exc)}: adapt the call (and the masks: this "
                 "project's are True where attention is allowed)")
-        return Forward([*body, f"return {call}"], note, "logits", "unknown: the probe call failed")
+        return Forward(lines=body, call=call, check=note, output="logits",
+                       output_check="unknown: the probe call failed")
     if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
         out = out[0]
         call += "[0]"
     if not isinstance(out, torch.Tensor):
-        return Forward([*body, f"return {call}"], f"the probe call {call} returned {type(out).__name__}, not a tensor",
-                       "logits", "unknown")
+        return Forward(lines=body, call=call, output="logits", output_check="unknown",
+                       check=f"the probe call {call} returned {type(out).__name__}, not a tensor")
     shape = list(out.shape)
     flat = ""
     if flattened(out, src, tgt):  # scores flattened for a loss: the adapter returns them as (B, T, V)
@@ -110,21 +103,8 @@ def probe_forward(model: nn.Module, config: ModelConfig,
     note = (f"the scaffold called {call} on src [2, 7], tgt [2, 5] and got {shape}{flat}"
             + ("" if ok else f", not [2, 5, {config.tgt_vocab}] (B, T, tgt_vocab)")
             + "; check that padding (config.pad_id) and the causal mask are handled as your model expects")
-    return Forward([*body, f"return {call}"], note, *_output_kind(out))
-
-
-def positional_table(model: nn.Module, config: ModelConfig) -> str:
-    """The attribute path of a positional table (a [max_len, d_model] buffer or tensor attribute), or ""."""
-    d = config.d_model
-    for name, module in model.named_modules():
-        for attr, value in list(module.__dict__.get("_buffers", {}).items()) + list(vars(module).items()):
-            if not isinstance(value, torch.Tensor) or isinstance(value, nn.Parameter):
-                continue
-            shape = tuple(value.shape)
-            if len(shape) in (2, 3) and shape[-1] == d and shape[-2] >= config.max_len and \
-                    (len(shape) == 2 or shape[0] == 1):
-                return f"{name}.{attr}" if name else attr
-    return ""
+    output, output_check = _output_kind(out)
+    return Forward(lines=body, call=call, check=note, output=output, output_check=output_check)
 
 
 def encode_call(cls: type) -> str:
@@ -137,3 +117,56 @@ def encode_call(cls: type) -> str:
     except (TypeError, ValueError):
         required = []
     return "self.model.encode(src)" if len(required) == 1 else ""
+
+
+# -- sizes the model ignores ------------------------------------------------------------------------------------
+def ignored_sizes(ctor: Constructor, model: nn.Module, config: ModelConfig) -> tuple[int, str] | None:
+    """(the FFN's width, what was found) when the model ignores d_ff: built at two values, the same shapes."""
+    other = config.replace(d_ff=config.d_ff + 16)
+    try:
+        torch.manual_seed(0)
+        built = ctor.build(other)
+    except Exception:
+        return None
+    shapes = Counter(tuple(p.shape) for p in model.parameters())
+    if not isinstance(built, nn.Module) or shapes != Counter(tuple(p.shape) for p in built.parameters()):
+        return None
+    d = config.d_model
+    widths = Counter(s[0] for s in shapes if len(s) == 2 and s[1] == d and (d, s[0]) in shapes
+                     and s[0] not in (d, 2 * d, 3 * d, config.src_vocab, config.tgt_vocab))
+    if not widths:
+        return None
+    width = widths.most_common(1)[0][0]
+    return width, f"d_ff={config.d_ff} requested, the model's FFN is {width} wide whatever d_ff says"
+
+
+# -- the stage --------------------------------------------------------------------------------------------------
+@dataclass(kw_only=True)
+class Probed:
+    """Stage 3's record: what calling the built model found."""
+
+    built: Built
+    forward: Forward
+    encode: str  # "self.model.encode(src)" when the class has an encode(src), else ""
+    table: Positional
+    init: Init
+    ignored: dict[str, str] = field(default_factory=dict)  # config field -> what the model does instead
+    d_ff: int  # the FFN's width: config.d_ff, or the width the model has whatever d_ff says
+
+
+def probe(built: Built) -> Probed:
+    """Call the built model once and read what the adapter needs (see the module's docstring)."""
+    model, config = built.model, built.config
+    found = find_convention(model, config)
+    forward = probe_forward(model, config, (found.lines, found.call) if found else None)
+    if found is not None:
+        src, tgt = found.convention or (None, None)
+        forward.masks = (f"masks found by probing the forward: source {src.describe()}, target {tgt.describe()}"
+                         if src and tgt else found.tried)
+    init = find_init(built.loaded.obj)
+    broken = init_works(init, copy.deepcopy(model))
+    if broken:
+        init.check = broken
+    ffn = ignored_sizes(built.constructor, model, config)
+    return Probed(built=built, forward=forward, encode=encode_call(type(model)), table=positional(model, config),
+                  init=init, ignored={"d_ff": ffn[1]} if ffn else {}, d_ff=ffn[0] if ffn else config.d_ff)

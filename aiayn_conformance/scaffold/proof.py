@@ -1,18 +1,18 @@
-"""The value probe: a mapping is written unmarked only when it is proved (issue 24).
+"""Stage 6: the plugin as render.py writes it, run against the reference -> :class:`Scaffold`, whose text is
+unmarked only where this proved it.
 
-The plugin as the scaffold would write it is executed; its adapter is built at the probe's sizes without dropout,
-loads the visible canonical weights (``conformance.helpers.transplant.visible_state``, the transplant-based checks'
-weights: gains far from 1, biases far from 0, sharp attention) through its ``load_reference_state`` (learned
-positional tables get the sinusoid of section 3.5 for the probe), and runs on a padded batch beside the reference
-holding the same weights (``reference_twin``). Where the log-probabilities agree at every real target position the
-whole mapping is proved; where only the encoder's output agrees (through the adapter's ``encode``), the encoder's
-lines and the source embedding are. Everything not proved keeps, or gets, a ``# CHECK:`` with the probe's figure.
+The plugin's adapter is built at the probe's sizes without dropout, loads the visible canonical weights (the
+transplant-based checks' weights: gains far from 1, biases far from 0, sharp attention) through its
+``load_reference_state`` (learned positional tables get the sinusoid for the probe), and runs on a padded batch
+beside the reference holding the same weights. Where the log-probabilities agree at every real target position the
+whole mapping is proved; where only the encoder's output agrees (through ``encode``), the encoder's lines and the
+source embedding are.
 """
 
 from __future__ import annotations
 
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,20 +22,39 @@ from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import as_log_probs
 
 from .masks import probe_batch
+from .proposal import Proposed
+from .render import Proof, render
 
 TOLERANCE = 1e-4
 
 
 @dataclass
-class Proof:
-    """Which parts of the mapping the value probe proved, and its figures."""
+class Scaffold:
+    """Stage 6's record: the proposal, what the value probe proved, and the plugin's text."""
 
-    proved: set[str] = field(default_factory=set)  # "model" (everything), "encoder" (encoder lines, src_embed)
-    detail: str = ""  # one line: what was compared and how far apart
-    table_gap: float | None = None  # positional_encoding(S) against the sinusoid of §3.5 (None: not compared)
+    proposed: Proposed
+    proof: Proof
+    text: str
 
-    def covers(self, part: str) -> bool:
-        return "model" in self.proved or part in self.proved
+    @property
+    def name(self) -> str:
+        return self.proposed.probed.built.loaded.name
+
+    @property
+    def notes(self) -> list[str]:
+        return self.proposed.probed.built.loaded.notes
+
+    @property
+    def checks(self) -> int:
+        return self.text.count("# CHECK:")
+
+
+def prove(proposed: Proposed) -> Scaffold:
+    """The value probe run on the plugin as written unproved, and the plugin written again with what it proved."""
+    probed = proposed.probed
+    config = probed.built.config.replace(d_ff=probed.d_ff)  # a model ignoring d_ff is probed at its own width
+    proof = run_probe(render(proposed), config, probed.forward.output, probed.table.learned or [])
+    return Scaffold(proposed, proof, render(proposed, proof))
 
 
 def _module(text: str) -> types.ModuleType:
@@ -53,7 +72,7 @@ def _learned_sinusoids(adapter: Any, ref: Any, learned: list[str]) -> None:
             p.copy_(ref._table(rows).reshape(p.shape).to(p.dtype))
 
 
-def prove(text: str, config: ModelConfig, output: str, learned: list[str]) -> Proof:
+def run_probe(text: str, config: ModelConfig, output: str, learned: list[str]) -> Proof:
     """Run the value probe on the plugin ``text`` (see the module's docstring)."""
     config = config.replace(dropout=0.0)
     state = visible_state(config, seed=STATE_SEED)

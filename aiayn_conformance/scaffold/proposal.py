@@ -1,24 +1,23 @@
-"""The proposal: where each canonical parameter (``spec.schema.parameter_schema``) goes in the built model, decided
-from the model's parameter names, shapes and registration order, and which lines are uncertain (each carries the
-reason the user must check it).
-
-The embeddings and the pre-softmax projection are placed here, the layers by layer.py (one layer's template,
-repeated for every layer number), and what is left outside the layers is sorted into norms the paper lacks and
-parameters left as built.
-"""
+"""Stage 4: where each canonical parameter (``spec.schema.parameter_schema``) goes in the built model, with the
+reason to check each uncertain line, and how the adapter's ``encode`` reads the encoder output -> :class:`Proposed`.
+The embeddings and the pre-softmax projection are placed here, the layers by layer.py."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
 
 from aiayn_conformance.spec.config import ModelConfig
 
-from .layer import Member, layer_template
+from .layer import Member, Runner, layer_template
+from .masks import probe_batch, run_call
 from .naming import DECODER, EMBEDDING, ENCODER, GAIN, GENERATOR, SHIFT, SOURCE, TARGET, tokens
-from .probe import PROBE
+from .norms import run_layer
+from .probe import Probed
 
 ROLES = ("src_embed", "tgt_embed", "generator")  # the [vocab, d_model] matrices, in the order they are placed
 
@@ -32,8 +31,10 @@ class Line:
     check: str = ""  # why the user must check it ("" when decided from names)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Proposal:
+    """The lines of ``load_reference_state``: outside the layers, and each stack's template for layer ``{i}``."""
+
     mapping: list[Line] = field(default_factory=list)  # non-layer lines
     layers: dict[str, list[Line]] = field(default_factory=dict)  # stack -> per-layer template lines
     layer_zero: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # stack -> (name, check)
@@ -70,16 +71,43 @@ def vocab_role(name: str) -> str | None:
     return None
 
 
-def propose(model: nn.Module, config: ModelConfig = PROBE, ffn: tuple[int, str] | None = None) -> Proposal:
+@dataclass
+class Proposed:
+    """Stage 4's record: the mapping, and how ``encode`` reads the encoder output."""
+
+    probed: Probed
+    proposal: Proposal
+    encode: Encode
+
+
+def propose(probed: Probed) -> Proposed:
+    """The mapping of the probed model, and its encode()."""
+    built = probed.built
+    ignored = probed.ignored.get("d_ff", "")
+    forward = probed.forward
+    model, config = built.model, built.config
+
+    def run_model(copy: nn.Module) -> object:
+        return run_call(copy, config, forward.lines, forward.call, *probe_batch(config))
+
+    proposal = mapping(model, config, (probed.d_ff, ignored) if ignored else None, run_model)
+    return Proposed(probed, proposal, encode_hook(built.model, proposal, built.config, forward.lines, forward.call,
+                                                  probed.encode))
+
+
+def mapping(model: nn.Module, config: ModelConfig, ffn: tuple[int, str] | None = None,
+            run_model: Callable[[nn.Module], object] | None = None) -> Proposal:
     """Where each canonical parameter goes in ``model`` (built with ``config``); ``ffn`` (width, reason) when the
-    model's FFN is another width than ``config.d_ff`` whatever d_ff says (complete.py: ignored_sizes)."""
+    model's FFN is another width than ``config.d_ff`` whatever d_ff says (probe.py: ignored_sizes); ``run_model``
+    runs its forward (the layers' norms are told apart by the values it computes)."""
     params: list[tuple[str, torch.Tensor]] = list(model.named_parameters())  # one name per tensor, in order
     aliases: dict[int, list[str]] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
         aliases.setdefault(id(p), []).append(name)
     out = Proposal()
     used = _place_vocab_matrices(out, params, aliases, config)
-    used |= _place_layers(out, [(n, p) for n, p in params if n not in used], config, ffn)
+    used |= _place_layers(out, [(n, p) for n, p in params if n not in used], config, ffn, _runner(model, config,
+                                                                                                  run_model))
     _place_the_rest(out, [(n, p) for n, p in params if n not in used], config.d_model)
     return out
 
@@ -123,8 +151,16 @@ def _place_vocab_matrices(out: Proposal, params: list[tuple[str, torch.Tensor]],
     return used
 
 
+def _runner(model: nn.Module, config: ModelConfig,
+            run_model: Callable[[nn.Module], object] | None) -> Callable[[str], Runner]:
+    """For a layer's path: the runner that runs it with hooks (the model's forward, else the layer alone)."""
+    def for_layer(path: str) -> Runner:
+        return lambda sublayers, norms: run_layer(model, path, config.d_model, run_model, sublayers, norms)
+    return for_layer
+
+
 def _place_layers(out: Proposal, params: list[tuple[str, torch.Tensor]], config: ModelConfig,
-                  ffn: tuple[int, str] | None = None) -> set[str]:
+                  ffn: tuple[int, str] | None, runner: Callable[[str], Runner]) -> set[str]:
     """The layers: parameters under encoder.../decoder... with a layer number, mapped through the first layer's
     template. Returns the names placed."""
     by_layer: dict[tuple[str, int], list[Member]] = {}
@@ -148,20 +184,21 @@ def _place_layers(out: Proposal, params: list[tuple[str, torch.Tensor]], config:
         if layers != list(range(config.n_layers)):
             out.stack_checks[stack] = f"layer numbers {layers} are not 0..{config.n_layers - 1}"
         _place_stack(out, stack, {i: by_layer[(stack, i)] for i in layers},
-                     {i: prefixes[(stack, i)] for i in layers}, config, ffn)
+                     {i: prefixes[(stack, i)] for i in layers}, config, ffn, runner)
         for i in layers:
             used.update(n for n, _, _ in by_layer[(stack, i)])
     return used
 
 
 def _place_stack(out: Proposal, stack: str, members: dict[int, list[Member]], prefixes: dict[int, str],
-                 config: ModelConfig, ffn: tuple[int, str] | None = None) -> None:
+                 config: ModelConfig, ffn: tuple[int, str] | None, runner: Callable[[str], Runner]) -> None:
     """One stack's lines: the first layer's template with its path prefix, and a check when a later layer has
     other parameter names or shapes than the first."""
     first, *later = members
     width, ignored = ffn or (config.d_ff, "")
-    lines, zero, one, left = layer_template(stack, members[first], config.d_model, width, ignored)
     prefix = prefixes[first]
+    run = runner(f"{prefix}.{first}" if prefix else str(first))
+    lines, zero, one, left = layer_template(stack, members[first], config.d_model, width, ignored, run)
     template = (prefix + ".{i}.") if prefix else "{i}."
     shapes0 = {".".join(rel): tuple(p.shape) for _, rel, p in members[first]}
     for i in later:
@@ -189,3 +226,57 @@ def _place_the_rest(out: Proposal, rest: list[tuple[str, torch.Tensor]], d: int)
         else:
             out.left.append((n, f"shape {tuple(p.shape)}: not in the paper's schema, left as built (a learned "
                                 "positional table? declare what it changes)"))
+
+
+# -- encode -----------------------------------------------------------------------------------------------------
+@dataclass
+class Encode:
+    """How the adapter's encode() reads the encoder output: the class's own encode, or what the first decoder
+    layer's cross-attention key projection reads (``module``), captured with a hook."""
+
+    own: str = ""  # "self.model.encode(src)" when the class has one
+    module: str = ""  # the module whose input is the encoder output
+    check: str = ""
+
+
+def read_memory(model: nn.Module, path: str, src: torch.Tensor, run: Any) -> torch.Tensor | None:
+    """The last [B, S, d] (or [S, B, d], transposed) tensor the module ``path`` receives while ``run()`` runs."""
+    seen: list[torch.Tensor] = []
+    B, S = src.shape
+
+    def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        if not seen:
+            for t in [*args, *kwargs.values()]:
+                if isinstance(t, torch.Tensor) and t.dim() == 3 and tuple(t.shape[:2]) in ((B, S), (S, B)):
+                    seen[:] = [t if t.shape[0] == B else t.transpose(0, 1)]
+
+    handle = model.get_submodule(path).register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        run()
+    finally:
+        handle.remove()
+    return seen[0] if seen else None
+
+
+def encode_hook(model: nn.Module, proposal: Proposal, config: ModelConfig, lines: list[str], call: str,
+                own: str) -> Encode:
+    """The encode() the adapter will have: the class's own, else what cross-attention reads (the input of the first
+    decoder layer's key projection, [B, S, d_model])."""
+    if own:
+        return Encode(own=own, check="the class's own encode(src): does it mask the source padding?")
+    keys = [ln.target for ln in proposal.layers.get("decoder", []) if ln.target and (
+        ln.canonical == "decoder.{i}.cross_attn.k.weight" or (isinstance(ln.canonical, tuple)
+                                                              and "decoder.{i}.cross_attn.k.weight" in ln.canonical))]
+    if not keys:
+        return Encode(check="no cross-attention key projection found: write encode(src) by hand (what "
+                            "cross-attention reads, [B, S, d_model])")
+    path = keys[0].replace("{i}", "0").rpartition(".")[0]
+    src, _ = probe_batch(config)
+    bos = torch.full_like(src[:, :1], (config.pad_id + 1) % config.tgt_vocab)
+    try:
+        out = read_memory(model, path, src, lambda: run_call(model, config, lines, call, src, bos))
+    except Exception:
+        out = None
+    if out is None or list(out.shape) != [2, 7, config.d_model]:
+        return Encode(check=f"{path} did not receive a [B, S, d_model] tensor: write encode(src) by hand")
+    return Encode(module=path)

@@ -1,50 +1,53 @@
-"""Rendering: the plugin file's text, from what the probe found and the proposal decided (:class:`Scaffold`).
-
-Every line the user must review carries ``# CHECK:`` and the reason; the file's docstring counts them.
-"""
+"""Stage 5: the plugin file's text, from the proposal and what the value probe proved (:class:`Proof`; proof.py
+runs the text this writes, then has it written again with the lines it proved unmarked). Every line the user must
+review carries ``# CHECK:`` and the reason; the file's docstring counts them."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 
-from .complete import Encode, Init, Positional
-from .probe import PROBE, Constructor
-from .proof import Proof
-from .proposal import Line, Proposal
+from .calls import Constructor
+from .initialisation import Init
+from .positions import Positional
+from .proposal import Line, Proposal, Proposed
 
 
 @dataclass
-class Scaffold:
-    """Everything the generated plugin needs."""
+class Proof:
+    """Which parts of the mapping the value probe proved, and its figures."""
 
-    cls: type
-    where: str
-    import_line: str
-    constructor: Constructor
-    proposal: Proposal
-    name: str
-    forward_call: list[str]
-    forward_check: str
-    output: str
-    output_check: str
-    encode: str
-    positional: str
-    notes: list[str] = field(default_factory=list)  # what the target's loading left out (a notebook's skipped cells)
-    encode_hook: Encode | None = None  # scaffold/complete.py: how encode() reads the encoder output
-    table: Positional | None = None  # the positional table (a buffer or learned tables)
-    init: Init | None = None  # the repository's own initialisation
-    ignored: dict[str, str] = field(default_factory=dict)  # config field -> what the model does instead
-    proof: Proof | None = None  # the value probe (scaffold/proof.py); None: not run
-    masks: str = ""  # the mask convention found by probing the forward (scaffold/masks.py), "" when it takes none
+    proved: set[str] = field(default_factory=set)  # "model" (everything), "encoder" (encoder lines, src_embed)
+    detail: str = ""  # one line: what was compared and how far apart
+    table_gap: float | None = None  # positional_encoding(S) against the sinusoid of section 3.5 (None: not compared)
+
+    def covers(self, part: str) -> bool:
+        return "model" in self.proved or part in self.proved
+
+
+@dataclass
+class _View:
+    """What the text is written from: the proposal, and the proof (None: not run)."""
+
+    p: Proposed
+    proof: Proof | None
 
     @property
-    def checks(self) -> int:
-        return render(self).count("# CHECK:")
+    def cls(self) -> type:
+        return self.p.probed.built.loaded.obj
+
+    @property
+    def where(self) -> str:
+        return self.p.probed.built.loaded.where
+
+    @property
+    def name(self) -> str:
+        return self.p.probed.built.loaded.name
 
 
-def render(s: Scaffold) -> str:
+def render(proposed: Proposed, proof: Proof | None = None) -> str:
     """The plugin file's text."""
+    s = _View(proposed, proof)
     text = _head(s) + _adapter(s) + _registration(s)
     text = re.sub(r"\n{3,}(?=@hookimpl)", "\n\n\n", text)
     return text.replace("{checks}", str(text.count("# CHECK:")))
@@ -128,21 +131,23 @@ def _layer_lines(p: Proposal, proof: Proof | None) -> list[str]:
     return lines
 
 
-def _proved(s: Scaffold) -> bool:
+def _proved(s: _View) -> bool:
     return s.proof is not None and s.proof.covers("model")
 
 
-def _forward_note(s: Scaffold) -> str:
+def _forward_note(s: _View) -> str:
+    forward = s.p.probed.forward
+    masks = forward.masks + "; " if forward.masks else ""
     if _proved(s):
-        return f"  # {s.masks + '; ' if s.masks else ''}proved by the value probe (the note in load_reference_state)"
-    return f"  # CHECK: {s.masks + '; ' if s.masks else ''}{s.forward_check}"
+        return f"  # {masks}proved by the value probe (the note in load_reference_state)"
+    return f"  # CHECK: {masks}{forward.check}"
 
 
-def _output_note(s: Scaffold) -> str:
-    return "  # proved by the value probe" if _proved(s) else f"  # CHECK: {s.output_check}"
+def _output_note(s: _View) -> str:
+    return "  # proved by the value probe" if _proved(s) else f"  # CHECK: {s.p.probed.forward.output_check}"
 
 
-def _proof_note(s: Scaffold) -> str:
+def _proof_note(s: _View) -> str:
     if s.proof is None:
         return ""
     if _proved(s):
@@ -152,8 +157,8 @@ def _proof_note(s: Scaffold) -> str:
             "a line below")
 
 
-def _encode_method(s: Scaffold) -> str:
-    hook = s.encode_hook or Encode(own=s.encode)
+def _encode_method(s: _View) -> str:
+    hook = s.p.encode
     if not hook.own and not hook.module:
         return (f"\n    # CHECK: {hook.check}\n" if hook.check else "")
     note = "" if s.proof is not None and s.proof.covers("encoder") else f"  # CHECK: {hook.check or UNPROVED}"
@@ -168,8 +173,8 @@ def _encode_method(s: Scaffold) -> str:
             f"{what}.\"\"\"\n" + body)
 
 
-def _positional_method(s: Scaffold) -> str:
-    table = s.table or Positional(s.positional, [], "")
+def _positional_method(s: _View) -> str:
+    table: Positional = s.p.probed.table
     if not table.path:
         return f"\n    # CHECK: {table.check}\n" if table.check else ""
     note = f"  # CHECK: {table.check}" if table.check else ""
@@ -187,14 +192,14 @@ def _positional_method(s: Scaffold) -> str:
             f"        return table.reshape(-1, table.size(-1))[:length]\n")
 
 
-def _optional_methods(s: Scaffold) -> str:
+def _optional_methods(s: _View) -> str:
     """``encode`` and ``positional_encoding`` where the probe found them, else a CHECK saying why not."""
     return _encode_method(s) + _positional_method(s)
 
 
-def _init_function(s: Scaffold) -> str:
+def _init_function(s: _View) -> str:
     """``_init(model)``: the repository's own initialisation, applied after building the model."""
-    init = s.init or Init()
+    init: Init = s.p.probed.init
     if init.code:
         code = init.code
         if re.search(r"(?<![\w.])init\.", code):
@@ -211,8 +216,11 @@ def _init_function(s: Scaffold) -> str:
 
 
 # -- the file, in three parts ---------------------------------------------------------------------------------------
-def _head(s: Scaffold) -> str:
+def _head(s: _View) -> str:
     """The docstring (with a ``{checks}`` placeholder), the imports and the helpers the adapter uses."""
+    built = s.p.probed.built
+    c = built.config
+    imports = built.loaded.import_line(built.constructor.callables())
     return f'''"""aiayn plugin for {s.where}, started by `aiayn scaffold`.
 
 Review every line marked `# CHECK:` ({{checks}} of them): correct it, then delete the marker. Then audit:
@@ -220,8 +228,8 @@ Review every line marked `# CHECK:` ({{checks}} of them): correct it, then delet
     python3 -m pytest conformance/ --plugin=THIS_FILE --impl={s.name}
     aiayn audit --plugin THIS_FILE --impl {s.name}
 
-The scaffold built {s.cls.__name__} with a ModelConfig (d_model {PROBE.d_model}, h {PROBE.n_heads}, \
-d_ff {PROBE.d_ff}, N {PROBE.n_layers}, vocabularies {PROBE.src_vocab}, tied)
+The scaffold built {s.cls.__name__} with a ModelConfig (d_model {c.d_model}, h {c.n_heads}, \
+d_ff {c.d_ff}, N {c.n_layers}, vocabularies {c.src_vocab}, tied)
 and proposed where each canonical parameter (spec.schema.parameter_schema) goes, from the model's parameter
 names, shapes and registration order. A canonical parameter it found no home for goes to `_unmapped(...)`,
 which fails in one line naming it. docs/plugins.md explains each part; spec/contract.py is the contract.
@@ -235,11 +243,9 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import Tensor, nn
 
-from aiayn_conformance.implementations import Implementation, hookimpl
-from aiayn_conformance.spec.config import ModelConfig
-from aiayn_conformance.spec.schema import CanonicalKey, Target, load_canonical
+from aiayn_conformance import CanonicalKey, Implementation, ModelConfig, Target, hookimpl, load_canonical
 
-{s.import_line}
+{imports}
 
 
 def _unmapped(name: str, why: str) -> Callable[[Tensor], None]:
@@ -280,15 +286,15 @@ def _memory(model: nn.Module, path: str, src: Tensor, run: Callable[[], object])
 '''
 
 
-def _adapter(s: Scaffold) -> str:
+def _adapter(s: _View) -> str:
     """The adapter class: the constructor call, forward, the optional methods and load_reference_state."""
-    p = s.proposal
-    ctor_lines = _constructor_lines(s.constructor)
+    p = s.p.proposal
+    ctor_lines = _constructor_lines(s.p.probed.built.constructor)
     map_lines = _mapping_lines(p.mapping, s.proof)
     zero_lines, one_lines = _noted_lines(p.zero, s.proof), _noted_lines(p.one, s.proof)
     layer_lines = _layer_lines(p, s.proof)
-    fwd = "\n".join(f"        {ln}" for ln in s.forward_call[:-1])
-    fwd_return = s.forward_call[-1]
+    fwd = "\n".join(f"        {ln}" for ln in s.p.probed.forward.lines)
+    fwd_return = f"return {s.p.probed.forward.call}"
     methods = _optional_methods(s)
     return f'''class Adapter(nn.Module):
     """{s.cls.__name__} behind the adapter contract (spec/contract.py)."""
@@ -321,17 +327,18 @@ def _adapter(s: Scaffold) -> str:
 '''
 
 
-def _ignored_note(s: Scaffold) -> str:
-    if not s.ignored:
+def _ignored_note(s: _View) -> str:
+    ignored = s.p.probed.ignored
+    if not ignored:
         return ""
-    said = "; ".join(s.ignored.values())
+    said = "; ".join(ignored.values())
     return (f"        # CHECK: config.parameters will fail: {said}. Make the model follow it, or declare "
             "config.parameters\n")
 
 
-def _registration(s: Scaffold) -> str:
+def _registration(s: _View) -> str:
     """The parameters left as built (a comment), and the hook that registers the implementation."""
-    left = [f"#   {n}: {why}" for n, why in s.proposal.left]
+    left = [f"#   {n}: {why}" for n, why in s.p.proposal.left]
     note = ("# Parameters not in the paper's schema, left as the model built them:\n" + "\n".join(left) + "\n"
             if left else "")
     return f'''{note}
@@ -343,7 +350,7 @@ def register_implementations(register):
         build=Adapter,
         summary="{s.cls.__name__} from {s.where} (scaffolded)",
         source="{s.where}",
-        output={s.output!r},{_output_note(s)}
+        output={s.p.probed.forward.output!r},{_output_note(s)}
 {_ignored_note(s)}        deviations={{}},  # after a first audit: {{clause id: why}} for what it knowingly departs from
     ))
 '''

@@ -1,21 +1,12 @@
-"""Constructor argument names as real code spells them, and the ``ModelConfig`` field each means.
-
-Gathered from tutorial and library code: the Annotated Transformer (``N``, ``d_ff``, ``h``), bentrevett's
-pytorch-seq2seq (``input_dim``, ``output_dim``, ``hid_dim``, ``pf_dim``, ``max_length``), jadore801120
-(``n_src_vocab``, ``d_word_vec``, ``d_inner``, ``n_position``), hyunwoongko (``enc_voc_size``, ``ffn_hidden``,
-``drop_prob``), torch.nn (``nhead``, ``dim_feedforward``, ``num_encoder_layers``), Hugging Face configs
-(``encoder_layers``, ``encoder_attention_heads``, ``encoder_ffn_dim``, ``max_position_embeddings``,
-``pad_token_id``), fairseq (``encoder_embed_dim``, ``encoder_ffn_embed_dim``), gordicaleksa/pytorch-original-transformer
-(``model_dimension``, ``number_of_heads``, ``number_of_layers``, ``dropout_probability``).
-
-Two tables: :data:`SURE` (a name that means one field wherever it is seen) and :data:`ASSUMED` (a name that
-could mean more than one: the scaffold passes the field written here and marks the line ``# CHECK:`` with the
-reason, never a silent guess). Tables only; :func:`meaning` reads them.
-"""
+"""Tables: constructor argument names as real code spells them (tutorials, torch.nn, Hugging Face, fairseq,
+OpenNMT-py, JoeyNMT), and the ``ModelConfig`` field each means. :data:`SURE` names mean one field wherever they are
+seen; :data:`ASSUMED` names could mean more than one, so the line passing them is marked ``# CHECK:`` with what was
+assumed; :data:`GUESSES` are token ids ``ModelConfig`` lacks. :func:`meaning` reads them."""
 
 from __future__ import annotations
 
-CONFIG_PARAMETERS = ("config", "cfg", "model_config", "hparams", "args", "opt")
+CONFIG_PARAMETERS = ("config", "cfg", "model_config", "model_cfg", "hparams", "args", "model_args", "opt", "opts",
+                     "model_opt", "options")
 """Names of a required constructor parameter that takes a whole configuration object."""
 
 SURE: dict[str, tuple[str, ...]] = {
@@ -29,6 +20,7 @@ SURE: dict[str, tuple[str, ...]] = {
     "config.d_model": ("d_model", "hidden_size", "d_word_vec", "embed_dim", "emb_dim", "model_dim", "n_embd",
                        "d_embed", "embedding_dim", "embed_size", "emb_size", "d_emb", "embedding_size",
                        "encoder_embed_dim", "decoder_embed_dim", "dim_model", "n_embed", "word_vec_size",
+                       "src_word_vec_size", "tgt_word_vec_size", "enc_hid_size", "dec_hid_size", "rnn_size",
                        "model_dimension"),
     "config.n_heads": ("n_heads", "nhead", "n_head", "num_heads", "heads", "num_attention_heads", "attn_heads",
                        "n_attn_heads", "encoder_attention_heads", "decoder_attention_heads", "num_head", "nheads",
@@ -36,7 +28,8 @@ SURE: dict[str, tuple[str, ...]] = {
     "config.d_ff": ("d_ff", "dim_feedforward", "ffn_hidden", "d_inner", "ff_dim", "ffn_dim", "d_ffn", "pf_dim",
                     "feed_forward_dim", "d_inner_hid", "ff_hidden", "ffn_hidden_size", "intermediate_size",
                     "encoder_ffn_dim", "decoder_ffn_dim", "encoder_ffn_embed_dim", "decoder_ffn_embed_dim",
-                    "d_feedforward", "ff_size", "ffn_size", "dim_ff", "forward_expansion_dim", "hidden_ff"),
+                    "d_feedforward", "ff_size", "ffn_size", "dim_ff", "forward_expansion_dim", "hidden_ff",
+                    "transformer_ff"),
     "config.n_layers": ("n_layers", "num_layers", "N", "n_layer", "num_encoder_layers", "num_decoder_layers",
                         "n_enc_layers", "n_dec_layers", "enc_layers", "dec_layers", "encoder_layers", "decoder_layers",
                         "num_hidden_layers", "n_blocks", "num_blocks", "nlayers", "num_decoder_blocks",
@@ -51,13 +44,14 @@ SURE: dict[str, tuple[str, ...]] = {
                        "maxlen", "block_size", "n_ctx", "src_max_len", "tgt_max_len", "trg_max_len"),
     "config.pad_id": ("pad_id", "pad_idx", "src_pad_idx", "trg_pad_idx", "tgt_pad_idx", "padding_idx",
                       "pad_token_id", "src_pad_id", "tgt_pad_id", "trg_pad_id", "pad_index", "pad_token",
-                      "src_pad", "trg_pad", "tgt_pad", "padding_index", "pad", "PAD_IDX"),
+                      "src_pad", "trg_pad", "tgt_pad", "padding_index", "pad", "PAD_IDX", "word_padding_idx"),
     "config.norm_eps": ("norm_eps", "eps", "layer_norm_eps", "ln_eps", "layer_norm_epsilon", "norm_epsilon"),
     "config.d_k": ("d_k", "dim_head", "head_dim", "d_head", "d_kv", "head_size", "dim_k", "d_key"),
     "config.share_embeddings": ("share_embeddings", "tie_embeddings", "emb_src_trg_weight_sharing",
                                 "trg_emb_prj_weight_sharing", "tie_word_embeddings", "shared_embeddings",
                                 "weight_sharing", "share_emb", "share_encoder_decoder_embeddings",
-                                "share_all_embeddings", "tie_weights", "share_decoder_input_output_embed"),
+                                "share_all_embeddings", "tie_weights", "share_decoder_input_output_embed",
+                                "share_decoder_embeddings", "tied_embeddings", "tied_softmax"),
     '"cpu"': ("device",),
 }
 
@@ -70,6 +64,7 @@ ASSUMED: dict[str, tuple[str, str]] = {
     "ntoken": ("config.tgt_vocab", VOCAB),
     "ntokens": ("config.tgt_vocab", VOCAB),
     "num_tokens": ("config.tgt_vocab", VOCAB),
+    "word_vocab_size": ("config.tgt_vocab", VOCAB),
     "input_dim": ("config.src_vocab", "read as the source vocabulary (the tutorials' encoder input_dim); if it "
                                       "is a width, use config.d_model"),
     "output_dim": ("config.tgt_vocab", "read as the target vocabulary (the tutorials' decoder output_dim); if it "
@@ -108,6 +103,20 @@ GUESSES: dict[str, tuple[str, str]] = {
 }
 """Names whose meaning is not in ModelConfig: a value that lets the model build, always marked for the user."""
 
+PAPER: dict[str, tuple[str, str]] = {
+    "encoder_type": ('"transformer"', "the paper's encoder (OpenNMT-py's option)"),
+    "decoder_type": ('"transformer"', "the paper's decoder (OpenNMT-py's option)"),
+    "type": ('"transformer"', "read as the architecture of the stack it is in (JoeyNMT's encoder/decoder type)"),
+    "position_encoding": ("True", "the sinusoid of section 3.5 added to the embeddings"),
+    "attention_dropout": ("0.0", "section 5.4 drops out sub-layer outputs and embedding sums, not attention weights"),
+    "add_ffnbias": ("True", "Eq. (2) has biases b1 and b2"),
+    "layer_norm": ('"post"', "post-norm, LayerNorm(x + Sublayer(x)) of section 3.1 (JoeyNMT's layer_norm)"),
+    "scale": ("True", "read as the embeddings' scale by sqrt(d_model) of section 3.4 (JoeyNMT's embeddings.scale); if "
+                      "it scales something else, remove it"),
+}
+"""Architecture options of toolkits, not ModelConfig fields, and the value that is the paper's: passed where the
+option is read and its default is another, always marked with what it was read as."""
+
 
 def meaning(name: str) -> tuple[str, str] | None:
     """(the ``ModelConfig`` expression, the CHECK note or "") for a constructor parameter's name; None when no
@@ -122,3 +131,20 @@ def meaning(name: str) -> tuple[str, str] | None:
         if key in GUESSES:
             return GUESSES[key]
     return None
+
+SPECIALS: dict[str, str] = {
+    "unk_token": '"<unk>"', "pad_token": '"<pad>"', "bos_token": '"<s>"', "eos_token": '"</s>"', "sep_token": "None",
+    "mask_token": "None", "lang_tags": "[]", "sep_id": "None",
+}
+"""What a vocabulary class reads of its special tokens (JoeyNMT's ``special_symbols``); their ids are tried."""
+SPECIAL_IDS = ("unk_id", "pad_id", "bos_id", "eos_id")
+
+VOCABULARIES: dict[tuple[str, str], tuple[str, str, str]] = {
+    ("onmt", "vocabs"): ("onmt.inputters.inputter", "dict_to_vocabs",
+                         '{"src": tokens(config.src_vocab, ["<blank>", "<unk>", "<s>", "</s>"], config.pad_id), '
+                         '"tgt": tokens(config.tgt_vocab, ["<blank>", "<unk>", "<s>", "</s>"], config.pad_id), '
+                         '"data_task": "seq2seq"}'),
+}
+"""(top package, parameter) -> (module, function, its argument): toolkits' own vocabulary builders, for a builder
+taking vocabularies with no annotation to say which class (OpenNMT-py's ``vocabs``: pyonmttok vocabularies, its
+pad token ``<blank>`` at config.pad_id)."""

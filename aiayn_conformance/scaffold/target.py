@@ -1,6 +1,5 @@
-"""The scaffold's target: ``MODULE:NAME`` imported (a dotted module, a ``.py`` file, or a ``.ipynb`` notebook's
-code cells: notebook.py), NAME an ``nn.Module`` class or a factory function returning one, with the import lines
-the plugin will carry. Every failure is a :class:`ScaffoldError` of one line."""
+"""Stage 1: ``MODULE:NAME`` imported (a dotted module, a ``.py`` file or a notebook's code cells), NAME checked to be
+an ``nn.Module`` class or a factory function -> :class:`Loaded`, with the import lines the plugin will carry."""
 
 from __future__ import annotations
 
@@ -8,6 +7,7 @@ import importlib
 import importlib.util
 import inspect
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +23,12 @@ ACCEPTED = ("MODULE:NAME, where MODULE is a dotted module, a .py file or a .ipyn
             "class or a function returning one")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Loaded:
     """The scaffold's target: the class or factory function, where it came from, and how the plugin imports it."""
 
     obj: Any  # an nn.Module class or a factory function
+    name: str  # the implementation's name (--name, else from NAME)
     module: ModuleType
     where: str  # MODULE:NAME as given
     kind: str  # "module", "file" or "notebook"
@@ -77,8 +78,9 @@ def load_class(target: str) -> tuple[type, str, str]:
     return loaded.obj, loaded.import_line([loaded.obj]), loaded.where
 
 
-def load_target(target: str) -> Loaded:
-    """``MODULE:NAME`` (a dotted module, a ``.py`` file or a ``.ipynb`` notebook) imported, NAME checked."""
+def load_target(target: str, name: str | None = None) -> Loaded:
+    """``MODULE:NAME`` (a dotted module, a ``.py`` file or a ``.ipynb`` notebook) imported, NAME checked; ``name``
+    is the implementation's name (default: NAME's, as a slug)."""
     module_name, sep, class_name = target.rpartition(":")
     if not sep or not module_name or not class_name:
         raise ScaffoldError(f"{target!r} is not MODULE:CLASS (e.g. my_package.model:Transformer, "
@@ -95,8 +97,9 @@ def load_target(target: str) -> Loaded:
         module, entry = _import_module(module_name)
         kind, location = "module", module_name
     obj = _module_object(module, module_name, class_name)
-    return Loaded(obj, module, f"{module_name}:{class_name}", kind, location, notes,
-                  entry if kind == "module" else None, roots)
+    slug = re.sub(r"[^a-z0-9]+", "-", (name or obj.__name__).lower()).strip("-") or "my-transformer"
+    return Loaded(obj=obj, name=slug, module=module, where=f"{module_name}:{class_name}", kind=kind,
+                  location=location, notes=notes, path_entry=entry if kind == "module" else None, roots=roots)
 
 
 def _import_file(module_name: str) -> tuple[ModuleType, list[tuple[str, str]]]:
