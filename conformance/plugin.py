@@ -81,7 +81,11 @@ def pytest_configure(config: pytest.Config) -> None:
         selected_implementations(config)  # fail at once on an unknown name
     selected_components(config)
     selected_clauses(config)  # fail at once on an unknown clause
-    audit_settings(config)
+    settings = audit_settings(config)
+    if settings.device != "cpu":  # float32 means float32 on the accelerator too
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     path = config.getoption("--results-json")
     if path and not hasattr(config, "workerinput"):  # under xdist the controller records
         from .helpers.results import ResultsRecorder
@@ -121,9 +125,11 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         lines.append(f"  component under test: {comp.kind}:{comp.name} from {comp.source or '?'}{dev}")
     for err in registry(config).errors:
         lines.append(f"  plugin error: {err}")
-    header = audit_settings(config).header
-    if header:
-        lines.append(f"  {header}")
+    settings = audit_settings(config)
+    if settings.header:
+        lines.append(f"  {settings.header}")
+    if settings.device != "cpu":
+        lines.append(f"  device: every check's models on {settings.device} (inputs and outputs cross to the CPU)")
     lines.append(f"  {config.stash[THREADS]}")
     env = {k: v for k, v in os.environ.items() if k.startswith("AIAYN_")}
     if env:

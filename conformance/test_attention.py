@@ -79,7 +79,7 @@ def attention_prefixes(config: ModelConfig) -> tuple[str, ...]:
 
 def outputs(impl: Implementation, state: dict[str, torch.Tensor], config: ModelConfig) -> torch.Tensor:
     """Log-probabilities [B, T, V] on the witness batch of the implementation built for config holding state."""
-    model = transplanted(impl, config, state, cache=False)
+    model = transplanted(impl, config, state, cache=False, scratch=True)
     src, tgt = witness_batch(config)
     return log_probs(model, impl, src, tgt, config)
 
@@ -190,7 +190,7 @@ def test_cross_attention_reads_the_last_encoder_layer(impl: Implementation, conf
     src, tgt = witness_batch(config)
 
     def raw(weights: dict[str, torch.Tensor]) -> torch.Tensor:  # any change counts, whatever the output kind
-        model = transplanted(impl, config, weights, cache=False)
+        model = transplanted(impl, config, weights, cache=False, scratch=True)
         log_probs(model, impl, src, tgt, config)  # skips a non-deterministic model
         return run_forward(model, src, tgt, vocab=config.tgt_vocab, pad_id=config.pad_id).double()
 
@@ -207,7 +207,7 @@ def positions_equal(impl: Implementation, state: dict[str, torch.Tensor],
                     config: ModelConfig) -> tuple[bool, Comparison]:
     """(every real target position of each row has position 0's log-probabilities, the worst comparison)."""
     src, tgt = witness_batch(config)
-    model = transplanted(impl, config, state, cache=False)
+    model = transplanted(impl, config, state, cache=False, scratch=True)
     lp = log_probs(model, impl, src, tgt, config)
     first = lp[:, :1].expand_as(lp)  # (B, T, V)
     cmp = compare_real(lp, first, tgt, config.pad_id, kind=impl.output)

@@ -188,7 +188,8 @@ def test_cached_steps_equal_the_full_forward(impl: Implementation, model: Any, d
     schedule = incremental_schedule(cfg)
     rep = replay(schedule, cfg.pad_id)
     got = drive(model, schedule, impl.output, cfg.tgt_vocab)
-    for t, (scores, src_rows, prefix, active) in enumerate(zip(got, rep.src_rows, rep.prefixes, rep.active)):
+    for t, scores in got.items():
+        src_rows, prefix, active = rep.src_rows[t], rep.prefixes[t], rep.active[t]
         full = log_probs(model, impl, src_rows, prefix, cfg)[:, -1]  # (N, V)
         cmp = compare(scores[active], full[active], dtype=torch.float32, scope="model")
         if cmp.ok:
@@ -196,8 +197,9 @@ def test_cached_steps_equal_the_full_forward(impl: Implementation, model: Any, d
         row = int(active.nonzero()[cmp.index[0]]) if cmp.index else 0
         named = _cache_variant(subj, schedule, got, rep, first=t)
         violation(measured=f"at step {t} (prefix length {t + 1}), row {row}: the cached decoder's "
-                  f"next-token log-probabilities differ from the full forward's: {cmp.describe()}; steps 0 to "
-                  f"{t - 1} agreed" + (f"; the cached decoder matches the reference with {named}" if named else ""),
+                  f"next-token log-probabilities differ from the full forward's: {cmp.describe()}; the judged steps "
+                  f"before it agreed ({', '.join(map(str, [s for s in got if s < t])) or 'none'})"
+                  + (f"; the cached decoder matches the reference with {named}" if named else ""),
                   expected="decode_step(state, tokens)[0] == forward(src, prefix)[:, -1] at every step, the new "
                            "token at position t (the prefix length)",
                   call=f"{schedule.describe(cfg.pad_id)}; held {subj.weights}",
@@ -206,17 +208,33 @@ def test_cached_steps_equal_the_full_forward(impl: Implementation, model: Any, d
                        "or cut to a window of recent positions")
 
 
-def _cache_variant(subj: Subject, schedule: Schedule, got: list[torch.Tensor], rep: Replay, first: int) -> str:
+def _cache_variant(subj: Subject, schedule: Schedule, got: dict[int, torch.Tensor], rep: Replay, first: int) -> str:
     """The named cache bug whose outputs the implementation reproduces (on the reference twin), or ''. A window
     is tried at the size the first differing step implies (steps 0 .. first - 1 agreed)."""
     if subj.twin is None:
         return ""
     for knob, what in CACHE_VARIANTS.items():
         theirs = drive(CacheVariant(subj.twin, knob, window=first), schedule, "logits", subj.config.tgt_vocab)
-        if all(compare(g[a], x[a], dtype=torch.float32, scope="model").ok
-               for g, x, a in zip(got, theirs, rep.active)):
+        if all(compare(got[t][rep.active[t]], theirs[t][rep.active[t]], dtype=torch.float32, scope="model").ok
+               for t in got):
             return what.format(window=first)
     return ""
+
+
+MAX_END_SYMBOLS = 64  # end symbols a witness search tries: every token of a small vocabulary
+
+
+def end_symbol_candidates(scores: ForwardScores, src: torch.Tensor) -> list[int]:
+    """The tokens a witness search tries as the end symbol, in token order: every token but padding and the start
+    symbol when the vocabulary is small; in a large one (37,000 in the paper), the MAX_END_SYMBOLS most likely at the
+    first step of any source (a token no hypothesis ever chooses cannot end one)."""
+    cfg = scores.config
+    tokens = [t for t in range(cfg.tgt_vocab) if t not in (cfg.pad_id, BOS)]
+    if len(tokens) <= MAX_END_SYMBOLS:
+        return tokens
+    first = scores.log_probs(src, torch.full((src.size(0), 1), BOS)).clone()  # (B, V)
+    first[:, [cfg.pad_id, BOS]] = float("-inf")
+    return sorted(first.max(dim=0).values.topk(MAX_END_SYMBOLS).indices.tolist())
 
 
 # -- decode.greedy -------------------------------------------------------------------------------------------------
@@ -231,9 +249,7 @@ def greedy_witness(scores: ForwardScores, max_len: int = GREEDY_MAX) -> tuple[in
     pool = decode_sources(GREEDY_POOL, seed=31, config=cfg)
     free = greedy_rows(scores, pool, eos_id=-1, max_len=max_len)
     best: tuple[int, tuple[int, int], list[int]] | None = None
-    for eos in range(cfg.tgt_vocab):
-        if eos in (cfg.pad_id, BOS):
-            continue
+    for eos in sorted({t for row in free for t in row} - {cfg.pad_id, BOS}):  # a token no trajectory holds ends none
         ends = [row.index(eos) if eos in row else None for row in free]
         late: dict[int, int] = {}
         for b, e in enumerate(ends):
@@ -371,9 +387,7 @@ def beam_witnesses(impl: Implementation, subj: Subject) -> list[Witness]:
     kw = dict(bos_id=BOS, beam_size=PAPER.beam_size, alpha=PAPER.alpha, max_len=BEAM_MAX)
     found: list[Witness] = []
     told: set[str] = set()
-    for eos in range(cfg.tgt_vocab):
-        if eos in (cfg.pad_id, BOS):
-            continue
+    for eos in end_symbol_candidates(subj.scores, src):
         expected = expected_beam(subj.scores, src, eos_id=eos, **kw)
         variants = beam_variant_outputs(subj.scores, src, list(BEAM_VARIANTS), eos_id=eos, **kw)
         rows = {name: [b for b, (x, e) in enumerate(zip(out, expected)) if x != e] for name, out in variants.items()}

@@ -29,7 +29,7 @@ def plain_tensor_attributes(model: torch.nn.Module) -> list[str]:
 
 @pytest.mark.clause("device.portable")
 def test_no_tensor_is_left_behind_by_to(impl: Implementation, config: ModelConfig) -> None:
-    model = build_model(impl, config)
+    model = build_model(impl, config, place=False)
     stranded = plain_tensor_attributes(model)
     if stranded:
         violation(measured=f"tensors kept as plain attributes: {', '.join(stranded[:4])}",
@@ -42,7 +42,7 @@ def test_no_tensor_is_left_behind_by_to(impl: Implementation, config: ModelConfi
 def test_forward_on_the_meta_device(impl: Implementation, config: ModelConfig) -> None:
     """module.to('meta') and meta inputs: a tensor met on the CPU was left behind or created in forward
     without the input's device (e.g. torch.ones(T, T) for the causal mask)."""
-    model = build_model(impl, config).to("meta")
+    model = build_model(impl, config, place=False).to("meta")
     src, tgt = witness_batch(config)
     try:
         with torch.no_grad():
@@ -66,7 +66,7 @@ def test_forward_on_the_meta_device(impl: Implementation, config: ModelConfig) -
 def test_float64_agrees_with_float32(impl: Implementation, config: ModelConfig) -> None:
     """The same model after model.double(): a crash there (in the conversion or in the forward after it) is this
     clause's failure, not an unchecked clause, since running in another dtype is the property under test."""
-    model = build_model(impl, config)
+    model = build_model(impl, config, place=False)
     src, tgt = witness_batch(config)
     a = log_probs(model, impl, src, tgt, config)
     call = f"{describe_call(src, tgt, config.pad_id)} in float32, then after model.double()"
@@ -127,8 +127,8 @@ def gradients(model: torch.nn.Module, src: torch.Tensor, tgt: torch.Tensor) -> d
 def test_accelerator_matches_cpu(impl: Implementation, device: str, config: ModelConfig) -> None:
     cfg = config.replace(dropout=0.0)  # the training step below must be deterministic
     with tf32_off(device):
-        model = build_model(impl, cfg)
-        accel = build_model(impl, cfg)
+        model = build_model(impl, cfg, place=False)
+        accel = build_model(impl, cfg, place=False)
         accel.load_state_dict(model.state_dict())
         accel = accel.to(device)
         src, tgt = witness_batch(config)

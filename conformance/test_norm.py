@@ -120,6 +120,7 @@ def test_residual_adds_the_sublayer_input(impl: Implementation, config: ModelCon
 def top_probe(impl: Implementation, config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(h with unit norms, h with the last decoder norm at gain 2 and bias 0.25), sub-layers of the last
     decoder layer left on (once per implementation and session)."""
+    config = ro.readout_config(config)
     found = current_settings().cache("top-probe")
     key = (impl.name, id(impl), config)
     if key not in found:
@@ -217,7 +218,8 @@ def test_nothing_after_the_last_encoder_norm(impl: Implementation, config: Model
 
 @pytest.mark.clause("norm.layer-norm")
 def test_unit_norm_output_has_mean_0_and_biased_variance_1(impl: Implementation, config: ModelConfig) -> None:
-    h = ro.hidden_states(impl, visible_state(config, seed=47, unit_norms=True), config)
+    rc = ro.readout_config(config)
+    h = ro.hidden_states(impl, visible_state(rc, seed=47, unit_norms=True), rc)
     if h is None:
         pytest.skip(f"{impl.name}: the hidden state cannot be read back (needs load_reference_state and tied E)")
     d = config.d_model

@@ -67,6 +67,8 @@ def add_parser(sub) -> None:
                    help="audit one implementation (--impl) holding these trained weights: a torch state_dict "
                         "(.pt/.pth), a .safetensors file or a Hugging Face model directory; sizes from --config, "
                         "else the directory's config.json; checks that need the suite's own weights are skipped")
+    p.add_argument("--device", default="cpu", metavar="DEVICE",
+                   help="where the models the checks build run: cpu (default), cuda or cuda:N (the suite's --device)")
     p.add_argument("--format", choices=report.FORMATS, default="text",
                    help="report format (default: text, the colored matrix; junit: JUnit XML, github: GitHub "
                         "annotations on the adapter's lines)")
@@ -222,6 +224,12 @@ def run(args: argparse.Namespace) -> int:
         held = sum(len(j.subjects) for j in jobs)
         print(f"aiayn audit: shard {shard} holds {held} of the {selected} subjects selected", file=sys.stderr)
     extra = [f"--clause={','.join(clause_ids)}"] if clause_ids else []
+    if args.device != "cpu":
+        from aiayn_conformance.conformance.helpers.devices import device_problem
+
+        if why := device_problem(args.device):
+            return _usage(why)
+        extra.append(f"--device={args.device}")
     why, at = _audit_configuration(args, registry, impl_sel)
     if why:
         return _usage(why)

@@ -364,6 +364,18 @@ class Schedule:
     reorders: dict[int, Tensor]
     finishes: dict[int, int]
 
+    @property
+    def judged(self) -> list[int]:
+        """The steps whose scores are compared with the full forward: the first 16, the steps at and after each
+        reorder and finish, the powers of two and their midpoints beyond (where a window or a restarted position
+        count shows), and the last. Every step runs; judging each one costs a full forward per position, T^2 at
+        a base model's max_len of 512, for no bug that a later judged step would not show."""
+        n = self.tokens.size(0)
+        events = {e + k for e in (*self.reorders, *self.finishes.values()) for k in (0, 1)}
+        spaced = {p + q for k in range(4, n.bit_length() + 1) for p, q in ((2 ** k, -1), (2 ** k, 0),
+                                                                               (3 * 2 ** (k - 1), 0))}
+        return sorted(t for t in {*range(16), *events, *spaced, n - 1} if 0 <= t < n)
+
     def describe(self, pad_id: int) -> str:
         """The calls the schedule makes, for a failure message."""
         reorders = "; ".join(f"before step {t}: {idx.tolist()}" for t, idx in self.reorders.items())
@@ -433,14 +445,16 @@ def replay(schedule: Schedule, pad_id: int) -> Replay:
     return out
 
 
-def drive(decoder: Any, schedule: Schedule, output: str, vocab: int) -> list[Tensor]:
-    """Run ``decoder`` through the schedule: per step the float64 log-probabilities [N, V] it returns."""
+def drive(decoder: Any, schedule: Schedule, output: str, vocab: int) -> dict[int, Tensor]:
+    """Run ``decoder`` through every step of the schedule: the float64 log-probabilities [N, V] it returns at each
+    judged step (``Schedule.judged``)."""
+    judged = set(schedule.judged)
     what = "begin_decoding(src)"
     try:
         state = decoder.begin_decoding(schedule.src)
         what = "reorder_state(state, expand to beams)"
         state = decoder.reorder_state(state, schedule.expand)
-        out = []
+        out: dict[int, Tensor] = {}
         for t in range(schedule.tokens.size(0)):
             if t in schedule.reorders:
                 what = f"reorder_state(state, {schedule.reorders[t].tolist()}) before step {t}"
@@ -456,7 +470,8 @@ def drive(decoder: Any, schedule: Schedule, output: str, vocab: int) -> list[Ten
                 shape = list(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
                 could_not_check(f"{what} returned scores {shape}, expected a floating tensor {list(expected)} "
                                   "[rows, tgt_vocab]")
-            out.append(as_log_probs(scores, output))
+            if t in judged:
+                out[t] = as_log_probs(scores, output)
     except (CheckTimeout, ImplementationError):
         raise
     except Exception as exc:

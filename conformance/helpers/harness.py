@@ -37,7 +37,7 @@ from aiayn_conformance.spec.clauses import get_clause
 from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import as_log_probs
 
-from . import settings
+from . import devices, settings
 
 if TYPE_CHECKING:
     from aiayn_conformance.implementations import Implementation
@@ -141,9 +141,11 @@ def held_weights(impl: Implementation, config: ModelConfig) -> str:
     return settings.current().held_weights(impl, config)
 
 
-def build_model(impl: Implementation, config: ModelConfig, *, seed: int = 0, train: bool = False) -> Any:
+def build_model(impl: Implementation, config: ModelConfig, *, seed: int = 0, train: bool = False,
+                place: bool = True) -> Any:
     """``impl.build(config)`` with a fixed seed, in eval mode unless ``train``; holding the user's weights
-    (``--weights``, checked to fit before the session) when ``config`` is the audit configuration up to dropout.
+    (``--weights``, checked to fit before the session) when ``config`` is the audit configuration up to dropout;
+    on the audit's device (``--device``) unless ``place`` is False (the device checks move it themselves).
 
     A configuration other than the audit's (``AuditSettings.others``, the base preset) that the implementation
     refuses to build is a finding of config.parameters: under that clause it fails with the implementation's
@@ -159,9 +161,11 @@ def build_model(impl: Implementation, config: ModelConfig, *, seed: int = 0, tra
         could_not_check(f"{impl.name}: build(config) raised", exc)
     if not isinstance(model, torch.nn.Module):
         could_not_check(f"{impl.name}: build(config) returned {type(model).__name__}, not a torch.nn.Module")
-    weights = settings.current().weights
-    if weights is not None and held_weights(impl, config):
-        weights.load_into(model)
+    audit = settings.current()
+    if audit.weights is not None and held_weights(impl, config):
+        audit.weights.load_into(model)
+    if place:
+        model = devices.place(model, audit.device)
     return model.train(train)
 
 

@@ -46,6 +46,9 @@ def add_options(parser: pytest.Parser) -> None:
                     help="run the checks on these trained weights (one --impl): a torch state_dict (.pt/.pth), a "
                          ".safetensors file, a Hugging Face model directory, or a toolkit's checkpoint; checks "
                          "that need the suite's own weights are skipped")
+    group.addoption("--device", action="store", default="cpu", metavar="DEVICE",
+                    help="where the models the checks build run: cpu (default), cuda or cuda:N; inputs and outputs "
+                         "cross to the CPU at the adapter's methods, TF32 off")
     group.addoption("--results-json", action="store", default=None, metavar="PATH",
                     help="write the outcome of every test (subject, clause, diagnostic) to PATH as JSON "
                          "(what `aiayn audit` reads)")
@@ -111,11 +114,16 @@ def audit_settings(config: pytest.Config) -> AuditSettings:
     is collected); kept in the stash."""
     if SETTINGS in config.stash:
         return config.stash[SETTINGS]
+    from .devices import device_problem
     from .user_config import ConfigError
     from .user_weights import WeightsError, fit_problem, resolve
 
     spec, path = config.getoption("--config"), config.getoption("--weights")
-    settings = AuditSettings()
+    device = config.getoption("--device") or "cpu"
+    problem = device_problem(device)
+    if problem:
+        raise pytest.UsageError(problem)
+    settings = AuditSettings(device=device)
     if spec or path:
         impls = [] if components_only(config) or not path else selected_implementations(config)
         try:
@@ -125,7 +133,7 @@ def audit_settings(config: pytest.Config) -> AuditSettings:
         audit = new or settings.config
         header = f"audit configuration (sizes from {sizes}): {audit}"
         if weights is None:
-            settings = AuditSettings(config=audit, header=header)
+            settings = AuditSettings(config=audit, header=header, device=device)
         else:
             problem = fit_problem(impls, audit, weights)
             if problem:
@@ -133,6 +141,7 @@ def audit_settings(config: pytest.Config) -> AuditSettings:
             if weights.build is not None:  # a toolkit's checkpoint: the model is built with its own options
                 impls[0] = dataclasses.replace(impls[0], build=weights.build)
             header += f"; weights: {weights.path}" + (f" ({weights.describes})" if weights.describes else "")
-            settings = AuditSettings(config=audit, weights=weights, weights_for=impls[0].name, header=header)
+            settings = AuditSettings(config=audit, weights=weights, weights_for=impls[0].name, header=header,
+                                     device=device)
     config.stash[SETTINGS] = settings
     return settings

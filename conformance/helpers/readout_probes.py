@@ -5,7 +5,10 @@ With the canonical (tied) pre-softmax matrix E [V, d_model] loaded, the model's
 log-probabilities are ``h E^T - c`` with ``c`` the per-position log-partition.
 When V > d_model and the all-ones vector is not in the span of E's columns,
 ``[E, 1] [h; -c] = log_probs`` has exactly one solution: the hidden state h
-of every position is observable without hooks. The probes below choose
+of every position is observable without hooks. The probes run at
+:func:`readout_config`, whose vocabulary is at least four times d_model, so
+that the solution is well conditioned at every width (float32's rounding of
+the log-probabilities stays far below the probes' tolerance in h). The probes below choose
 canonical weights for which the paper's model has a closed-form h (a norm
 gain of zero makes the next sub-layer's input a known constant; every
 sub-layer output zeroed leaves the input path), so a mismatch can be
@@ -28,15 +31,15 @@ from . import oracles
 from .harness import build_model, violation
 from .inputs import fitted, random_tokens
 from .outputs import log_probs
-from .transplant import load_into, visible_state
+from .settings import READOUT_VOCAB_PER_FEATURE, readout_config
+from .transplant import load_into, scratch_model, visible_state
 
 if TYPE_CHECKING:
     from aiayn_conformance.implementations import Implementation
 
 __all__ = ["readout", "hidden_states", "post_norm_probe", "last_sublayer_diagnosis", "last_norm_divisor",
            "sublayers_off",
-           "zero_gain_state", "check_input_path", "last_layer", "witness"]
-
+           "zero_gain_state", "check_input_path", "last_layer", "witness", "readout_config"]
 
 def witness(config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """The probes' input, fitted to the shapes the implementation under test accepts."""
@@ -51,7 +54,10 @@ def last_layer(config: ModelConfig) -> str:
 
 
 def readout(logp: torch.Tensor, generator: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """Solve [E, 1][h; -c] = log_probs per position: h [B, T, d] and the worst residual."""
+    """Solve [E, 1][h; -c] = log_probs per position: h [B, T, d] and the worst residual. A large vocabulary is read
+    on 4 (d + 1) of its rows, enough for one solution, which the other rows cannot change."""
+    rows = min(generator.size(0), READOUT_VOCAB_PER_FEATURE * (generator.size(1) + 1))
+    logp, generator = logp[..., :rows], generator[:rows]
     E = generator.detach().double()  # (V, d)
     A = torch.cat([E, torch.ones(E.size(0), 1, dtype=torch.float64)], dim=1)  # (V, d + 1)
     rhs = logp.double().reshape(-1, logp.size(-1)).T  # (V, B*T)
@@ -64,13 +70,16 @@ def readout(logp: torch.Tensor, generator: torch.Tensor) -> tuple[torch.Tensor, 
 def hidden_states(impl: Implementation, state: dict[str, torch.Tensor], config: ModelConfig,
                   src: torch.Tensor | None = None, tgt: torch.Tensor | None = None) -> torch.Tensor | None:
     """The decoder's final hidden states [B, T, d] for these canonical weights (on :func:`witness` unless
-    ``src`` and ``tgt`` are given), or None if not observable."""
+    ``src`` and ``tgt`` are given), or None if not observable (``config`` should be a :func:`readout_config`)."""
+    if config.tgt_vocab < config.d_model + 2:
+        return None
     if src is None or tgt is None:
         src, tgt = witness(config)
-    model = build_model(impl, config)
+    model = scratch_model(impl, config)
     if not has_capability(model, "load_reference_state"):
         return None
     load_into(model, state, impl.name)
+    model.eval()
     logp = log_probs(model, impl, src, tgt, config)
     h, residual = readout(logp, state["generator.weight"])
     return h if residual < 1e-3 else None
@@ -99,6 +108,7 @@ def post_norm_probe(impl: Implementation, config: ModelConfig) -> tuple[bool | N
     Probing the last layer keeps every attention out of the way, so a bug in
     masks or heads cannot pass for a pre-norm residual.
     """
+    config = readout_config(config)
     h = hidden_states(impl, zero_gain_state(config, f"{last_layer(config)}.norm3"), config)
     if h is None:
         return None, f"{impl.name}: the hidden state cannot be read back (needs load_reference_state and tied E)"
@@ -174,6 +184,7 @@ def last_sublayer_diagnosis(impl: Implementation, config: ModelConfig,
     variance LN3 sees is close to eps: then eps inside or outside the square
     root, and its value, are told apart (at scale 1 they are not).
     """
+    config = readout_config(config)
     state = _last_sublayer_state(config, scale)
     h = hidden_states(impl, state, config)
     if h is None:
@@ -196,6 +207,7 @@ def last_norm_divisor(impl: Implementation, config: ModelConfig, scale: float, a
     """(D, the norm's input u) for the last decoder norm at ``scale``, where h = (u - mean(u)) / D * g + b is what
     the implementation computes: D fitted by least squares over the features of every real position (one value;
     the norm's input is the same at every position). None when h cannot be read back."""
+    config = readout_config(config)
     state = _last_sublayer_state(config, scale)
     h = hidden_states(impl, state, config)
     if h is None:
@@ -257,6 +269,7 @@ def input_candidates(config: ModelConfig, h: torch.Tensor, tokens: torch.Tensor,
 
 def input_path(impl: Implementation, config: ModelConfig, stack: str) -> tuple[list[tuple[str, str]] | None, str]:
     """(the closed forms the ``stack``'s input matches, "") or (None, why it cannot be observed)."""
+    config = readout_config(config)
     if stack == "decoder":
         state = sublayers_off(visible_state(config, seed=61, unit_norms=True), "decoder")
         h = hidden_states(impl, state, config)

@@ -23,7 +23,18 @@ if TYPE_CHECKING:
 
     from .user_weights import UserWeights
 
-__all__ = ["AuditSettings", "current", "others_for", "using"]
+__all__ = ["AuditSettings", "current", "others_for", "readout_config", "using"]
+
+READOUT_VOCAB_PER_FEATURE = 4  # the readout's rows per column of [E, 1]: its smallest singular value ~ 1 / sqrt(d)
+
+
+def readout_config(config: ModelConfig) -> ModelConfig:
+    """The configuration the readout probes build (``readout_probes``): the audit's, with a target vocabulary of at
+    least 4 d_model (the source vocabulary with it when the embeddings are shared)."""
+    need = READOUT_VOCAB_PER_FEATURE * config.d_model
+    if config.tgt_vocab >= need:
+        return config
+    return config.replace(tgt_vocab=need, src_vocab=need if config.share_embeddings else config.src_vocab)
 
 
 def others_for(config: ModelConfig) -> dict[str, ModelConfig]:
@@ -40,6 +51,8 @@ def others_for(config: ModelConfig) -> dict[str, ModelConfig]:
         "wider": config.replace(d_model=max(wider, config.d_model + unit), max_len=max(64, config.max_len)),
         # decoding (§6.1) runs up to the longest witness source + 50 positions
         "longer": config.replace(max_len=max(64, config.max_len)),
+        # the readout probes read the final hidden state back through a vocabulary of at least 4 d_model
+        "readout": readout_config(config),
     }
 
 
@@ -51,6 +64,7 @@ class AuditSettings:
     weights: UserWeights | None = None  # --weights, held by the implementation ``weights_for``
     weights_for: str = ""
     header: str = ""  # the report header's line on --config / --weights ("" at the suite's own sizes)
+    device: str = "cpu"  # --device: where the models the checks build run (devices.OnDevice)
     memo: dict[str, dict[Any, Any]] = field(default_factory=dict, repr=False)
 
     @cached_property

@@ -30,23 +30,42 @@ from .harness import ImplementationError, build_model, could_not_check, current_
 if TYPE_CHECKING:
     from aiayn_conformance.implementations import Implementation
 
-__all__ = ["STATE_SEED", "visible_state", "load_into", "transplanted", "sharp_or_own", "reference_twin"]
+__all__ = ["STATE_SEED", "visible_state", "load_into", "transplanted", "scratch_model", "sharp_or_own",
+           "reference_twin"]
 
 STATE_SEED = 11  # the seed of the visible weights the transplant-based checks share
 
 
-def visible_state(config: ModelConfig, *, seed: int = 0, attention_gain: float = 2.0,
+def visible_state(config: ModelConfig, *, seed: int = 0, attention_gain: float = 2.0, sublayer_gain: float = 0.5,
                   unit_norms: bool = False,
                   adjust: Callable[[str, torch.Tensor], torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-    """A canonical state dict with bug-revealing values.
+    """A canonical state dict with bug-revealing values, at any size.
 
-    Norm gains are drawn from U(0.5, 1.5) and biases from U(-0.5, 0.5) unless
-    ``unit_norms`` (gain 1, bias 0: the configuration in which post-norm
-    outputs have mean 0 and variance 1). Attention projections get std
-    ``attention_gain / sqrt(d_model)`` so scores are O(attention_gain^2)
-    and softmaxes are sharp. Tied names (§3.4) hold the very same tensor.
-    ``adjust(name, tensor)`` may rewrite any entry (e.g. zero one sub-layer).
+    Norm gains are drawn from U(0.5, 1.5) and biases from U(-0.5, 0.5) unless ``unit_norms`` (gain 1, bias 0).
+    W^Q and W^K get std ``attention_gain / sqrt(d_model)``, so that scores have std about attention_gain^2
+    whatever d_model and h: attention is sharp. W^V and W1 get std 1 / sqrt(fan_in), and the sub-layers' output
+    maps (W^O, W2) std ``sublayer_gain / sqrt(fan_in)``: each sub-layer's output is about half its residual
+    input, so what a token contributes survives every norm of a deep stack (with sub-layer outputs larger than
+    the residual, its share shrinks geometrically with depth, to below float32's resolution at N = 6). Tied names
+    (§3.4) hold the very same tensor. ``adjust(name, tensor)`` may rewrite any entry. Drawn once per session and
+    arguments (a base model's vocabulary tables are large): callers copy the dict and never change a tensor in place.
     """
+    if adjust is None:
+        drawn = settings.current().cache("visible-states")
+        key = (config, seed, attention_gain, sublayer_gain, unit_norms)
+        if key not in drawn:
+            drawn[key] = _draw(config, seed, attention_gain, sublayer_gain, unit_norms)
+        return dict(drawn[key])
+    state = _draw(config, seed, attention_gain, sublayer_gain, unit_norms)
+    state = {k: adjust(k, v) for k, v in state.items()}
+    for group in tied_groups(config):
+        for other in group[1:]:
+            state[other] = state[group[0]]
+    return state
+
+
+def _draw(config: ModelConfig, seed: int, attention_gain: float, sublayer_gain: float,
+          unit_norms: bool) -> dict[str, torch.Tensor]:
     schema = parameter_schema(config)
     d = config.d_model
     state: dict[str, torch.Tensor] = {}
@@ -61,21 +80,18 @@ def visible_state(config: ModelConfig, *, seed: int = 0, attention_gain: float =
                     t = torch.empty(shape).uniform_(-0.5, 0.5)
             elif "embed" in name or name.startswith("generator"):
                 t = torch.randn(shape) * d ** -0.5
-            elif "attn" in name:
+            elif name.endswith(("attn.q.weight", "attn.k.weight")):
                 t = torch.randn(shape) * attention_gain / d ** 0.5
+            elif name.endswith(("attn.o.weight", "ffn.w2.weight")):
+                t = torch.randn(shape) * sublayer_gain / shape[1] ** 0.5
             elif name.endswith("bias"):
                 t = torch.empty(shape).uniform_(-0.2, 0.2)
-            else:  # FFN matrices
+            else:  # W^V, W1
                 t = torch.randn(shape) / shape[1] ** 0.5
             state[name] = t
     for group in tied_groups(config):
         for other in group[1:]:
             state[other] = state[group[0]]
-    if adjust is not None:
-        state = {k: adjust(k, v) for k, v in state.items()}
-        for group in tied_groups(config):
-            for other in group[1:]:
-                state[other] = state[group[0]]
     return state
 
 
@@ -98,15 +114,16 @@ def load_into(model: Any, state: Mapping[str, torch.Tensor], impl_name: str = ""
 
 
 def transplanted(impl: Implementation, config: ModelConfig, state: Mapping[str, torch.Tensor] | None = None, *,
-                 cache: bool = True) -> Any:
+                 cache: bool = True, scratch: bool = False) -> Any:
     """The implementation built for ``config`` in eval mode holding ``state`` (default: the visible weights,
     seed ``STATE_SEED``, built once per implementation, config and session when ``cache``); skips when the
-    adapter has no ``load_reference_state``."""
+    adapter has no ``load_reference_state``. ``scratch``: one model per implementation, config and session,
+    loaded again at each call, for a caller that reads its outputs at once (a base model takes seconds to build)."""
     models = settings.current().cache("transplanted")
     key = (impl.name, id(impl), config)
     if cache and state is None and key in models:
         return models[key]
-    model = build_model(impl, config)
+    model = scratch_model(impl, config) if scratch else build_model(impl, config)
     if not has_capability(model, "load_reference_state"):
         pytest.skip(f"{impl.name} has no load_reference_state(state): the transplant-based check of "
                     f"{current_clause()} needs it")
@@ -115,6 +132,16 @@ def transplanted(impl: Implementation, config: ModelConfig, state: Mapping[str, 
     if cache and state is None:
         models[key] = model
     return model
+
+
+def scratch_model(impl: Implementation, config: ModelConfig) -> Any:
+    """One model of ``impl`` at ``config`` per session, for callers that load a full canonical state into it and
+    read its outputs at once (left in whatever mode the last caller set)."""
+    scratches = settings.current().cache("scratch-models")
+    key = (impl.name, id(impl), config)
+    if key not in scratches:
+        scratches[key] = build_model(impl, config)
+    return scratches[key]
 
 
 SHARP = f"on sharp transplanted weights (load_reference_state(visible weights, seed {STATE_SEED}))"

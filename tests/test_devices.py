@@ -1,0 +1,68 @@
+"""``--device``: refused in one line where the device is missing; every adapter method crosses ``OnDevice``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn_conformance.cli import main
+from aiayn_conformance.conformance.helpers.devices import OnDevice, device_problem
+from aiayn_conformance.reference.decoding import generate
+from aiayn_conformance.reference.model import Transformer
+from aiayn_conformance.spec.config import TINY
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here: nothing to refuse")
+def test_cuda_is_refused_in_one_line_where_it_is_missing(capsys):
+    assert "CUDA is not available here" in device_problem("cuda") and "accepted: cpu, cuda" in device_problem("cuda")
+    assert main(["audit", "--impl", "reference", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--device cuda: CUDA is not available here" in err
+    res = subprocess.run([sys.executable, "-m", "pytest", "conformance/", "--impl=reference", "--device=cuda", "-q",
+                          "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 4  # pytest's usage error
+    assert [ln for ln in res.stderr.splitlines() if ln.strip()] == [
+        f"ERROR: {device_problem('cuda')}"], res.stderr
+
+
+@pytest.mark.parametrize("device, needle", [("mps", "the audit runs on cpu or cuda"), ("gpu", "not a device name")])
+def test_other_devices_are_refused_naming_what_is_accepted(device, needle):
+    assert needle in device_problem(device) and "accepted: cpu, cuda or cuda:N" in device_problem(device)
+    assert device_problem("cpu") == ""
+
+
+def test_every_method_crosses_the_contract_as_on_the_cpu():
+    torch.manual_seed(0)
+    inner = Transformer(TINY.replace(max_len=64)).eval()
+    wrapped = OnDevice(inner, torch.device("cpu")).eval()
+    src = torch.tensor([[5, 6, 7, 0], [8, 9, 0, 0]])
+    tgt = torch.tensor([[1, 4, 5], [1, 6, 0]])
+    assert torch.equal(wrapped(src, tgt), inner(src, tgt))
+    assert torch.equal(wrapped.encode(src), inner.encode(src))
+    assert torch.equal(wrapped.positional_encoding(7), inner.positional_encoding(7))
+    state = wrapped.begin_decoding(src)
+    scores, state = wrapped.decode_step(state, torch.tensor([1, 1]))
+    assert scores.shape == (2, TINY.tgt_vocab) and scores.device.type == "cpu"
+    assert torch.equal(generate(wrapped, src, pad_id=0).tokens, generate(inner, src, pad_id=0).tokens)
+    assert [n for n, _ in wrapped.named_parameters()] == [f"model.{n}" for n, _ in inner.named_parameters()]
+
+
+def test_the_suite_judges_a_model_behind_on_device_as_the_reference(tmp_path):
+    """Every check builds its models through OnDevice under --device: on the CPU it must change no verdict."""
+    out = tmp_path / "results.json"
+    clauses = "model.shape,model.reference-equivalence,mask.causal,norm.post-norm,decode.incremental,decode.beam," \
+              "train.equivalence,train.gradients,dropout.residual"
+    res = subprocess.run([sys.executable, "-m", "pytest", "conformance/", "-q", "-p", "no:cacheprovider",
+                          "-p", "no:xdist", "--plugin=tests/on_device_model.py", "--impl=reference-on-device",
+                          f"--clause={clauses}", f"--results-json={out}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:]
+    outcomes = {(r["clause"], r["outcome"]) for r in json.loads(out.read_text())["tests"]}
+    assert {c for c, o in outcomes if o == "passed"} == set(clauses.split(",")), outcomes
