@@ -27,16 +27,17 @@ import pytest
 
 from aiayn_conformance.spec.clauses import CLAUSES
 from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.schema import parameter_count
 
 from .helpers import (
     inputs,
     shapes,
-    strategies,  # noqa: F401  (registers and loads the hypothesis profiles)
+    strategies,  # registers and loads the hypothesis profiles
     threads,
 )
 from .helpers.budget import budgeted_phase
 from .helpers.harness import checking
-from .helpers.items import component_kind, is_conformance_item, item_clause, params
+from .helpers.items import component_kind, is_conformance_item, is_hypothesis_test, item_clause, params
 from .helpers.ledger import DeclaredDeviations, mark_declared
 from .helpers.options import (
     add_options,
@@ -206,6 +207,13 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             mark_declared(item, subject.name, clause_id, why)
     if problems:
         raise pytest.UsageError("conformance tests with bad markers:\n  " + "\n  ".join(problems))
+    fewer = strategies.examples_for(parameter_count(settings.config))
+    if fewer is not None:  # a large model: fewer examples per explored check
+        from hypothesis import settings as hypothesis_settings
+
+        for item in items:
+            if is_hypothesis_test(item) and isinstance(item, pytest.Function):
+                item.obj = hypothesis_settings(max_examples=fewer)(item.obj)
     wanted = selected_clauses(config)
     if wanted is not None:
         keep = [i for i in items if item_clause(i) in wanted]

@@ -261,8 +261,9 @@ BROKEN_DECODERS: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, d
         INC: "from prefix length 9 on the cached scores differ from the full forward's"}),
     "generate-positions-restart": (GenerateRestart, "logits", "generate only; its cache embeds every new token at "
                                    "position 0", {
-        BEAM: "hypotheses are scored with another distribution than the forward's (greedy's witnesses settle on one "
-              "repeated token within a few steps, where the position no longer changes the argmax)"}),
+        BEAM: "hypotheses are scored with another distribution than the forward's",
+        GREEDY: "the argmax of another distribution than the forward's: the greedy witness's row that finishes "
+                "after three tokens goes on"}),
     "generate-self-not-reordered": (GenerateSelfNotReordered, "logits", "generate only; its beam reorder leaves the "
                                     "self-attention cache behind", {
         BEAM: "after a reorder a beam continues another beam's prefix"}),

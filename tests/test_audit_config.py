@@ -28,7 +28,7 @@ from aiayn_conformance.conformance.helpers.user_weights import (
     resolve,
 )
 from aiayn_conformance.reference.model import Transformer
-from aiayn_conformance.spec.config import TINY, ModelConfig
+from aiayn_conformance.spec.config import BASE, BIG, TINY, ModelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = "tests/user_sized_models.py"
@@ -42,6 +42,11 @@ def test_pairs_set_the_sizes_and_one_vocabulary_sets_both_when_shared():
     assert read_config("d_model=64,h=4,src_vocab=40", TINY).tgt_vocab == 40
     separate = read_config("share_embeddings=false,src_vocab=40,tgt_vocab=50", TINY)
     assert (separate.src_vocab, separate.tgt_vocab, separate.share_embeddings) == (40, 50, False)
+
+
+def test_a_preset_names_table_3s_sizes_and_pairs_change_them():
+    assert read_config("base", TINY) == BASE and read_config("big", TINY) == BIG
+    assert read_config("base,N=2,src_vocab=8000", TINY) == BASE.replace(n_layers=2, src_vocab=8000, tgt_vocab=8000)
 
 
 def test_json_and_toml_files(tmp_path):
@@ -68,7 +73,9 @@ def test_a_hugging_face_config_maps_to_the_audit_configuration(tmp_path):
 
 
 @pytest.mark.parametrize("spec, needle", [
-    ("d_modl=64", "unknown key 'd_modl'; accepted: src_vocab, tgt_vocab, d_model"),
+    ("d_modl=64", "unknown key 'd_modl'; accepted keys: src_vocab, tgt_vocab, d_model"),
+    ("huge", "huge: no such file or directory, and not key=value pairs; accepted: a preset (base, big, tiny)"),
+    ("base,h=7", "d_model (512) must be divisible by n_heads (7)"),
     ("d_model=sixty", "d_model=sixty: not an int"),
     ("share_embeddings=maybe", "not a bool"),
     ("d_model=30", "must be divisible by n_heads"),

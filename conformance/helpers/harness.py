@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import copy
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -151,22 +152,47 @@ def build_model(impl: Implementation, config: ModelConfig, *, seed: int = 0, tra
     refuses to build is a finding of config.parameters: under that clause it fails with the implementation's
     own error, and a check of another clause that needed the configuration is skipped as blocked by it.
     """
-    try:
-        with seeded(seed):
-            model = impl.build(config)
-    except CheckTimeout:
-        raise
-    except Exception as exc:
-        refused(impl, config, exc)
-        could_not_check(f"{impl.name}: build(config) raised", exc)
-    if not isinstance(model, torch.nn.Module):
-        could_not_check(f"{impl.name}: build(config) returned {type(model).__name__}, not a torch.nn.Module")
     audit = settings.current()
+    model = _copy_of_built(impl, config, seed)
+    if model is None:
+        try:
+            with seeded(seed):
+                model = impl.build(config)
+        except CheckTimeout:
+            raise
+        except Exception as exc:
+            refused(impl, config, exc)
+            could_not_check(f"{impl.name}: build(config) raised", exc)
+        if not isinstance(model, torch.nn.Module):
+            could_not_check(f"{impl.name}: build(config) returned {type(model).__name__}, not a torch.nn.Module")
+        _keep_built(impl, config, seed, model)
     if audit.weights is not None and held_weights(impl, config):
         audit.weights.load_into(model)
     if place:
         model = devices.place(model, audit.device)
     return model.train(train)
+
+
+def _copy_of_built(impl: Implementation, config: ModelConfig, seed: int) -> torch.nn.Module | None:
+    """A copy of the model this session already built for (impl, config, seed), None when there is none: a base
+    model takes seconds to initialise and a copy a fraction of that (an adapter that cannot be copied is built
+    each time)."""
+    kept = settings.current().cache("built-models").get((impl.name, id(impl), config, seed))
+    if kept is None:
+        return None
+    try:
+        copied: torch.nn.Module = copy.deepcopy(kept)
+    except Exception:
+        return None
+    return copied
+
+
+def _keep_built(impl: Implementation, config: ModelConfig, seed: int, model: torch.nn.Module) -> None:
+    """Keep a pristine copy of a freshly built model (in eval mode, as built) for :func:`_copy_of_built`."""
+    try:
+        settings.current().cache("built-models")[(impl.name, id(impl), config, seed)] = copy.deepcopy(model)
+    except Exception:  # an adapter holding something deepcopy cannot copy: built afresh each time
+        pass
 
 
 def refused(impl: Implementation, config: ModelConfig, exc: Exception) -> None:

@@ -47,6 +47,20 @@ settings.register_profile(  # derandomize spelled out: an unset value is inherit
 )
 settings.load_profile(os.environ.get("AIAYN_HYPOTHESIS_PROFILE", "ci"))
 
+# Above this many parameters a forward takes tens of milliseconds or more (the base model: 63M), and a check's
+# examples each run several: the explored checks draw at most LARGE_MODEL_EXAMPLES examples there (the fixed
+# witnesses, which every check has, do the catching).
+LARGE_MODEL_PARAMETERS = 5_000_000
+LARGE_MODEL_EXAMPLES = 3
+
+
+def examples_for(parameters: int) -> int | None:
+    """How many examples an explored check draws for a model of ``parameters`` parameters (None: the profile's)."""
+    if parameters <= LARGE_MODEL_PARAMETERS:
+        return None
+    current = settings.default
+    return LARGE_MODEL_EXAMPLES if current is None else min(current.max_examples, LARGE_MODEL_EXAMPLES)
+
 
 def lengths(config: ModelConfig, *, min_value: int = 1, max_value: int | None = None) -> st.SearchStrategy[int]:
     """Sequence lengths from min_value to max_value (default max_len), with both edges favoured (the plain range

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.config import PRESETS, ModelConfig
 from aiayn_conformance.spec.decoding import TRANSLATION
 
 __all__ = ["ALIASES", "ConfigError", "HF_KEYS", "SUITE_NEEDS", "FIELDS", "from_hf", "parse_pairs", "read_config"]
@@ -59,8 +59,9 @@ HF_KEYS: dict[str, tuple[str, ...]] = {
 # Keys that must agree with the one ModelConfig keeps (ModelConfig has one N and one h for both stacks).
 HF_SAME = {"n_layers": ("decoder_layers",), "n_heads": ("decoder_attention_heads",), "d_ff": ("decoder_ffn_dim",)}
 
-ACCEPTED = (f"accepted: {', '.join(FIELDS)} (and h, N), as key=value pairs, a .json or .toml file, "
-            "or a Hugging Face config.json or model directory")
+ACCEPTED = (f"accepted: a preset ({', '.join(PRESETS)}) optionally followed by key=value pairs (base,N=2); "
+            f"{', '.join(FIELDS)} (and h, N) as key=value pairs; a .json or .toml file; or a Hugging Face config.json "
+            "or model directory")
 
 
 class ConfigError(ValueError):
@@ -91,7 +92,7 @@ def _value(key: str, raw: Any) -> Any:
 def _field(key: str) -> str:
     name = ALIASES.get(key, key)
     if name not in FIELDS:
-        raise ConfigError(f"unknown key {key!r}; {ACCEPTED}")
+        raise ConfigError(f"unknown key {key!r}; accepted keys: {', '.join(FIELDS)} (and h, N)")
     return name
 
 
@@ -208,13 +209,18 @@ def _read_json(path: Path) -> Any:
 
 
 def read_config(spec: str, base: ModelConfig) -> ModelConfig:
-    """The audit configuration ``spec`` names (key=value pairs, or a file or directory), over ``base``."""
+    """The audit configuration ``spec`` names (a Table 3 preset, optionally followed by key=value pairs; key=value
+    pairs over ``base``; or a file or directory)."""
     text = spec.strip()
     if not text:
         raise ConfigError(f"empty; {ACCEPTED}")
     path = Path(text).expanduser()
     if path.exists():
         return _read_file(path, base)
+    first, _, rest = text.partition(",")
+    if first.strip() in PRESETS:
+        preset = PRESETS[first.strip()]
+        return parse_pairs(rest, preset) if rest.strip() else _apply(preset, {})
     if "=" in text:
         return parse_pairs(text, base)
     raise ConfigError(f"{text}: no such file or directory, and not key=value pairs; {ACCEPTED}")
