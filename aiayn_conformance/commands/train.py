@@ -3,6 +3,7 @@
     aiayn train --impl reference --task copy
     aiayn train --impl NAME --task reverse --steps 300 --seed 1 --plot curves.png
     aiayn train --impl NAME --recipe reference     # the paper's recipe even where NAME exposes its own
+    aiayn train --impl reference --config base,src_vocab=37 --steps 300 --save base.pt   # a checkpoint to audit
 
 The task, the model size and the budget are those of the ``train.learns`` check
 (``conformance.helpers.learning``); the recipe is the implementation's own where it exposes the recipe
@@ -35,6 +36,13 @@ def add_parser(sub) -> None:
     p.add_argument("--recipe", choices=("auto", "reference"), default="auto",
                    help="auto: the implementation's own recipe pieces where it exposes them, the paper's for the "
                         "rest (default); reference: the paper's recipe only")
+    p.add_argument("--config", default=None, metavar="SPEC",
+                   help="train a model of these sizes instead of the check's tiny one (a preset such as base, "
+                        "key=value pairs, or a file: as aiayn audit --config); the vocabulary must hold the task's "
+                        "symbols")
+    p.add_argument("--save", default=None, metavar="PATH",
+                   help="save the trained model's state_dict (its own parameter names) there, for aiayn audit "
+                        "--weights PATH --config SPEC")
     p.add_argument("--plot", default=None, metavar="PATH",
                    help="where to save the loss/accuracy plot (default: aiayn-train-IMPL-TASK.png)")
     p.add_argument("--no-plot", action="store_true", help="draw no plot (no matplotlib needed)")
@@ -109,6 +117,22 @@ def run(args: argparse.Namespace) -> int:
                  "(or pass --no-plot)")
             return 2
     task = TASKS[args.task]
+    if args.config:
+        import dataclasses
+
+        from aiayn_conformance.conformance.helpers.user_config import ConfigError, read_config
+        from aiayn_conformance.spec.config import TINY
+
+        try:
+            sizes = read_config(args.config, TINY)  # the sizes an audit reads from the same --config
+        except ConfigError as exc:
+            _say(f"--config: {exc}")
+            return 2
+        if min(sizes.src_vocab, sizes.tgt_vocab) < task.vocab:
+            _say(f"--config: vocabularies of {sizes.src_vocab} and {sizes.tgt_vocab} cannot hold the task's "
+                 f"{task.vocab} tokens (pad, start, end and {task.symbols} symbols); accepted: {task.vocab} or more")
+            return 2
+        task = dataclasses.replace(task, sizes=sizes)
     config = task.config
     print(f"aiayn train: {impl.name}, task {task.name} ({task.summary}, {task.min_len}-{task.max_len} of "
           f"{task.symbols} symbols), seed {args.seed}")
@@ -142,6 +166,19 @@ def run(args: argparse.Namespace) -> int:
         ok = [x for x in t if x != PAD] == [x for x in d if x != PAD]
         print(f"  {' '.join(map(str, show)):<12} -> {' '.join('<eos>' if x == EOS else str(x) for x in d if x != PAD)}"
               f"  {'ok' if ok else 'wrong'}")
+    if args.save:
+        import torch
+
+        try:
+            Path(args.save).parent.mkdir(parents=True, exist_ok=True)
+            torch.save(model.state_dict(), args.save)
+        except OSError as exc:
+            _say(f"cannot write the weights to {args.save}: {exc.strerror or exc}")
+            return 2
+        audit_at = args.config or ",".join(f"{k}={getattr(config, k)}" for k in ("src_vocab", "d_model", "n_heads",
+                                                                                  "d_ff", "n_layers"))
+        print(f"weights: {args.save} (audit them: aiayn audit --impl {impl.name} --config {audit_at} "
+              f"--weights {args.save})")
     if plot is not None:
         import matplotlib.pyplot as plt
 

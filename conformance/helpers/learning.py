@@ -66,6 +66,7 @@ class Task:
     eval_size: int = 200
     eval_every: int = 25
     threshold: float = 0.5
+    sizes: ModelConfig | None = None  # another model than the check's (``aiayn train --config``): its sizes
 
     @property
     def vocab(self) -> int:
@@ -73,6 +74,8 @@ class Task:
 
     @property
     def config(self) -> ModelConfig:
+        if self.sizes is not None:
+            return self.sizes.replace(dropout=0.0, max_len=max(self.sizes.max_len, self.max_len + 1), pad_id=PAD)
         return ModelConfig(src_vocab=self.vocab, tgt_vocab=self.vocab, d_model=32, n_heads=4, d_ff=64, n_layers=1,
                            dropout=0.0, max_len=self.max_len + 1, pad_id=PAD)
 
