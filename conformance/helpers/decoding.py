@@ -33,8 +33,11 @@ from aiayn_conformance.reference.decoding import (
     beam_search,
     gnmt_length_penalty,
     greedy_search,
+    init_cache,
     output_limits,
 )
+from aiayn_conformance.reference.decoding import decode_step as twin_step
+from aiayn_conformance.reference.decoding import reorder as reorder_cache
 from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import STEP_DECODING_METHODS, has_capability
 from aiayn_conformance.spec.decoding import TRANSLATION
@@ -43,7 +46,7 @@ from .harness import CheckTimeout, ImplementationError, as_log_probs, could_not_
 from .inputs import random_tokens
 
 __all__ = [
-    "PAPER", "ForwardScores", "call_generate", "checked_tokens", "rows_of", "missing_step_methods",
+    "PAPER", "ForwardScores", "TwinScores", "call_generate", "checked_tokens", "rows_of", "missing_step_methods",
     "decode_sources", "BEAM_VARIANTS", "beam_variant_outputs", "finished_in_beam", "expected_beam", "greedy_rows",
     "Schedule", "incremental_schedule", "Replay", "replay", "drive", "CacheVariant", "CACHE_VARIANTS",
     "Script", "ScriptedScores", "Scores", "scripted_witnesses", "call_search", "PENALTY_SCRIPT", "EARLY_SCRIPT",
@@ -108,6 +111,28 @@ class ForwardScores(PrefixScores):
             for key, row in zip(missing, as_log_probs(out[:, -1], self.output)):
                 self.memo[key] = row
         return torch.stack([self.memo[k] for k in keys])
+
+
+class TwinScores(ForwardScores):
+    """The step decoder of the reference ``twin`` (its key/value cache: one position per step), as float64
+    log-probabilities; ``log_probs`` on a whole prefix stays the twin's full forward. The expected searches of an
+    implementation whose forward is the twin's (checked on a witness before it is used) cost O(T) per output
+    instead of the T^2 of recomputing every prefix: at a base model's sizes, minutes."""
+
+    def __init__(self, twin: Any, config: ModelConfig):
+        super().__init__(twin, "logits", config)
+
+    def begin_decoding(self, src: Tensor) -> Any:
+        with torch.no_grad():
+            return init_cache(self.model, src)
+
+    def decode_step(self, state: Any, tokens: Tensor) -> tuple[Tensor, Any]:
+        with torch.no_grad():
+            logits, state = twin_step(self.model, state, tokens)
+        return torch.log_softmax(logits.double(), dim=-1), state
+
+    def reorder_state(self, state: Any, indices: Tensor) -> Any:
+        return reorder_cache(state, indices)
 
 
 # -- scripted scores: the witnesses of the search and length-penalty components --------------------------------
