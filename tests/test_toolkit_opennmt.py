@@ -31,6 +31,8 @@ from aiayn_conformance.conformance.transplant import reference_twin, visible_sta
 from aiayn_conformance.implementations import get_registry  # noqa: E402
 from aiayn_conformance.implementations.builtins import prenorm  # noqa: E402
 from aiayn_conformance.implementations.builtins import tk_opennmt as tk  # noqa: E402
+from aiayn_conformance.implementations.builtins import tk_opennmt_defaults as tkd  # noqa: E402
+from aiayn_conformance.implementations.builtins.tk_citations import cited  # noqa: E402
 from aiayn_conformance.spec.config import TINY, ModelConfig  # noqa: E402
 from aiayn_conformance.spec.tolerance import compare  # noqa: E402
 
@@ -164,37 +166,31 @@ def test_the_default_limit_is_the_padded_width_times_1_25_plus_5():
 
 
 # -- 3. declarations and install ----------------------------------------------------------------------------------
-CITATION = re.compile(r"(?:([\w/]+\.py))?:(\d+)(?:-(\d+))?")
-
-
-def citations() -> set[str]:
-    found: set[str] = set()
-    for text in [*tk.DEVIATIONS.values(), *tk.DEFAULT_DEVIATIONS.values(), tk.NOTES, tk.DEFAULT_NOTES]:
-        path = None
-        for m in CITATION.finditer(text):
-            path = m.group(1) or path
-            if path is not None and path.startswith("onmt/"):
-                found |= {f"{path}:{n}" for n in (m.group(2), m.group(3)) if n}
-    return found
-
-
-def test_every_citation_is_recorded_and_matches_the_installed_release():
-    cited = citations()
-    assert cited == set(tk.CITED), (sorted(cited - set(tk.CITED)), sorted(set(tk.CITED) - cited))
+def test_every_citation_has_its_line_and_matches_the_installed_release():
+    """Each registration's CITED is what its reasons and notes cite, every line of the table is cited by one of
+    them, and each fragment is on its line in the installed release."""
+    for module in (tk, tkd):
+        texts = [*module.DEVIATIONS.values(), module.NOTES]
+        assert module.CITED == cited(tk.LINES, texts, "onmt/") and module.CITED, module.__name__
+        assert all(re.search(r"\.py:\d+", why) for why in module.DEVIATIONS.values())
+    assert set(tk.CITED) | set(tkd.CITED) == set(tk.LINES), sorted(set(tk.LINES) - set(tk.CITED) - set(tkd.CITED))
     from importlib import metadata
 
     if metadata.version("OpenNMT-py") != tk.WRITTEN_FOR.split()[1]:
-        pytest.skip("another OpenNMT-py release is installed")
+        pytest.skip("another release is installed")
     site = Path(importlib.util.find_spec("onmt").origin).parent.parent
-    wrong = [f"{where}: {fragment!r} not in {(site / where.rsplit(':', 1)[0]).read_text().splitlines()[int(where.rsplit(':', 1)[1]) - 1]!r}"
-             for where, fragment in tk.CITED.items()
-             if fragment not in (site / where.rsplit(":", 1)[0]).read_text().splitlines()[int(where.rsplit(":", 1)[1]) - 1]]
+    wrong = []
+    for where, fragment in tk.LINES.items():
+        path, line = where.rsplit(":", 1)
+        text = (site / path).read_text().splitlines()[int(line) - 1]
+        if fragment not in text:
+            wrong.append(f"{where}: expected {fragment!r}, found {text.strip()!r}")
     assert not wrong, "\n".join(wrong)
 
 
 def test_registrations_and_the_install_command_when_missing(monkeypatch):
     registry = get_registry()
-    for name, deviations in (("opennmt-py", tk.DEVIATIONS), ("opennmt-py-defaults", tk.DEFAULT_DEVIATIONS)):
+    for name, deviations in (("opennmt-py", tk.DEVIATIONS), ("opennmt-py-defaults", tkd.DEVIATIONS)):
         impl = registry.get(name)
         assert impl.written_for == tk.WRITTEN_FOR and dict(impl.deviations) == deviations and not impl.unavailable
         assert impl.read_checkpoint is tk.read_checkpoint

@@ -17,7 +17,8 @@ the project's tests read the built-ins' names from the registry.
 PLUGINS: tuple[str, ...] = (
     "reference", "building_blocks", "sections_notebook", "annotated_notebook", "jadore801120", "hyunwoongko",
     "torch_nn", "prenorm", "fused", "aiayn_conformance.onnxruntime_cached", "hf_marian", "hf_fsmt", "hf_bart",
-    "x_transformers", "components", "tk_opennmt", "tk_joeynmt",
+    "x_transformers", "components", "tk_opennmt", "tk_opennmt_defaults", "tk_joeynmt",
+    "tk_joeynmt_defaults",
 )
 """The built-in plugin modules, in registration order: a name of this package, or a full module name."""
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import io
-
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -46,9 +45,11 @@ from aiayn_conformance.spec.training import TrainConfig
 from ..availability import unavailable_reason
 from ..declarations import Checkpoint, Implementation
 from ..hookspecs import hookimpl
+from .tk_citations import cited
 
-__all__ = ["OpenNMTAdapter", "build_paper", "build_defaults", "read_checkpoint", "DEVIATIONS", "DEFAULT_DEVIATIONS",
-           "WRITTEN_FOR", "CITED", "INSTALL", "LIBRARY_MODULE", "paper_options", "default_options"]
+__all__ = ["OpenNMTAdapter", "build", "build_paper", "build_defaults", "read_checkpoint", "DEVIATIONS", "NOTES",
+           "CITED", "LINES", "SOURCE", "WRITTEN_FOR", "INSTALL", "opennmt_unavailable", "paper_options",
+           "default_options", "LIBRARY_MODULE"]
 
 WRITTEN_FOR = "OpenNMT-py 3.5.1"
 LIBRARY_MODULE = "onmt"  # the import name (the distribution is OpenNMT-py)
@@ -284,8 +285,9 @@ class OpenNMTAdapter(nn.Module):
 
         opt = self.translation_options(beam_size=beam_size, alpha=alpha, max_len=max_len)
         vocabs = make_vocabs(self.config, bos_id=bos_id, eos_id=eos_id)
-        translator = Translator.from_opt(self.model, vocabs, opt, self.opt, global_scorer=GNMTGlobalScorer.from_opt(opt),
-                                         out_file=io.StringIO(), report_score=False)
+        translator = Translator.from_opt(self.model, vocabs, opt, self.opt,
+                                         global_scorer=GNMTGlobalScorer.from_opt(opt), out_file=io.StringIO(),
+                                         report_score=False)
         source, src_len = self._source(src)
         with torch.no_grad():
             results = translator.translate_batch({"src": source, "srclen": src_len}, attn_debug=False)
@@ -453,7 +455,7 @@ BEAM, TR, OPTS = "onmt/translate/beam_search.py", "onmt/translate/translator.py"
 SAVER, LOSS = "onmt/models/model_saver.py", "onmt/utils/loss.py"
 
 # Every file:line the reasons and notes cite, with a fragment of that line (tests/test_toolkit_opennmt.py reads them).
-CITED: dict[str, str] = {
+LINES: dict[str, str] = {
     f"{MB}:380": "generator = skip_init(",
     f"{MB}:383": 'out_features=len(vocabs["tgt"]),',
     f"{ENC}:119": "norm_layer_in = self.layer_norm(layer_in)",
@@ -547,54 +549,6 @@ DEVIATIONS: dict[str, str] = {
     "train.optimizer": ADAM_EPS,
 }
 
-DEFAULT_DEVIATIONS: dict[str, str] = {
-    "norm.post-norm": PRE_NORM,
-    "norm.no-extra-norm": FINAL_NORMS,
-    "model.reference-equivalence": (
-        "loaded with the canonical weights it computes another function than the paper's: no positional encoding "
-        f"and no sqrt(d_model) scale (both live in PositionalEncoding, built only with -position_encoding: "
-        f"{EMB}:70, :296), no FFN biases (-add_ffnbias is off by default; the canonical ones cannot be loaded), "
-        f"pre-norm sub-layers and a final norm per stack ({ENC}:119, :267; {DEC}:389, :711)"),
-    "config.parameters": (
-        f"beyond the schema: untied source and target embeddings and generator (-share_embeddings and "
-        f"-share_decoder_embeddings are off by default), the generator bias ({MB}:380-383) and the stacks' final "
-        f"LayerNorms ({ENC}:219, {DEC}:441); missing: the FFN biases (-add_ffnbias is off by default)"),
-    "embedding.shared-weights": (
-        "at the defaults nothing is tied whatever the configuration asks (-share_embeddings and "
-        f"-share_decoder_embeddings are off), and the generator has a bias ({MB}:380-383)"),
-    "position.formula": (
-        f"-position_encoding is off by default: Embeddings adds no positional table at all ({EMB}:296), so the "
-        "table the model adds is zero"),
-    "dropout.extra-sites": (
-        f"-attention_dropout defaults to 0.1 ({OPTS}:1449), apart from -dropout: the attention weights are dropped "
-        f"(and the FFN's hidden units at the residual rate, {FFN}:109)"),
-    "dropout.residual": (
-        f"with P_drop = 0 the model still draws random masks in training: the attention dropout keeps its own "
-        f"default of 0.1 ({OPTS}:1449)"),
-    "model.eval-determinism": (
-        f"train mode with P_drop = 0 differs from eval mode: the attention dropout keeps its default 0.1 "
-        f"({OPTS}:1449) whatever -dropout says"),
-    "export.onnx": ONNX,
-    "decode.beam": (
-        "the translator's BeamSearch keeps finished hypotheses in the K slots and stops a source when its best beam "
-        f"has finished ({BEAM}:235, :214), and its default length penalty is 'avg' ({OPTS}:1690), dividing by "
-        f"(|Y| + 1)^alpha (the start symbol counted, {BEAM}:308, :317), not GNMT's ((5 + |Y|) / 6)^alpha"),
-    "decode.max-length": MAX_LENGTH,
-    "train.optimizer": (
-        f"the default optimizer is plain SGD ({OPTS}:1404), not Adam; with -optim adam its epsilon would be the "
-        f"1e-8 written in the code ({OPT}:58)"),
-    "train.lr-schedule": (
-        "the default schedule is no warmup: -learning_rate 1.0 from the first update, halved every 10000 updates "
-        f"from update 50000 ({OPTS}:1554; -decay_method none), not Eq. (3)"),
-    "train.label-smoothing": (
-        f"-label_smoothing defaults to 0.0: the criterion is plain cross-entropy ({LOSS}:104)"),
-    "train.learns": (
-        f"with its default recipe, plain SGD ({OPTS}:1404) at a constant rate of 1.0 ({OPTS}:1536), the loss "
-        "becomes NaN within the first updates (measured: at update 4 on the suite's copy task; at update 8 with the "
-        "loss divided by the batch's sentences as -normalization sents does), and without a positional encoding "
-        "the order of the symbols is invisible to it"),
-}
-
 NOTES = (
     "Built by OpenNMT-py's own `build_model` (onmt/model_builder.py) from options parsed by its own training "
     "parser, as `onmt_train` would from: `-encoder_type transformer -decoder_type transformer -enc_layers N "
@@ -623,37 +577,20 @@ NOTES = (
     f"Install beside this project's torch: `{INSTALL}`."
 )
 
-DEFAULT_NOTES = (
-    "What `-encoder_type transformer -decoder_type transformer` builds with every other option at OpenNMT-py's "
-    "parser default (the sizes and -dropout P_drop given): no positional encoding and hence no sqrt(d_model) scale, "
-    "no FFN biases, untied embeddings and generator, attention dropout 0.1, plain SGD at a constant rate 1.0, no "
-    "label smoothing, gradient norms clipped at 5 (-max_grad_norm, not audited by a clause), and the translator's "
-    "defaults (beam 5, `avg` length penalty; the audit passes its own beam size and alpha). "
-    "Suite limits seen here (reported, not declared): the missing sqrt(d_model) scale is not observed (the input "
-    "probes compare LayerNorm(s E + PE) and with no table every s matches), and attention.cross-source's probe "
-    "perturbs a canonical FFN bias this model cannot hold, so it reports the memory as not the last layer's. "
-    "The criterion is the toolkit's summed cross-entropy: with -normalization sents (the default) its trainer "
-    "divides by the sentences of the batch, which the contract's flattened call cannot count. "
-    "Reproduce: `aiayn audit --impl opennmt-py-defaults`."
-)
+CITED: dict[str, str] = cited(LINES, [*DEVIATIONS.values(), NOTES], "onmt/")
+
+
+build = build_paper
+
+SOURCE = ("https://github.com/OpenNMT/OpenNMT-py/tree/v3.5.1 (the installed OpenNMT-py: "
+              "onmt/model_builder.py, onmt/encoders/transformer.py, onmt/decoders/transformer.py, onmt/translate/)")
 
 
 @hookimpl
 def register_implementations(register):
     unavailable = opennmt_unavailable()
-    source = ("https://github.com/OpenNMT/OpenNMT-py/tree/v3.5.1 (the installed OpenNMT-py: "
-              "onmt/model_builder.py, onmt/encoders/transformer.py, onmt/decoders/transformer.py, onmt/translate/)")
     register(Implementation(
         name="opennmt-py", build=build_paper, output="logits", deviations=DEVIATIONS, notes=NOTES,
         summary="OpenNMT-py 3.5.1 Transformer built by onmt.model_builder toward the paper (sinusoids, tied, FFN "
                 "biases, no attention dropout): pre-norm with final norms, its translator's beam search",
-        source=source, written_for=WRITTEN_FOR, unavailable=unavailable, read_checkpoint=read_checkpoint))
-    register(Implementation(
-        name="opennmt-py-defaults", build=build_defaults, output="logits", deviations=DEFAULT_DEVIATIONS,
-        notes=DEFAULT_NOTES,
-        summary="OpenNMT-py 3.5.1 Transformer at its option parser's defaults (no positional encoding, no FFN "
-                "biases, untied, SGD): what -encoder_type/-decoder_type transformer alone builds",
-        source=source, written_for=WRITTEN_FOR, unavailable=unavailable, read_checkpoint=read_checkpoint))
-
-
-
+        source=SOURCE, written_for=WRITTEN_FOR, unavailable=unavailable, read_checkpoint=read_checkpoint))
