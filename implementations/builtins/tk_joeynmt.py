@@ -126,6 +126,10 @@ class JoeyState:
 class JoeyAdapter(nn.Module):
     """A JoeyNMT ``Model`` behind the adapter contract; returns logits (B, T, tgt_vocab) in the audit's ids."""
 
+    src_ids: Tensor  # buffers: the audit's id -> JoeyNMT's (an exchange of pad_id and 1)
+    tgt_ids: Tensor
+    _config_fn: Callable[..., dict[str, Any]] | None = None  # a registration's configuration, for the recipe
+
     def __init__(self, config: ModelConfig, cfg: Mapping[str, Any], vocabs: tuple[Any, Any] | None = None):
         super().__init__()
         from joeynmt.model import build_model
@@ -184,7 +188,7 @@ class JoeyAdapter(nn.Module):
         params = dict(model.named_parameters())
         src_rows, tgt_rows = self.src_ids.argsort(), self.tgt_ids.argsort()  # JoeyNMT row j <- audit row rows[j]
 
-        def rows(param: Tensor, order: Tensor) -> Callable[[Tensor], None]:
+        def rows(param: Tensor, order: Tensor) -> Callable[[Tensor], object]:
             return lambda value: param.copy_(value.index_select(0, order))
 
         matrices = (model.src_embed.lut.weight, model.trg_embed.lut.weight, model.decoder.output_layer.weight)
@@ -208,8 +212,8 @@ class JoeyAdapter(nn.Module):
                         zero.append(params[f"{theirs}.{mine}.{proj}.bias"])
                         used |= {f"{theirs}.{mine}.{proj}.weight", f"{theirs}.{mine}.{proj}.bias"}
                 for p in ("weight", "bias"):
-                    for k, lin in (("w1", 0), ("w2", 3)):
-                        mapping[f"{ours}.ffn.{k}.{p}"] = params[f"{theirs}.feed_forward.pwff_layer.{lin}.{p}"]
+                    for w, lin in (("w1", 0), ("w2", 3)):
+                        mapping[f"{ours}.ffn.{w}.{p}"] = params[f"{theirs}.feed_forward.pwff_layer.{lin}.{p}"]
                         used.add(f"{theirs}.feed_forward.pwff_layer.{lin}.{p}")
                     for k, norm in enumerate(norms, start=1):
                         mapping[f"{ours}.norm{k}.{p}"] = params[f"{theirs}.{norm}.{p}"]
@@ -295,7 +299,7 @@ class JoeyAdapter(nn.Module):
         from joeynmt.config import parse_train_args
 
         section = self.cfg.get("training", {})
-        if train_config is not None and hasattr(self, "_config_fn"):
+        if train_config is not None and self._config_fn is not None:
             section = self._config_fn(self.config, train_config)["training"]
         return parse_train_args(dict(section), mode="translate")
 

@@ -142,6 +142,8 @@ class OpenNMTState:
 class OpenNMTAdapter(nn.Module):
     """An OpenNMT-py ``NMTModel`` (with its ``generator``) behind the adapter contract; returns logits."""
 
+    _options_fn: Callable[..., list[str]] | None = None  # a registration's option function, for the recipe
+
     def __init__(self, config: ModelConfig, options: Callable[..., list[str]] | argparse.Namespace,
                  translate_options: Sequence[str] = ()):
         super().__init__()
@@ -302,7 +304,7 @@ class OpenNMTAdapter(nn.Module):
     def _recipe_options(self, train_config: TrainConfig | None) -> argparse.Namespace:
         """The training options for ``train_config`` (parsed once per TrainConfig: the parser takes milliseconds and
         a schedule check asks for thousands of rates)."""
-        if train_config is None or not hasattr(self, "_options_fn"):
+        if train_config is None or self._options_fn is None:
             return self.opt
         cache = self.__dict__.setdefault("_parsed", {})
         if train_config not in cache:
