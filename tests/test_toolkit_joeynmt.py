@@ -103,9 +103,10 @@ def test_defaults_are_the_paper_model_with_pre_norm_encoder_layers_and_unscaled_
     cfg = CONFIGS["untied"]
     model, ref = loaded(tk.build_defaults, cfg)
     assert not agree(model, ref, cfg)
+    model.model.src_embed.scale = model.model.trg_embed.scale = True
+    assert not agree(model, ref, cfg), "the encoder layers are post-norm at the defaults"
     for layer in model.model.encoder.layers:
         layer._layer_norm_position = layer.feed_forward._layer_norm_position = "post"
-    model.model.src_embed.scale = model.model.trg_embed.scale = True
     assert agree(model, ref, cfg)
 
 
