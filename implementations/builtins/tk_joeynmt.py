@@ -439,9 +439,12 @@ def read_checkpoint(path: str) -> Checkpoint:
         sized = copy.deepcopy(cfg)
         for side in ("encoder", "decoder"):
             s = sized["model"][side]
+            embeddings = s.setdefault("embeddings", {})
+            if embeddings.get("dropout", s.get("dropout", 0.0)) == s.get("dropout", 0.0):  # one P_drop (model.py:368)
+                embeddings.pop("dropout", None)
             s.update(num_layers=cfg_.n_layers, num_heads=cfg_.n_heads, hidden_size=cfg_.d_model, ff_size=cfg_.d_ff,
                      dropout=cfg_.dropout)
-            s.setdefault("embeddings", {})["embedding_dim"] = cfg_.d_model
+            embeddings["embedding_dim"] = cfg_.d_model
         if not cfg_.share_embeddings:
             sized["model"]["tied_embeddings"] = sized["model"]["tied_softmax"] = False
         same = (cfg_.src_vocab, cfg_.tgt_vocab) == (config.src_vocab, config.tgt_vocab)
