@@ -32,9 +32,13 @@ def library_plugins() -> dict[str, str]:
 
 
 def library_module(name: str) -> str:
-    """The import name of the library a built-in wraps: its ``written_for`` distribution, ``-`` read as ``_``."""
-    distribution = builtin_registry().get(name).written_for.split()[0]
-    return distribution.replace("-", "_")
+    """The import name of the library a built-in wraps: its plugin module's ``LIBRARY_MODULE`` where it names one
+    (OpenNMT-py's is ``onmt``), else its ``written_for`` distribution with ``-`` read as ``_``."""
+    import importlib
+
+    impl = builtin_registry().get(name)
+    named = getattr(importlib.import_module(impl.plugin), "LIBRARY_MODULE", None)
+    return named if isinstance(named, str) else impl.written_for.split()[0].replace("-", "_")
 
 
 __all__ = ["BUILTINS_PACKAGE", "PLUGINS", "builtin_module", "builtin_registry", "library_module", "library_plugins"]

@@ -264,13 +264,22 @@ def test_hf_greedy_generate_is_the_reference_greedy_search_on_the_same_model(nam
                            pad(expected, (0, width - expected.size(1)), value=cfg.pad_id)), (eos, got, expected)
 
 
+def varied_outputs(name: str, t: torch.Tensor) -> torch.Tensor:
+    """Sharpened embeddings, and sub-layers outputting several times their residual input (the visible weights'
+    output maps x4 and x2): the outputs vary from step to step and some beams end before the limit (with the
+    visible weights as drawn, each output mostly repeats its input token)."""
+    if "embed" in name or name.startswith("generator"):
+        return t * 3
+    factor = {"attn.o.weight": 4.0, "attn.v.weight": 2.0, "ffn.w2.weight": 2.0}
+    return next((t * f for end, f in factor.items() if name.endswith(end)), t)
+
+
 def test_hf_beam_fills_finished_rows_with_the_end_symbol_only_when_the_pad_id_is_0():
     """The end-symbol filling that hf-*'s notes record is transformers' (`pad_token_id or eos`), not the
     adapter's: the same call pads with a pad id of 3 and repeats the end symbol with a pad id of 0."""
     for pad_id, fill in ((3, "pad"), (0, "eos")):
         cfg = TINY.replace(dropout=0.0, pad_id=pad_id)
-        model, _ = loaded("hf-marian", cfg, adjust=lambda n, t: t * 3 if "embed" in n or n.startswith("generator")
-                          else t)
+        model, _ = loaded("hf-marian", cfg, adjust=varied_outputs)
         src, _ = batch(cfg)
         finished = []
         for eos in range(4, 20):

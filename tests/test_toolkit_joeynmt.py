@@ -29,7 +29,7 @@ import torch
 
 pytest.importorskip("joeynmt")
 
-from aiayn_conformance.conformance.transplant import reference_twin, visible_state  # noqa: E402
+from aiayn_conformance.conformance.helpers.transplant import reference_twin, visible_state  # noqa: E402
 from aiayn_conformance.implementations import get_registry  # noqa: E402
 from aiayn_conformance.implementations.builtins import tk_joeynmt as tk  # noqa: E402
 from aiayn_conformance.implementations.builtins import tk_joeynmt_defaults as tkd  # noqa: E402

@@ -27,7 +27,7 @@ import torch
 
 pytest.importorskip("onmt")
 
-from aiayn_conformance.conformance.transplant import reference_twin, visible_state  # noqa: E402
+from aiayn_conformance.conformance.helpers.transplant import reference_twin, visible_state  # noqa: E402
 from aiayn_conformance.implementations import get_registry  # noqa: E402
 from aiayn_conformance.implementations.builtins import prenorm  # noqa: E402
 from aiayn_conformance.implementations.builtins import tk_opennmt as tk  # noqa: E402
