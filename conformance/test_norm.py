@@ -100,6 +100,35 @@ def test_each_sublayer_output_is_normalized(impl: Implementation, config: ModelC
 
 
 @pytest.mark.clause("norm.post-norm")
+def test_each_encoder_sublayer_output_is_normalized(impl: Implementation, config: ModelConfig) -> None:
+    """The encoder's layers too: with the last encoder layer's last norm at gain 0 and a constant bias, the paper's
+    encoder outputs that bias at every position (its output is that norm's); a pre-norm layer adds the residual
+    stream after it, and the positions differ."""
+    model = build_model(impl, config)
+    if not (has_capability(model, "encode") and has_capability(model, "load_reference_state")):
+        pytest.skip(f"{impl.name}: needs encode and load_reference_state to read the encoder's output")
+    last = f"encoder.{config.n_layers - 1}.norm2"
+    blocked = blocked_by_layers(impl, config, last)
+    if blocked:
+        pytest.skip(blocked)
+    load_into(model, ro.zero_gain_state(config, last), impl.name)
+    src = ro.witness(config)[0]
+    with torch.no_grad():
+        out = model.encode(src)
+    out = (out[0] if isinstance(out, (tuple, list)) else out).double()
+    real = out[src != config.pad_id]  # (positions, d_model)
+    spread = (real - real[:1]).abs().max().item()
+    if spread > 1e-4 * (1 + real.abs().max().item()):
+        violation(measured=f"with {last} at gain 0 and bias 0.3, encode() still differs between positions by up to "
+                           f"{spread:.3g}",
+                  expected="LayerNorm(x + Sublayer(x)) in every encoder layer: the encoder's output is its last "
+                           "norm's, the bias 0.3 at every position when the gain is 0",
+                  call=f"encode(src {list(src.shape)}) after load_reference_state(visible weights, {last}.weight = 0)",
+                  hint="pre-norm encoder layers x + Sublayer(LayerNorm(x)) (some toolkits' defaults): the residual "
+                       "stream bypasses the norms")
+
+
+@pytest.mark.clause("norm.post-norm")
 def test_residual_adds_the_sublayer_input(impl: Implementation, config: ModelConfig) -> None:
     matches, why = ro.last_sublayer_diagnosis(impl, config)
     if why:

@@ -238,13 +238,14 @@ PE_MULTIPLES = {"added once": 1.0, "absent": 0.0, "added twice": 2.0}
 
 def positional_table(impl: Implementation, config: ModelConfig, length: int) -> torch.Tensor:
     """The implementation's own table when it exposes a usable one (position.formula judges its values), else
-    the §3.5 table, float64 [length, d_model]."""
+    the §3.5 table, float64 [length, d_model]. A table of zeros (a model with no positional encoding) is no table:
+    the §3.5 one is used, so that the input shows the encoding absent."""
     model = build_model(impl, config)
     if has_capability(model, "positional_encoding"):
         try:
             t = model.positional_encoding(length).detach().double()
             t = t.squeeze(0) if t.dim() == 3 else t
-            if tuple(t.shape) == (length, config.d_model):
+            if tuple(t.shape) == (length, config.d_model) and bool(t.abs().max() > 0):
                 return t
         except Exception:
             pass
@@ -303,6 +304,13 @@ def check_input_path(impl: Implementation, config: ModelConfig, stack: str, *, p
         pytest.skip(f"the {stack} input matches no closed-form candidate (other structure, e.g. a norm right after "
                     f"the embedding sum or pre-norm without a final norm): other clauses judge it")
     index, wanted = (0, "sqrt(d_model)") if part == "scale" else (1, "added once")
+    told = sorted({f[index] for f in found})
+    if len(told) > 1 and wanted in told:
+        what = "embedding scale" if part == "scale" else "positional table's multiple"
+        pytest.skip(f"the {stack} input matches LayerNorm of every {what} tried ({', '.join(told)}): "
+                    + ("no positional encoding is added to it, and a layer norm of s E[tokens] does not depend on s "
+                       "(position.added judges the encoding)" if part == "scale" else "the probe cannot tell them "
+                       "apart on this input"))
     if all(f[index] != wanted for f in found):
         scale, pe = found[0]
         violation(measured=f"the {stack} input is {scale} x E[tokens] with the positional table {pe}",

@@ -53,6 +53,9 @@ DEVIATIONS: dict[str, str] = {
     "position.formula": (
         f"-position_encoding is off by default: Embeddings adds no positional table at all ({EMB}:296), so the "
         "table the model adds is zero"),
+    "position.added": (
+        f"-position_encoding is off by default ({EMB}:296): no positional encoding is added to either stack's "
+        "embeddings"),
     "dropout.extra-sites": (
         f"-attention_dropout defaults to 0.1 ({OPTS}:1449), apart from -dropout: the attention weights are dropped "
         f"(and the FFN's hidden units at the residual rate, {FFN}:109)"),
@@ -88,9 +91,8 @@ NOTES = (
     "no FFN biases, untied embeddings and generator, attention dropout 0.1, plain SGD at a constant rate 1.0, no "
     "label smoothing, gradient norms clipped at 5 (-max_grad_norm, not audited by a clause), and the translator's "
     "defaults (beam 5, `avg` length penalty; the audit passes its own beam size and alpha). "
-    "Suite limits seen here (reported, not declared): the missing sqrt(d_model) scale is not observed (the input "
-    "probes compare LayerNorm(s E + PE) and with no table every s matches), and attention.cross-source's probe "
-    "perturbs a canonical FFN bias this model cannot hold, so it reports the memory as not the last layer's. "
+    "The missing sqrt(d_model) scale is not judged by the input probe (with no table added, a layer norm of "
+    "s E[tokens] does not depend on s). "
     "The criterion is the toolkit's summed cross-entropy: with -normalization sents (the default) its trainer "
     "divides by the sentences of the batch, which the contract's flattened call cannot count. "
     "Reproduce: `aiayn audit --impl opennmt-py-defaults`."
