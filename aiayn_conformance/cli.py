@@ -1,4 +1,5 @@
-"""``aiayn``: list implementations, audit them, export them, train one on a tiny task, scaffold a plugin for your own.
+"""``aiayn``: list implementations, audit them, export them, train one, scaffold a plugin for your own, install the
+toolkits the built-ins wrap.
 
 Exit codes: 0 success, 1 a check or command failed, 2 a usage error.
 Each sub-command lives in its own module with ``add_parser(subparsers)``

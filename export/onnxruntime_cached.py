@@ -134,5 +134,5 @@ def register_implementations(register):
         source="aiayn-conformance export/onnxruntime_cached.py, export/kv_cache.py",
         output="logits",
         notes=NOTES,
-        unavailable=unavailable(),
+        unavailable=unavailable(), install=ONNX_INSTALL,
     ))

@@ -59,6 +59,8 @@ class Implementation:
                 the listing, the suite's header and the audit say which version the declarations describe
     unavailable why it cannot be built on this machine, with the install command (e.g. its package is not
                 installed); non-empty: listed as unavailable, skipped by the suite with this reason
+    install     the command that installs what it needs beside this project's torch (``aiayn install NAME`` runs
+                it; ``aiayn list`` shows it while ``unavailable``)
     read_checkpoint
                 optional ``path -> Checkpoint``: reads a checkpoint as the implementation's toolkit saves it
                 (``--weights PATH``); raises ValueError, one line naming what it found and what it accepts
@@ -74,6 +76,7 @@ class Implementation:
     notes: str = ""
     written_for: str = ""
     unavailable: str = ""
+    install: str = ""
     read_checkpoint: Callable[[str], Checkpoint] | None = None
     plugin: str = ""
 
@@ -121,6 +124,8 @@ def validated(item: Declared, plugin: str = "") -> Declared:
             raise ValueError(f"{owner}: build must be callable (config -> adapter)")
         if item.output not in OUTPUT_KINDS:
             raise ValueError(f"{owner}: output {item.output!r} is not one of {', '.join(OUTPUT_KINDS)}")
+        if not isinstance(item.install, str):
+            raise ValueError(f"{owner}: install must be a string (a shell command, or \"\")")
         if not isinstance(item.unavailable, str):
             raise ValueError(f"{owner}: unavailable must be a string (the reason, or \"\" when available)")
         if item.written_for:

@@ -2,6 +2,6 @@
 
 from aiayn_conformance import audit, scaffold
 
-from . import export, train
+from . import export, install, train
 
-MODULES = (audit, export, train, scaffold)
+MODULES = (audit, export, train, scaffold, install)

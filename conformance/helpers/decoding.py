@@ -323,9 +323,9 @@ def finished_in_beam(scores: Scores, src: Tensor, *, bos_id: int, eos_id: int, b
             # Only a hypothesis's beam_size best continuations can be among the beam_size best of all (they share
             # its prefix and length): ties go to the lower token, as the stable ranking below would (a vocabulary
             # of 37,000 is never turned into Python tuples).
-            best = logp.sort(dim=1, descending=True, stable=True).indices[:, :beam_size].sort(dim=1).values
+            kept = logp.sort(dim=1, descending=True, stable=True).indices[:, :beam_size].sort(dim=1).values
             cands = [h for h in beam if h[2]]
-            for h, tokens, values in zip(live, best.tolist(), logp.gather(1, best).tolist()):
+            for h, tokens, values in zip(live, kept.tolist(), logp.gather(1, kept).tolist()):
                 cands += [(h[0] + [v], h[1] + lp, v == eos_id) for v, lp in zip(tokens, values) if lp > -math.inf]
             lpen = [((5.0 + len(c[0])) / 6.0) ** alpha for c in cands]
             order = sorted(range(len(cands)), key=lambda i: cands[i][1] / lpen[i], reverse=True)

@@ -41,6 +41,7 @@ from torch import Tensor
 
 from aiayn_conformance.spec.config import ModelConfig
 
+from ..availability import INSTALL
 from ..declarations import Implementation
 from ..hookspecs import hookimpl
 from .hf_decoding import BEAM, DECODING_NOTE, HF_CITED, MAX_LENGTH
@@ -173,5 +174,5 @@ def register_implementations(register):
         deviations=DEVIATIONS,
         notes=NOTES,
         written_for=WRITTEN_FOR,
-        unavailable=transformers_unavailable(),
+        unavailable=transformers_unavailable(), install=INSTALL,
     ))

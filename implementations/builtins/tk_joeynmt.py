@@ -593,4 +593,5 @@ def register_implementations(register):
         name="joeynmt", build=build_paper, output="logits", deviations=DEVIATIONS, notes=NOTES,
         summary="JoeyNMT 2.3.0 Transformer built by joeynmt.model.build_model toward the paper (post-norm, scaled, "
                 "tied): biased projections, attention and FFN dropout, its search.py greedy and beam search",
-        source=SOURCE, written_for=WRITTEN_FOR, unavailable=unavailable, read_checkpoint=read_checkpoint))
+        source=SOURCE, written_for=WRITTEN_FOR, unavailable=unavailable, read_checkpoint=read_checkpoint,
+        install=INSTALL))

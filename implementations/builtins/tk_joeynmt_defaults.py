@@ -19,6 +19,7 @@ from .tk_joeynmt import (
     EN,
     EXTRA_DROPOUT,
     FINITE,
+    INSTALL,
     LINES,
     MAX_LENGTH,
     MO,
@@ -86,4 +87,5 @@ def register_implementations(register):
         notes=NOTES,
         summary="JoeyNMT 2.3.0 Transformer at its configuration defaults (pre-norm encoder layers without a final "
                 "norm, post-norm decoder, no embedding scale, untied)",
-        source=SOURCE, written_for=WRITTEN_FOR, unavailable=joeynmt_unavailable(), read_checkpoint=read_checkpoint))
+        source=SOURCE, written_for=WRITTEN_FOR, unavailable=joeynmt_unavailable(), read_checkpoint=read_checkpoint,
+        install=INSTALL))

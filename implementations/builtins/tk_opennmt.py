@@ -595,4 +595,5 @@ def register_implementations(register):
         name="opennmt-py", build=build_paper, output="logits", deviations=DEVIATIONS, notes=NOTES,
         summary="OpenNMT-py 3.5.1 Transformer built by onmt.model_builder toward the paper (sinusoids, tied, FFN "
                 "biases, no attention dropout): pre-norm with final norms, its translator's beam search",
-        source=SOURCE, written_for=WRITTEN_FOR, unavailable=unavailable, read_checkpoint=read_checkpoint))
+        source=SOURCE, written_for=WRITTEN_FOR, unavailable=unavailable, read_checkpoint=read_checkpoint,
+        install=INSTALL))

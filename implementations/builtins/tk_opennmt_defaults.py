@@ -17,6 +17,7 @@ from .tk_opennmt import (
     ENC,
     FFN,
     FINAL_NORMS,
+    INSTALL,
     LIBRARY_MODULE,
     LINES,
     LOSS,
@@ -110,4 +111,5 @@ def register_implementations(register):
         notes=NOTES,
         summary="OpenNMT-py 3.5.1 Transformer at its option parser's defaults (no positional encoding, no FFN "
                 "biases, untied, SGD): what -encoder_type/-decoder_type transformer alone builds",
-        source=SOURCE, written_for=WRITTEN_FOR, unavailable=opennmt_unavailable(), read_checkpoint=read_checkpoint))
+        source=SOURCE, written_for=WRITTEN_FOR, unavailable=opennmt_unavailable(), read_checkpoint=read_checkpoint,
+        install=INSTALL))

@@ -51,7 +51,7 @@ from torch import Tensor, nn
 from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.schema import CanonicalKey, Target, load_canonical
 
-from ..availability import unavailable_reason
+from ..availability import INSTALL, unavailable_reason
 from ..declarations import Implementation
 from ..hookspecs import hookimpl
 
@@ -250,5 +250,5 @@ def register_implementations(register):
         deviations=DEVIATIONS,
         notes=NOTES,
         written_for=WRITTEN_FOR,
-        unavailable=unavailable_reason("x_transformers", "x-transformers", at_least="2.31", below="3"),
+        unavailable=unavailable_reason("x_transformers", "x-transformers", at_least="2.31", below="3"), install=INSTALL,
     ))
