@@ -134,7 +134,7 @@ def test_two_sessions_in_one_process_each_audit_at_their_own_sizes(pytester):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--impl", "reference", "--config", "d_modl=64"], "--config: unknown key 'd_modl'; accepted:"),
+    (["--impl", "reference", "--config", "d_modl=64"], "--config: unknown key 'd_modl'; accepted keys:"),
     (["--impl", "reference", "--config", "nowhere.json"], "--config: nowhere.json: no such file"),
     (["--weights", "w.pt"], "--weights audits one implementation: give --impl NAME"),
     (["--impl", "reference", "--weights", "nowhere.pt"], "--weights: nowhere.pt: no such file or directory"),

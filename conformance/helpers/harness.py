@@ -187,8 +187,16 @@ def _copy_of_built(impl: Implementation, config: ModelConfig, seed: int) -> torc
     return copied
 
 
+COPIED_ABOVE = 5_000_000  # parameters; a smaller model is built afresh each time
+
+
 def _keep_built(impl: Implementation, config: ModelConfig, seed: int, model: torch.nn.Module) -> None:
-    """Keep a pristine copy of a freshly built model (in eval mode, as built) for :func:`_copy_of_built`."""
+    """Keep a pristine copy of a freshly built model (in eval mode, as built) for :func:`_copy_of_built`, when it
+    has more than ``COPIED_ABOVE`` parameters. A smaller one is cheap to build again, and building it is exact: a
+    copy shares what ``copy.deepcopy`` does not copy (a module a closure holds, which the copy's train() and
+    eval() then never reach)."""
+    if sum(p.numel() for p in model.parameters()) <= COPIED_ABOVE:
+        return
     try:
         settings.current().cache("built-models")[(impl.name, id(impl), config, seed)] = copy.deepcopy(model)
     except Exception:  # an adapter holding something deepcopy cannot copy: built afresh each time
