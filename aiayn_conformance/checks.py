@@ -99,8 +99,8 @@ class ClauseCheck:
             pytest.fail(f"{head} {r.status}: {r.message}\n{r.detail}".rstrip(), pytrace=False)
         elif r.status == "deviation":
             pytest.xfail(f"{head}: {r.message}")
-        elif r.status == "skip":
-            pytest.skip(f"{head}: {r.message}")
+        elif r.status in ("not-judged", "not-applicable"):
+            pytest.skip(f"{head} {r.status}: {r.message}")
 
 
 def parametrize_with_checks(impls: str | Sequence[str], *, plugins: Sequence[str] = (),

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from aiayn_conformance.spec.clauses import CLAUSES
+from aiayn_conformance.spec.clauses import CLAUSES, NOT_APPLICABLE
 from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.schema import parameter_count
 
@@ -38,7 +38,7 @@ from .helpers import (
 from .helpers.budget import budgeted_phase
 from .helpers.harness import checking
 from .helpers.items import component_kind, is_conformance_item, is_hypothesis_test, item_clause, params
-from .helpers.ledger import DeclaredDeviations, mark_declared
+from .helpers.ledger import DeclaredDeviations, Judgements, mark_declared
 from .helpers.options import (
     add_options,
     audit_settings,
@@ -54,6 +54,7 @@ from .helpers.settings import AuditSettings, using
 THREADS = pytest.StashKey[str]()  # the report header's line on torch threads
 DECLARED = pytest.StashKey[DeclaredDeviations]()
 NOT_OBSERVED = pytest.StashKey["list[str]"]()  # "NAME::clause" declared but never observed failing
+JUDGEMENTS = pytest.StashKey[Judgements]()  # which (subject, clause) a check judged
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -225,6 +226,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[DECLARED] = DeclaredDeviations()
     session.config.pluginmanager.register(session.config.stash[DECLARED], "aiayn-declared")
+    session.config.stash[JUDGEMENTS] = Judgements()
+    session.config.pluginmanager.register(session.config.stash[JUDGEMENTS], "aiayn-judgements")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -237,6 +240,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
                             config: pytest.Config) -> None:
+    judgements = config.stash.get(JUDGEMENTS, None)
+    if judgements is not None:
+        not_judged, not_applicable = judgements.unjudged()
+        if not_judged:
+            terminalreporter.section("clauses not judged (every check skipped: no finding either way)", sep="=",
+                                     yellow=True)
+            for subject, clause_id, reasons in not_judged:
+                c = CLAUSES[clause_id]
+                terminalreporter.line(f"{subject} {clause_id} ({c.citation}, {c.severity}): {'; '.join(reasons)}")
+        if not_applicable:
+            terminalreporter.section("clauses not applicable", sep="=")
+            for subject, clause_id, reasons in not_applicable:
+                terminalreporter.line(f"{subject} {clause_id}: {reasons[0][len(NOT_APPLICABLE):]}")
     missing = config.stash.get(NOT_OBSERVED, [])
     if missing:
         terminalreporter.section("declared deviations not observed", sep="=", red=True, bold=True)

@@ -74,7 +74,15 @@ from .helpers.decoding import (
     scripted_witnesses,
     table_cases,
 )
-from .helpers.harness import CheckTimeout, ImplementationError, build_model, could_not_check, held_weights, violation
+from .helpers.harness import (
+    CheckTimeout,
+    ImplementationError,
+    build_model,
+    could_not_check,
+    held_weights,
+    not_applicable,
+    violation,
+)
 from .helpers.inputs import random_tokens
 from .helpers.outputs import log_probs, require_deterministic
 from .helpers.settings import AuditSettings
@@ -199,7 +207,7 @@ def history(impl: Implementation, subj: Subject) -> History:
 
 def needs_generate(impl: Implementation, model: Any) -> None:
     if not has_capability(model, "generate"):
-        pytest.skip(f"{impl.name} has no {GENERATE} (spec.contract): no search of its own to check")
+        not_applicable(f"{impl.name} has no {GENERATE} (spec.contract): no search of its own to check")
 
 
 # -- decode.incremental ----------------------------------------------------------------------------------------
@@ -210,8 +218,8 @@ def test_cached_steps_equal_the_full_forward(impl: Implementation, model: Any, d
     rows finished early (fed padding), reorders across sources in the middle."""
     missing = missing_step_methods(model)
     if missing:
-        pytest.skip(f"{impl.name} has no {', '.join(missing)} (spec.contract step-level decoding): no "
-                    "incremental decoder to check")
+        not_applicable(f"{impl.name} has no {', '.join(missing)} (spec.contract step-level decoding): no "
+                       "incremental decoder to check")
     cfg = decode_config
     subj = subject(impl, model, cfg)
     schedule = incremental_schedule(cfg)

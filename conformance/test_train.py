@@ -40,6 +40,7 @@ from .helpers.harness import (
     build_model,
     could_not_check,
     describe_call,
+    not_applicable,
     run_forward,
     violation,
 )
@@ -246,7 +247,7 @@ def adapter(impl: Implementation, config: ModelConfig) -> Any:
 
 def require(model: Any, method: str, signature: str) -> None:
     if not has_capability(model, method):
-        pytest.skip(f"the implementation exposes no {method}({signature}) (a recipe capability, spec.contract)")
+        not_applicable(f"the implementation exposes no {method}({signature}) (a recipe capability, spec.contract)")
 
 
 # -- train.lr-schedule -------------------------------------------------------------------------------------------
@@ -284,7 +285,7 @@ def judge_schedule(trace: Callable[[], list[float]], how: str, d_model: int) -> 
 @pytest.mark.clause("train.lr-schedule")
 def test_learning_rate_follows_eq3(adapter: Any, config: ModelConfig) -> None:
     if not has_schedule(adapter):
-        pytest.skip(missing_schedule())
+        not_applicable(missing_schedule())
     how = ("make_scheduler(optimizer, TrainConfig()), .step() once per update"
            if has_capability(adapter, "make_scheduler") else "learning_rate(step_num, TrainConfig())")
     judge_schedule(lambda: schedule_trace(adapter, PAPER, SCHEDULE_UPDATES), how, config.d_model)

@@ -85,8 +85,15 @@ def _short(exc: BaseException) -> str:
 
 
 def _import_path_or_module(spec: str) -> ModuleType:
-    """Import a module by dotted name, or a ``.py`` file by path."""
+    """Import a module by dotted name, or a ``.py`` file by path. A module name found nowhere on the path is looked
+    for in the caller's directory last (``AIAYN_CALLER_DIR``, which ``aiayn audit`` sets for the suite it runs
+    elsewhere, else the working directory), so that ``--plugin my_plugin`` works from the folder holding it
+    without that folder shadowing an installed package."""
     if not (spec.endswith(".py") or os.sep in spec or "/" in spec):
+        top = spec.split(".", 1)[0]
+        caller = os.environ.get("AIAYN_CALLER_DIR") or os.getcwd()
+        if importlib.util.find_spec(top) is None and caller not in sys.path:
+            sys.path.append(caller)
         return importlib.import_module(spec)
     path = Path(spec).expanduser().resolve()
     if not path.is_file():

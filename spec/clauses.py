@@ -15,6 +15,13 @@ Severities:
               function is conforming whatever its ``should`` results.
   ``info``    recorded in reports, never a failure of conformance.
 
+Outcomes: each clause of a subject is passed (a check judged it and found the
+paper's behaviour), failed, not judged (every check skipped or errored: no
+finding either way), or not applicable (the adapter lacks what the clause is
+about, e.g. a decoding method; each check says so with ``NOT_APPLICABLE``).
+A subject is conforming only when every applicable ``must`` clause was judged
+and passed.
+
 Every conformance test carries ``@pytest.mark.clause("<id>")``; the suite
 rejects a marker naming an unknown id, and a meta-test fails when a clause has
 no test.
@@ -25,10 +32,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["Clause", "CLAUSES", "SEVERITIES", "get_clause", "clauses_in_area", "parse_clause_ids", "AREAS"]
+__all__ = ["Clause", "CLAUSES", "NOT_APPLICABLE", "SEVERITIES", "get_clause", "clauses_in_area", "parse_clause_ids",
+           "AREAS"]
 
 Severity = Literal["must", "should", "info"]
 SEVERITIES: tuple[str, ...] = ("must", "should", "info")
+NOT_APPLICABLE = "not applicable: "  # how a check's skip reason says the clause does not apply to the subject
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import pytest
 from aiayn_conformance.audit import AuditResult, ClauseResult, SubjectResult, fold, report
 from aiayn_conformance.cli import main
 from aiayn_conformance.spec import CLAUSES
+from aiayn_conformance.spec.clauses import NOT_APPLICABLE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,18 +30,30 @@ def rec(clause: str, outcome: str, message: str = "") -> dict:
     (["passed", "passed"], False, "pass"),
     (["passed", "failed"], False, "fail"),
     (["passed", "error"], False, "error"),
-    (["failed", "error"], True, "error"),
-    (["skipped", "skipped"], False, "skip"),
+    (["failed", "error"], True, "deviation"),  # a finding stands beside an error
+    (["failed", "error"], False, "fail"),
+    (["error", "skipped"], False, "error"),
+    (["skipped", "skipped"], False, "not-judged"),
     (["passed", "skipped"], False, "pass"),
     (["xfailed", "xpassed"], True, "deviation"),
     (["xpassed", "passed"], True, "unexpected-pass"),
-    (["skipped"], True, "skip"),
+    (["skipped"], True, "not-judged"),
 ])
 def test_fold_gives_one_status_per_clause(outcomes, declared, status):
     records = [rec("attention.scale", o, f"msg {o}") for o in outcomes]
     got = fold(records, {"attention.scale": "divides by sqrt(d_model)"} if declared else {})
     assert got["attention.scale"].status == status, (outcomes, declared, got)
     assert got["attention.scale"].tests == len(outcomes)
+
+
+def test_a_clause_every_check_of_which_skipped_is_not_judged_with_every_reason_or_not_applicable():
+    na = NOT_APPLICABLE + "x has no generate"
+    got = fold([rec("decode.beam", "skipped", na), rec("decode.beam", "skipped", na)], {})["decode.beam"]
+    assert got.status == "not-applicable" and got.message == "x has no generate", got
+    got = fold([rec("decode.beam", "skipped", na), rec("decode.beam", "skipped", "no end symbol finishes")],
+               {})["decode.beam"]
+    assert got.status == "not-judged" and got.message == "no end symbol finishes", got
+    assert "x has no generate" in got.detail and "no end symbol finishes" in got.detail, got.detail
 
 
 def test_fold_keeps_the_message_of_the_finding_and_ignores_unknown_clauses():
@@ -60,12 +73,28 @@ def subject(name: str, statuses: dict[str, str], kind: str = "implementation") -
 
 
 def test_verdict_counts_broken_must_and_should_clauses():
-    assert subject("a", {"attention.scale": "pass", "device.parity": "skip"}).verdict == "conforming"
+    assert subject("a", {"attention.scale": "pass", "device.parity": "not-judged"}).verdict == "conforming"
     s = subject("b", {"attention.scale": "fail", "mask.causal": "deviation", "device.portable": "error",
                       "norm.post-norm": "unexpected-pass"})
     assert CLAUSES["device.portable"].severity == "should"
-    assert s.verdict == "nonconforming (2 must, 1 should)"
+    assert s.verdict == "nonconforming (2 must, 0 should)"  # an error is no finding
     assert not s.conforming and sorted(s.bad) == ["attention.scale", "device.portable", "norm.post-norm"]
+
+
+@pytest.mark.parametrize("status", ["not-judged", "error"])
+def test_a_must_clause_no_check_judged_is_never_a_pass_nor_a_departure(status):
+    s = subject("d", {"attention.scale": "pass", "norm.post-norm": status, "mask.finite": "fail"})
+    assert not s.conforming and s.verdict == "not judged (1 must; 1 should broken)", s.verdict
+    assert s.to_json()["not_judged"] == {"must": 1, "should": 0} and s.to_json()["broken"]["must"] == 0
+    s = subject("e", {"attention.scale": "fail", "norm.post-norm": status})
+    assert s.verdict == "nonconforming (1 must, 0 should; 1 must not judged)", s.verdict
+
+
+def test_a_clause_that_does_not_apply_leaves_the_verdict_alone():
+    s = subject("f", {"attention.scale": "pass", "decode.beam": "not-applicable"})
+    assert CLAUSES["decode.beam"].severity == "must"
+    assert s.conforming and s.verdict == "conforming"
+    assert s.to_json()["clauses"]["decode.beam"]["outcome"] == "not applicable"
 
 
 def test_should_clauses_alone_do_not_make_a_subject_nonconforming():
@@ -79,7 +108,7 @@ def test_should_clauses_alone_do_not_make_a_subject_nonconforming():
 
 @pytest.mark.parametrize("statuses, code", [
     ({"attention.scale": "pass"}, 0),
-    ({"attention.scale": "deviation", "mask.causal": "skip"}, 0),  # only declared deviations: exit 0
+    ({"attention.scale": "deviation", "mask.causal": "not-judged"}, 0),  # only declared deviations: exit 0
     ({"attention.scale": "fail"}, 1),
     ({"attention.scale": "error"}, 1),
     ({"attention.scale": "unexpected-pass"}, 1),
@@ -90,7 +119,7 @@ def test_exit_code(statuses, code):
 
 # -- renderers ---------------------------------------------------------------------------------------------------
 def fake_result() -> AuditResult:
-    good = subject("good", {c: "pass" for c in CLAUSES} | {"device.parity": "skip"})
+    good = subject("good", {c: "pass" for c in CLAUSES} | {"device.parity": "not-judged"})
     bad = subject("bad<impl>", {"attention.scale": "fail", "mask.causal": "deviation", "model.shape": "pass"})
     comp = subject("attention:kernel", {"attention.scale": "pass"}, kind="component")
     return AuditResult([good, bad, comp], seconds=3.0, command="aiayn audit")
@@ -133,14 +162,14 @@ def test_markdown_is_a_table_and_a_failure_list():
     assert "- **bad<impl>** `mask.causal`" in md.split("## Declared deviations")[1]
 
 
-def test_json_follows_schema_1():
+def test_json_follows_schema_3():
     data = json.loads(report.as_json(fake_result()))
-    assert data["schema"] == 2 and data["exit_code"] == 1
+    assert data["schema"] == 3 and data["exit_code"] == 1
     assert set(data["implementations"]) == {"good", "bad<impl>"} and set(data["components"]) == {"attention:kernel"}
     bad = data["implementations"]["bad<impl>"]
     assert bad["verdict"] == "nonconforming (2 must, 0 should)" and bad["source"] == "bad<impl>.py"
     scale = bad["clauses"]["attention.scale"]
-    assert scale == {"status": "fail", "severity": "must", "section": "§3.2.1, Eq. (1)",
+    assert scale == {"status": "fail", "outcome": "failed", "severity": "must", "section": "§3.2.1, Eq. (1)",
                      "message": "attention.scale message", "detail": "detail line", "tests": 0}
 
 
@@ -235,11 +264,11 @@ def test_end_to_end_audit_statuses(audited):
     ref, pre = data["implementations"]["reference"], data["implementations"]["prenorm"]
     assert ref["verdict"] == "conforming"
     assert {c for c, r in ref["clauses"].items() if r["status"] != "pass"} <= {"device.parity", "export.onnx"}
-    assert ref["clauses"]["device.parity"]["status"] == "skip" or ref["clauses"]["device.parity"]["status"] == "pass"
+    assert ref["clauses"]["device.parity"]["status"] in ("not-judged", "pass")
     deviations = {c for c, r in pre["clauses"].items() if r["status"] == "deviation"}
     assert deviations == {"norm.post-norm", "norm.no-extra-norm", "model.reference-equivalence",
                           "config.parameters"}
-    assert pre["verdict"] == "nonconforming (4 must, 0 should)"
+    assert pre["verdict"] == "nonconforming (4 must, 0 should; 1 must not judged)"
     assert pre["clauses"]["attention.scale"]["status"] == "pass"
     assert "1 of 2 conforming" in res.stderr
 
@@ -297,3 +326,17 @@ def test_an_implementation_that_kills_its_process_costs_only_its_own_clauses(tmp
     dead = data["hard-exit"]["clauses"]
     assert dead and {r["status"] for r in dead.values()} == {"error"}
     assert "exit status 3" in next(iter(dead.values()))["message"]
+
+
+def test_pytest_lists_the_clauses_no_check_judged_apart_from_those_that_do_not_apply():
+    """The suite's own summary shows the four outcomes apart, as aiayn audit does: a clause whose every check
+    skipped is listed as not judged (with each reason) or, when each check says so, not applicable."""
+    res = subprocess.run([sys.executable, "-m", "pytest", "conformance/", "--impl=torch-nn", "-q", "-p", "no:randomly",
+                          "--clause=train.equivalence,decode.beam,model.shape", "-p", "no:cacheprovider"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:]
+    not_judged = res.stdout.split("clauses not judged", 1)[1].split("clauses not applicable", 1)[0]
+    not_applicable = res.stdout.split("clauses not applicable", 1)[1]
+    assert "impl:torch-nn train.equivalence" in not_judged and "decode.beam" not in not_judged, res.stdout[-3000:]
+    assert "impl:torch-nn decode.beam: torch-nn has no generate(" in not_applicable, res.stdout[-3000:]
+    assert "model.shape" not in not_judged + not_applicable, res.stdout[-3000:]

@@ -287,7 +287,7 @@ def test_aiayn_audit_passes_the_options_to_the_suite_with_paths_from_where_it_wa
     assert "audit configuration (sizes from --config): ModelConfig(src_vocab=40" in res.stderr
     clauses = json.loads(out.read_text())["implementations"]["reference"]["clauses"]
     assert clauses["model.eval-determinism"]["status"] == "pass"
-    assert clauses["train.learns"]["status"] == "skip"
+    assert clauses["train.learns"]["status"] == "not-judged"
     assert clauses["train.learns"]["message"].startswith("needs canonical weights")
 
 
@@ -334,3 +334,44 @@ def test_a_checkpoint_of_another_format_is_one_line_naming_what_was_found(tmp_pa
                  str(tmp_path / "plain.pt")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "not a toy-toolkit checkpoint" in err
+
+
+USER_PLUGIN = '''
+from aiayn_conformance import Implementation, Transformer, hookimpl
+{guard}
+
+@hookimpl
+def register_implementations(register):
+    register(Implementation(name="mine", build=Transformer, output="logits", summary="the reference, as a user's"))
+'''
+
+
+@pytest.mark.parametrize("plugin", ["my_plugin.py", "my_plugin"])
+def test_a_plugin_named_from_the_users_folder_is_audited_there(tmp_path, plugin):
+    """--plugin, as a relative file path or a module name, resolves against the folder aiayn runs in, not against
+    the project's checkout where the suite runs."""
+    (tmp_path / "my_plugin.py").write_text(USER_PLUGIN.format(guard=""))
+    out = tmp_path / "audit.json"
+    res = subprocess.run([sys.executable, "-m", "aiayn_conformance", "audit", "--plugin", plugin, "--impl", "mine",
+                          "--clause", "model.shape", "--format", "json", "--output", str(out)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    clauses = json.loads(out.read_text())["implementations"]["mine"]["clauses"]
+    assert clauses["model.shape"]["status"] == "pass", clauses
+
+
+def test_a_suite_run_that_cannot_audit_is_one_line_and_exit_2_not_a_departure_count(tmp_path):
+    """A plugin that imports in the command but not in the suite's process: no check ran, so there is no
+    finding to count: one line naming the cause, exit status 2, no report."""
+    guard = "import os\nif os.environ.get('AIAYN_CALLER_DIR'):  # the suite's process\n" \
+            "    raise ImportError('needs a GPU library missing here')"
+    (tmp_path / "my_plugin.py").write_text(USER_PLUGIN.format(guard=guard))
+    out = tmp_path / "audit.json"
+    res = subprocess.run([sys.executable, "-m", "aiayn_conformance", "audit", "--plugin", "my_plugin.py",
+                          "--impl", "mine", "--clause", "model.shape", "--format", "json", "--output", str(out)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 2, (res.returncode, res.stderr[-3000:])
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("aiayn audit: could not audit mine: the suite run ended with exit status"), last
+    assert "needs a GPU library missing here" in last, last
+    assert "nonconforming" not in res.stderr and not out.exists(), res.stderr[-2000:]

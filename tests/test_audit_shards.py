@@ -136,13 +136,13 @@ BAD_FILES = [
     ("text.json", "not json {", "not JSON"),
     ("records.json", {"tests": []}, "not an aiayn audit (no 'schema' and 'implementations' fields)"),
     ("schema1.json", {"schema": 1, "spec": spec.SPEC_VERSION, "implementations": {}},
-     "audit schema 1, this aiayn reads schema 2 only"),
-    ("spec.json", {"schema": 2, "spec": "0-other", "implementations": {}},
+     "audit schema 1, this aiayn reads schema 3 only"),
+    ("spec.json", {"schema": 3, "spec": "0-other", "implementations": {}},
      "clause catalogue (spec) version '0-other'"),
-    ("clause.json", {"schema": 2, "spec": spec.SPEC_VERSION,
+    ("clause.json", {"schema": 3, "spec": spec.SPEC_VERSION,
                      "implementations": {"x": {"kind": "implementation", "clauses": {"no.such": {"status": "pass"}}}}},
      "subject 'x' has clause 'no.such', unknown to this catalogue"),
-    ("status.json", {"schema": 2, "spec": spec.SPEC_VERSION,
+    ("status.json", {"schema": 3, "spec": spec.SPEC_VERSION,
                      "implementations": {"x": {"kind": "implementation",
                                                "clauses": {"attention.scale": {"status": "great"}}}}},
      "subject 'x' clause 'attention.scale' has no valid status"),
@@ -211,7 +211,7 @@ def test_locate_finds_the_build_and_each_declaration():
 
 
 def test_junit_has_one_case_per_clause_with_the_finding_on_its_line():
-    s = subject("x", {"attention.scale": "fail", "mask.causal": "deviation", "device.parity": "skip",
+    s = subject("x", {"attention.scale": "fail", "mask.causal": "deviation", "device.parity": "not-judged",
                       "model.shape": "pass", "norm.epsilon": "error", "norm.post-norm": "unexpected-pass"})
     s.location["deviations"]["norm.post-norm"] = 15
     s.clauses["model.shape"] = ClauseResult("pass")  # a pass with nothing to say: an empty case

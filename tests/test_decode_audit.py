@@ -15,7 +15,7 @@ DECODE = [c for c in CLAUSES if c.startswith("decode.")]
 
 
 def result() -> AuditResult:
-    statuses = {"model.shape": "pass", "decode.incremental": "pass", "decode.greedy": "skip",
+    statuses = {"model.shape": "pass", "decode.incremental": "pass", "decode.greedy": "not-applicable",
                 "decode.beam": "fail", "decode.max-length": "deviation"}
     s = SubjectResult("x", "implementation", source="x.py", summary="a model")
     s.clauses = {c: ClauseResult(st, "" if st == "pass" else f"{c} message", "detail") for c, st in statuses.items()}
@@ -34,10 +34,10 @@ def test_terminal_and_markdown_show_a_decode_column():
     header = text.splitlines()[0].split()
     assert "decode" in header
     row = next(ln for ln in text.splitlines() if ln.startswith("x "))
-    assert ".sFD" in row  # incremental pass, greedy skip, beam fail, max-length deviation, in catalogue order
+    assert ".-FD" in row  # incremental pass, greedy not applicable, beam fail, max-length deviation, in catalogue order
     md = report.markdown(result())
     head = next(ln for ln in md.splitlines() if ln.startswith("| subject |"))
-    assert "| decode |" in head and "`.sFD`" in md
+    assert "| decode |" in head and "`.-FD`" in md
 
 
 def test_json_and_html_carry_the_decode_clauses():

@@ -92,7 +92,8 @@ def checked(status: str | None, *, unavailable: str = "") -> tuple[str, str]:
     ("error", "Failed", "error: the error message"),
     ("unexpected-pass", "Failed", "unexpected-pass: the unexpected-pass message"),
     ("deviation", "XFailed", "x attention.scale (§3.2.1, Eq. (1), must): the deviation message"),
-    ("skip", "Skipped", "the skip message"),
+    ("not-judged", "Skipped", "not-judged: the not-judged message"),
+    ("not-applicable", "Skipped", "not-applicable: the not-applicable message"),
     (None, "Skipped", "no check of this clause ran for this implementation"),
 ])
 def test_each_status_becomes_its_pytest_outcome(status, outcome, needle):

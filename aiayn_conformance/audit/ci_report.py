@@ -8,10 +8,10 @@ the JUnit test case has no ``file``, and the annotation no ``file``: GitHub show
 
 JUnit: one ``testsuite`` per subject, one ``testcase`` per clause (``classname`` the subject,
 ``name`` the clause id): ``fail`` and ``unexpected-pass`` are ``<failure>``, ``error`` is ``<error>``,
-``skip`` is ``<skipped>``, ``pass`` and ``deviation`` (declared, hence expected) pass, the deviation's
-reason in ``<system-out>``. GitHub: ``::error`` for each ``fail``, ``error`` and ``unexpected-pass``,
-``::notice`` for each observed declared deviation, then the summary line; the same exit status as
-every other format.
+``not-judged`` and ``not-applicable`` are ``<skipped>`` (its ``type`` says which), ``pass`` and ``deviation``
+(declared, hence expected) pass, the deviation's reason in ``<system-out>``. GitHub: ``::error`` for each
+``fail``, ``error`` and ``unexpected-pass``, ``::warning`` for each must clause not judged, ``::notice`` for
+each observed declared deviation, then the summary line; the same exit status as every other format.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ def _testcase(subject: SubjectResult, clause: str, r: ClauseResult) -> ET.Elemen
         ET.SubElement(case, "failure", message=_headline(subject, clause, r), type=r.status).text = body
     elif r.status == "error":
         ET.SubElement(case, "error", message=_headline(subject, clause, r), type="error").text = body
-    elif r.status == "skip":
-        ET.SubElement(case, "skipped", message=r.message)
+    elif r.status in ("not-judged", "not-applicable"):
+        ET.SubElement(case, "skipped", message=f"{r.status}: {r.message}", type=r.status)
     elif r.status == "deviation" or r.message:
         ET.SubElement(case, "system-out").text = body
     return case
@@ -68,7 +68,7 @@ def junit(result: AuditResult) -> str:
         counts = {"tests": len(cases),
                   "failures": sum(r.status in ("fail", "unexpected-pass") for r in s.clauses.values()),
                   "errors": sum(r.status == "error" for r in s.clauses.values()),
-                  "skipped": sum(r.status == "skip" for r in s.clauses.values())}
+                  "skipped": sum(r.status in ("not-judged", "not-applicable") for r in s.clauses.values())}
         suite = ET.SubElement(root, "testsuite", {"name": s.name, "time": f"{s.seconds:.2f}",
                                                   **{k: str(v) for k, v in counts.items()}})
         props = ET.SubElement(suite, "properties")
@@ -99,6 +99,8 @@ def github_annotations(result: AuditResult) -> str:
                 level = "error"
             elif r.status == "deviation":
                 level = "notice"
+            elif r.status == "not-judged" and CLAUSES[clause].severity == "must":
+                level = "warning"
             else:
                 continue
             at = where(s, clause, r)

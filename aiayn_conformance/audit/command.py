@@ -7,18 +7,21 @@ start-up is paid once per core; ``--isolate`` gives every implementation its own
 and a grouped process that dies is re-run one implementation at a time. The records are
 folded into one status per (subject, clause):
 
-``pass``             every check of the clause that ran passed;
+``pass``             a check judged the clause and every check that ran passed;
 ``fail``             a check found a violation the implementation does not declare;
 ``deviation``        a declared deviation, observed;
 ``unexpected-pass``  declared as a deviation, but no check observed it;
-``skip``             no check could run (the reason says why: no GPU, no ``encode`` ...);
-``error``            the implementation crashed, returned NaN or the wrong shape, or timed out.
+``not-judged``       every check skipped (each reason listed: no GPU, no ``encode`` ...): no finding;
+``not-applicable``   every check said the clause does not apply (no decoding method, no recipe method);
+``error``            not judged: the implementation crashed, returned NaN or the wrong shape, or timed out,
+                     or the check failed to run; never a departure.
 
-A subject is *conforming* when no ``must`` clause is ``fail``, ``deviation`` or ``error``:
-it computes the paper's function. ``should`` clauses (inputs the paper never defines,
-portability, conventions) are counted in the verdict but do not decide it. Exit status,
+A subject is *conforming* when every applicable ``must`` clause was judged and none is ``fail``
+or ``deviation``: it computes the paper's function. ``should`` clauses (inputs the paper never
+defines, portability, conventions) are counted in the verdict but do not decide it. Exit status,
 whatever the severity: 0 when every failure is a declared deviation, 1 when any clause is
-``fail``, ``error`` or ``unexpected-pass``, 2 for usage errors.
+``fail``, ``error`` or ``unexpected-pass``, 2 for usage errors and for a suite run that could not
+audit at all (one line with its cause).
 
 Beyond one machine: ``--shard I/N`` audits the subjects of one shard (``aiayn_conformance.audit.shards``),
 ``--merge FILE ...`` renders one report from JSON audits made elsewhere (``aiayn_conformance.audit.merge``),
@@ -88,7 +91,7 @@ def add_parser(sub) -> None:
                    help="audit only shard I of N (I from 1): each subject belongs to one shard, by a hash of its "
                         "name; merge the shards' JSON reports with --merge")
     p.add_argument("--merge", nargs="+", default=None, metavar="AUDIT_JSON",
-                   help="run nothing: build the report from these audits (--format json files, schema 2)")
+                   help="run nothing: build the report from these audits (--format json files, schema 3)")
     p.add_argument("--figures", action="store_true",
                    help="draw the HTML report's pictures into a json report too, so a --merge can show them")
     p.set_defaults(func=run)
@@ -112,6 +115,14 @@ def _check_output(path: str | None) -> str:
     except OSError as exc:
         return f"--output {path}: cannot write there ({exc.strerror or exc})"
     return ""
+
+
+def _absolute_plugin(spec: str) -> str:
+    """A plugin given as a file path, made absolute against the caller's directory (a module name is kept: the
+    suite runs with the caller's directory on its path)."""
+    if spec.endswith(".py") or "/" in spec or os.sep in spec:
+        return str(Path(spec).expanduser().resolve())
+    return spec
 
 
 def _emit(result: AuditResult, args: argparse.Namespace, *, clause_ids: Sequence[str] = ()) -> int:
@@ -234,6 +245,7 @@ def run(args: argparse.Namespace) -> int:
     if why:
         return _usage(why)
     # Files named relative to here: the suite runs in another directory.
+    args.plugin = [_absolute_plugin(p) for p in args.plugin]
     extra += [f"--{opt}={Path(value).expanduser().resolve() if Path(value).expanduser().exists() else value}"
               for opt, value in (("config", args.config), ("weights", args.weights)) if value]
     progress = Progress()
@@ -261,4 +273,11 @@ def run(args: argparse.Namespace) -> int:
         result = audit(jobs, plugins=args.plugin, extra=extra, jobs_n=args.jobs, timeout=args.timeout,
                        progress=progress, with_figures=with_figures, isolate=args.isolate)
     result.shard = str(shard) if shard else ""
+    failed = [s for s in result.subjects if s.could_not_audit]
+    if failed:  # no check ran: a usage problem, not a finding
+        others = f" (and {len(failed) - 1} other subject(s) likewise)" if len(failed) > 1 else ""
+        print(f"aiayn audit: could not audit {failed[0].name}: {failed[0].could_not_audit}{others}", file=sys.stderr)
+        if args.output and Path(args.output).is_file() and not Path(args.output).stat().st_size:
+            Path(args.output).unlink()  # touched by _check_output: no report is written
+        return 2
     return _emit(result, args, clause_ids=clause_ids)

@@ -1,6 +1,6 @@
 """``aiayn audit --merge a.json b.json ...``: one matrix from audits run elsewhere (shards, machines, CI jobs).
 
-Each file must be a schema-2 audit (``aiayn audit --format json``, docs/audit-json-schema.md) of the
+Each file must be a schema-3 audit (``aiayn audit --format json``, docs/audit-json-schema.md) of the
 same clause catalogue as this installation (``spec``): the verdicts are recomputed from the clauses
 with this catalogue's severities, so another catalogue would be read wrongly. A subject found in
 two files must carry the same results in both (an identical duplicate, e.g. a file given twice, is
@@ -33,7 +33,7 @@ def _fail(path: str, why: str) -> MergeError:
 
 
 def load_audit(path: str) -> dict:
-    """The parsed audit file, checked: readable JSON, an audit, schema 2, this clause catalogue."""
+    """The parsed audit file, checked: readable JSON, an audit, schema 3, this clause catalogue."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -1,4 +1,4 @@
-"""Renderers of an audit: the terminal matrix, Markdown, JSON (schema 2) and a self-contained HTML page."""
+"""Renderers of an audit: the terminal matrix, Markdown, JSON (schema 3) and a self-contained HTML page."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ from aiayn_conformance.spec import AREAS, CLAUSES
 from .results import AuditResult, SubjectResult
 
 # One character per clause in the matrix, and its color (ANSI SGR).
-SYMBOL = {"pass": ".", "fail": "F", "deviation": "D", "unexpected-pass": "U", "skip": "s", "error": "E"}
-COLOR = {"pass": "32", "fail": "1;31", "deviation": "33", "unexpected-pass": "1;35", "skip": "2", "error": "1;31"}
-LEGEND = ". pass  F fail  D declared deviation  U declared but not observed  s skipped  E error  (blank: not run)"
+SYMBOL = {"pass": ".", "fail": "F", "deviation": "D", "unexpected-pass": "U", "not-judged": "?",
+          "not-applicable": "-", "error": "E"}
+COLOR = {"pass": "32", "fail": "1;31", "deviation": "33", "unexpected-pass": "1;35", "not-judged": "1;33",
+         "not-applicable": "2", "error": "1;31"}
+LEGEND = (". passed  F failed  D declared deviation (failed)  U declared but not observed  ? not judged (every "
+          "check skipped)  E error (not judged: the suite could not check it)  - not applicable  (blank: not run)")
 AREA_CLAUSES = {a: [c for c in CLAUSES if c.split(".", 1)[0] == a] for a in AREAS}
 
 
@@ -50,8 +53,17 @@ def summary_line(result: AuditResult) -> str:
     n = len(result.subjects)
     ok = sum(s.conforming for s in result.subjects)
     bad = len(failures(result))
+    unjudged = sum(bool(s.unjudged("must")) and not s.broken("must") for s in result.subjects)
     tail = f"{bad} unexpected result(s)" if bad else "no unexpected result (deviations are all declared)"
-    return f"{ok} of {n} conforming; {tail}; {result.seconds:.0f} s"
+    judged = f", {unjudged} not judged (a must clause no check judged)" if unjudged else ""
+    return f"{ok} of {n} conforming{judged}; {tail}; {result.seconds:.0f} s"
+
+
+def not_judged(result: AuditResult) -> list[tuple[SubjectResult, str, str]]:
+    """(subject, clause, reason) for every applicable must clause no check judged (errors are listed as
+    failures, with their cause)."""
+    return [(s, c, r.message) for s in result.subjects for c, r in s.clauses.items()
+            if r.status == "not-judged" and CLAUSES[c].severity == "must"]
 
 
 # -- terminal --------------------------------------------------------------------------------------------------
@@ -108,6 +120,10 @@ def text(result: AuditResult, color: bool = False, *, brief: bool = False) -> st
             lines.append(f"  {_paint(status.upper(), COLOR[status], color)} {s.name} {c} "
                          f"({CLAUSES[c].citation}): {msg}")
         lines.append("Re-run one with full detail: aiayn audit --impl NAME --clause ID")
+    unjudged = not_judged(result)
+    if unjudged:
+        lines += ["", "Not judged (must clauses whose every check skipped):"]
+        lines += [f"  {s.name} {c} ({CLAUSES[c].citation}): {msg}" for s, c, msg in unjudged]
     devs = [(s, c) for s in result.subjects for c, r in s.clauses.items() if r.status == "deviation"]
     if devs:
         lines += ["", f"Declared deviations observed: {len(devs)} (see the md, json or html report for each)"]
@@ -150,9 +166,14 @@ def markdown(result: AuditResult) -> str:
     out += ["", "## Declared deviations", ""]
     devs = [(s, c, r) for s in result.subjects for c, r in s.clauses.items() if r.status == "deviation"]
     out += [f"- **{s.name}** `{c}` ({CLAUSES[c].citation}): {_md(r.message)}" for s, c, r in devs] or ["None."]
-    skips = sorted({(c, r.message) for s in result.subjects for c, r in s.clauses.items() if r.status == "skip"})
-    if skips:
-        out += ["", "## Skipped", ""] + [f"- `{c}`: {_md(m)}" for c, m in skips]
+    unjudged = [(s, c, r) for s in result.subjects for c, r in s.clauses.items() if r.status == "not-judged"]
+    if unjudged:
+        out += ["", "## Not judged", "", "Every check of these clauses skipped: no finding either way.", ""]
+        out += [f"- **{s.name}** `{c}` ({CLAUSES[c].severity}): {_md(r.message)}" for s, c, r in unjudged]
+    na = sorted({(c, r.message) for s in result.subjects for c, r in s.clauses.items()
+                 if r.status == "not-applicable"})
+    if na:
+        out += ["", "## Not applicable", ""] + [f"- `{c}`: {_md(m)}" for c, m in na]
     notes = [f"- **{s.name}**: {_md(s.note)}" for s in result.subjects if s.note]
     notes += [f"- **{s.name}** `{c}`: {_md(r.message)}" for s in result.subjects for c, r in s.clauses.items()
               if r.status == "pass" and r.message]
@@ -177,7 +198,7 @@ table{border-collapse:collapse;margin:1em 0}
 td,th{border:1px solid #ccc;padding:3px 6px;font-size:13px}
 th.area{writing-mode:vertical-rl;transform:rotate(180deg);font-weight:normal}
 td.pass{background:#c8e6c9}td.fail,td.error{background:#ef9a9a}td.deviation{background:#ffe082}
-td.unexpected-pass{background:#ce93d8}td.skip{background:#eee;color:#888}td.none{background:#fff}
+td.unexpected-pass{background:#ce93d8}td.not-judged{background:#fff59d}td.not-applicable{background:#eee;color:#888}td.none{background:#fff}
 .ok{color:#1b5e20;font-weight:bold}.bad{color:#b71c1c;font-weight:bold}
 pre{background:#f6f6f6;padding:.5em;white-space:pre-wrap;font-size:12px}
 figure{display:inline-block;margin:0 1em 1em 0;vertical-align:top}figcaption{font-size:12px;max-width:520px}

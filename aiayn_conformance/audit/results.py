@@ -9,13 +9,25 @@ from dataclasses import dataclass, field
 
 from aiayn_conformance import spec
 from aiayn_conformance.spec import CLAUSES
+from aiayn_conformance.spec.clauses import NOT_APPLICABLE
 
-__all__ = ["AuditResult", "BAD", "BROKEN", "ClauseResult", "SCHEMA", "STATUSES", "SubjectResult", "fold"]
+__all__ = ["AuditResult", "BAD", "BROKEN", "ClauseResult", "NOT_APPLICABLE", "OUTCOME", "SCHEMA", "STATUSES",
+           "SubjectResult", "UNJUDGED", "fold"]
 
-STATUSES: tuple[str, ...] = ("pass", "fail", "deviation", "unexpected-pass", "skip", "error")
-BROKEN = ("fail", "deviation", "error")  # statuses that make a subject nonconforming
+# The four outcomes of a clause: passed (a check judged it: "pass"), failed ("fail"; "deviation" when declared,
+# "unexpected-pass" when declared but every check passed), not judged (every check skipped, "not-judged", or one
+# errored, "error": the suite could not check it, which is no finding), and not applicable ("not-applicable": the
+# adapter lacks the capability the clause is about, e.g. no decoding method).
+STATUSES: tuple[str, ...] = ("pass", "fail", "deviation", "unexpected-pass", "not-judged", "not-applicable", "error")
+BROKEN = ("fail", "deviation")  # statuses that make a subject nonconforming: findings
+UNJUDGED = ("not-judged", "error")  # applicable, but no check judged it: never a pass, never a finding
 BAD = ("fail", "error", "unexpected-pass")  # statuses that make the audit exit 1
-SCHEMA = 2  # 2: `conforming` and the verdict's first word are decided by must clauses only
+OUTCOME = {"pass": "passed", "fail": "failed", "deviation": "failed", "unexpected-pass": "passed",
+           "not-judged": "not judged", "error": "not judged", "not-applicable": "not applicable"}
+# 3: four outcomes (statuses not-judged and not-applicable replace skip; `outcome` per clause); errors are not
+# findings; `conforming` needs every applicable must clause judged and passed.
+# 2: `conforming` and the verdict's first word are decided by must clauses only.
+SCHEMA = 3
 
 
 # -- the data ------------------------------------------------------------------------------------------------
@@ -28,7 +40,8 @@ class ClauseResult:
 
     def to_json(self, clause_id: str) -> dict:
         c = CLAUSES[clause_id]
-        return {"status": self.status, "severity": c.severity, "section": c.citation, "message": self.message,
+        return {"status": self.status, "outcome": OUTCOME[self.status], "severity": c.severity,
+                "section": c.citation, "message": self.message,
                 "detail": self.detail, "tests": self.tests}
 
 
@@ -49,15 +62,20 @@ class SubjectResult:
     # Where the subject is written: {"file", "line", "deviations": {clause: line of its declaration}}
     # (aiayn_conformance.audit.locations), so that CI annotations point at the adapter's own lines.
     location: dict = field(default_factory=dict)
+    could_not_audit: str = ""  # why the suite run wrote no results (not one check ran): the audit exits 2
 
     def broken(self, severity: str) -> list[str]:
         return [c for c, r in self.clauses.items() if r.status in BROKEN and CLAUSES[c].severity == severity]
 
+    def unjudged(self, severity: str) -> list[str]:
+        """The applicable clauses of ``severity`` that no check judged (every check skipped or errored)."""
+        return [c for c, r in self.clauses.items() if r.status in UNJUDGED and CLAUSES[c].severity == severity]
+
     @property
     def conforming(self) -> bool:
-        """Available and no ``must`` clause broken; ``should`` clauses do not decide (spec/clauses.py,
-        Severities)."""
-        return not self.unavailable and not self.broken("must")
+        """Available, every applicable ``must`` clause judged, and none broken; ``should`` clauses do not decide
+        (spec/clauses.py, Severities)."""
+        return not self.unavailable and bool(self.clauses) and not self.broken("must") and not self.unjudged("must")
 
     @property
     def verdict(self) -> str:
@@ -66,9 +84,15 @@ class SubjectResult:
         if not self.clauses:
             return "not audited"
         must, should = len(self.broken("must")), len(self.broken("should"))
-        if not must and not should:
-            return "conforming"
-        return f"{'conforming' if self.conforming else 'nonconforming'} ({must} must, {should} should)"
+        unjudged = len(self.unjudged("must"))
+        tail = f"; {unjudged} must not judged" if unjudged else ""
+        if must:
+            return f"nonconforming ({must} must, {should} should{tail})"
+        if unjudged:
+            return f"not judged ({unjudged} must; {should} should broken)"
+        if should:
+            return f"conforming ({must} must, {should} should)"
+        return "conforming"
 
     @property
     def bad(self) -> list[str]:
@@ -78,6 +102,7 @@ class SubjectResult:
         return {"kind": self.kind, "verdict": self.verdict, "conforming": self.conforming,
                 "source": self.source, "summary": self.summary, "seconds": round(self.seconds, 2),
                 "broken": {"must": len(self.broken("must")), "should": len(self.broken("should"))},
+                "not_judged": {"must": len(self.unjudged("must")), "should": len(self.unjudged("should"))},
                 "unavailable": self.unavailable, "note": self.note,
                 "clauses": {c: r.to_json(c) for c, r in self.clauses.items()},
                 **({"learning_curves": self.learning_curves} if self.learning_curves else {}),
@@ -87,7 +112,7 @@ class SubjectResult:
 
     @classmethod
     def from_json(cls, name: str, data: dict) -> SubjectResult:
-        """The subject back from its schema-2 entry (``to_json``); its verdict is recomputed from the clauses."""
+        """The subject back from its schema-3 entry (``to_json``); its verdict is recomputed from the clauses."""
         clauses = {c: ClauseResult(r["status"], r.get("message", ""), r.get("detail", ""), r.get("tests", 0))
                    for c, r in data.get("clauses", {}).items()}
         return cls(name, data["kind"], data.get("source", ""), data.get("summary", ""), clauses=clauses,
@@ -135,28 +160,42 @@ def fold(records: list[dict], deviations: dict[str, str]) -> dict[str, ClauseRes
         def first(*kinds: str, recs: list[dict] = recs) -> dict:
             return next(r for r in recs if r["outcome"] in kinds)
 
-        if "error" in outcomes:
-            r = first("error")
-            out[clause] = ClauseResult("error", r["message"], r["detail"], len(recs))
-        elif clause in deviations:
+        # A failed check is a finding whatever its siblings did; an error (the suite could not check) outranks a
+        # pass, since the clause was not checked whole.
+        if clause in deviations:
             if "xfailed" in outcomes or "failed" in outcomes:
                 r = first("xfailed", "failed")
                 out[clause] = ClauseResult("deviation", f"declared: {deviations[clause]}",
                                            f"observed: {r['detail']}", len(recs))
+            elif "error" in outcomes:
+                r = first("error")
+                out[clause] = ClauseResult("error", r["message"], r["detail"], len(recs))
             elif "passed" in outcomes or "xpassed" in outcomes:
                 out[clause] = ClauseResult("unexpected-pass", f"declared but not observed: {deviations[clause]}",
                                            "every check of this clause passed; remove the declaration or make "
                                            "the suite see the deviation", len(recs))
             else:
-                r = first("skipped")
-                out[clause] = ClauseResult("skip", r["message"], r["detail"], len(recs))
+                out[clause] = _unjudged(recs)
         elif "failed" in outcomes or "xfailed" in outcomes:
             r = first("failed", "xfailed")
             out[clause] = ClauseResult("fail", r["message"], r["detail"], len(recs))
+        elif "error" in outcomes:
+            r = first("error")
+            out[clause] = ClauseResult("error", r["message"], r["detail"], len(recs))
         elif "passed" in outcomes or "xpassed" in outcomes:
             note = "; ".join(dict.fromkeys(r["note"] for r in recs if r.get("note")))  # e.g. a convention found
             out[clause] = ClauseResult("pass", note, "", len(recs))
         else:
-            r = first("skipped")
-            out[clause] = ClauseResult("skip", r["message"], r["detail"], len(recs))
+            out[clause] = _unjudged(recs)
     return out
+
+
+def _unjudged(recs: list[dict]) -> ClauseResult:
+    """A clause whose every check skipped: not applicable when each says so (``NOT_APPLICABLE``), else not
+    judged, with every distinct reason listed in the detail."""
+    reasons = list(dict.fromkeys(r["message"] for r in recs))
+    if all(m.startswith(NOT_APPLICABLE) for m in reasons):
+        return ClauseResult("not-applicable", reasons[0][len(NOT_APPLICABLE):], "\n".join(reasons), len(recs))
+    applicable = [m for m in reasons if not m.startswith(NOT_APPLICABLE)]
+    return ClauseResult("not-judged", applicable[0],
+                        f"no check judged this clause ({len(recs)} skipped):\n" + "\n".join(reasons), len(recs))

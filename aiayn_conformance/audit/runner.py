@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -102,6 +103,17 @@ def _tail(text: str, lines: int = 15) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+def _cause(text: str) -> str:
+    """The line of a failed suite run's output that says why: pytest's ``ERROR: ...`` usage line, else the last
+    ``SomeError: ...`` line, else the last line."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    for ln in lines:
+        if ln.startswith("ERROR:"):
+            return ln[len("ERROR:"):].strip()
+    errors = [ln.lstrip("E ").strip() for ln in lines if re.match(r"^(E\s+)?\w*(Error|Exception)\b.*:", ln)]
+    return errors[-1] if errors else (lines[-1] if lines else "")
+
+
 def run_job(job: Job, *, plugins: list[str], extra: list[str], workdir: Path, timeout: float,
             progress: Progress, stream_output: bool = False, env: dict[str, str] | None = None) -> None:
     """Run the suite for one job and fold its records into ``job.subjects``.
@@ -114,6 +126,9 @@ def run_job(job: Job, *, plugins: list[str], extra: list[str], workdir: Path, ti
     out = workdir / f"run-{abs(hash(job.label))}-{time.monotonic_ns()}.json"
     cmd = [sys.executable, "-m", "pytest", str(suite), "-p", "no:cacheprovider", f"--results-json={out}",
            f"--rootdir={suite.parent}", *job.args, *[f"--plugin={p}" for p in plugins], *extra]
+    # The suite runs in the project's directory: a plugin module named from the caller's directory is looked for
+    # there too (implementations.registry; plugin files are passed as absolute paths: audit.command).
+    env = {**(env or {}), "AIAYN_CALLER_DIR": os.environ.get("AIAYN_CALLER_DIR") or os.getcwd()}
     if not stream_output:
         cmd.append("-q")
     started = time.monotonic()
@@ -153,13 +168,25 @@ def run_job(job: Job, *, plugins: list[str], extra: list[str], workdir: Path, ti
             run_job(part, plugins=plugins, extra=extra, workdir=workdir, timeout=timeout / len(job.parts),
                     progress=progress, stream_output=stream_output, env=env)
         return
-    if records is None or timed_out:
+    try:
+        collected = any(ln.startswith("total ") for ln in progress_file.read_text().splitlines())
+    except OSError:
+        collected = False
+    if timed_out or (records is None and collected):  # the implementation hung or killed the run: not judged
         why = (f"the suite run timed out after {timeout:.0f} s" if timed_out else
-               f"the suite run ended with exit status {proc.returncode} and wrote no results")
+               f"the suite run ended with exit status {proc.returncode} and wrote no results (the checks were "
+               "collected, so the implementation ended the process)")
         tail = _tail((stderr or "") + "\n" + (stdout or ""))
         for subject in job.subjects:
             subject.seconds = elapsed
             subject.clauses = {c: ClauseResult("error", why, tail) for c in CLAUSES}
+        return
+    if records is None:  # not one check was collected: the run could not audit (a plugin that fails to import)
+        cause = _cause((stderr or "") + "\n" + (stdout or ""))
+        for subject in job.subjects:
+            subject.seconds = elapsed
+            subject.could_not_audit = (f"the suite run ended with exit status {proc.returncode} and wrote no "
+                                       f"results" + (f": {cause}" if cause else ""))
         return
     prefix = {"implementation": "impl:", "component": "component:"}
     for subject in job.subjects:

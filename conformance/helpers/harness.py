@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pytest
 import torch
 
-from aiayn_conformance.spec.clauses import get_clause
+from aiayn_conformance.spec.clauses import NOT_APPLICABLE, get_clause
 from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import as_log_probs
 
@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ClauseViolation", "ImplementationError", "CheckTimeout", "checking", "current_clause", "violation",
-    "could_not_check", "build_model", "refused", "call_forward", "output_problem", "first_nonfinite", "run_forward",
-    "as_log_probs", "describe_call", "seeded", "shape_gate", "held_weights",
+    "could_not_check", "not_applicable", "build_model", "refused", "call_forward", "output_problem",
+    "first_nonfinite", "run_forward", "as_log_probs", "describe_call", "seeded", "shape_gate", "held_weights",
 ]
 
 _CLAUSE: contextvars.ContextVar[str | None] = contextvars.ContextVar("aiayn_clause_under_test", default=None)
@@ -127,6 +127,12 @@ def could_not_check(what: str, exc: BaseException | None = None) -> NoReturn:
     detail = f": {type(exc).__name__}: {text.splitlines()[0] if text else ''}" if exc is not None else ""
     raise ImplementationError(f"[{clause.id}] ({clause.citation}) could not be checked: {what}{detail}",
                               clause_id=clause.id, reason=f"{what}{detail}") from exc
+
+
+def not_applicable(reason: str) -> NoReturn:
+    """Skip: the clause under test does not apply to this subject (``reason``: the capability it lacks, e.g. no
+    decoding method). An audit reports such a clause as not applicable, not as not judged."""
+    pytest.skip(f"{NOT_APPLICABLE}{reason}")
 
 
 @contextlib.contextmanager

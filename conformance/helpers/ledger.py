@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import pytest
 
+from aiayn_conformance.spec.clauses import CLAUSES, NOT_APPLICABLE
+
 from .items import is_hypothesis_test
 
-__all__ = ["DeclaredDeviations", "mark_declared"]
+__all__ = ["DeclaredDeviations", "Judgements", "mark_declared"]
 
 
 def mark_declared(item: pytest.Item, subject_name: str, clause_id: str, why: str) -> None:
@@ -46,3 +48,43 @@ class DeclaredDeviations:
     def not_observed(self) -> list[str]:
         """``NAME::clause`` of each declared clause whose every witness check passed."""
         return [key for key, n in self.seen.items() if n == 0 and self.unseen.get(key, 0) > 0]
+
+
+class Judgements:
+    """Per (subject, clause): whether any check judged it (passed, failed, or a declared deviation's witness ran),
+    and otherwise every reason its checks skipped; a pytest plugin object. The terminal summary lists the clauses
+    no check judged apart from those that do not apply (``NOT_APPLICABLE``), as ``aiayn audit`` does."""
+
+    def __init__(self) -> None:
+        self.judged: set[tuple[str, str]] = set()
+        self.reasons: dict[tuple[str, str], list[str]] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        props = dict(report.user_properties)
+        subject, clause = props.get("aiayn_subject"), props.get("clause")
+        if not isinstance(subject, str) or clause not in CLAUSES:
+            return
+        key = (subject, clause)
+        if report.skipped and not hasattr(report, "wasxfail"):
+            longrepr = report.longrepr
+            reason = str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+            reason = reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
+            self.reasons.setdefault(key, [])
+            if reason not in self.reasons[key]:
+                self.reasons[key].append(reason)
+        elif report.failed and (report.when != "call" or props.get("aiayn_status") != "fail"):
+            self.reasons.setdefault(key, []).append("error: the check could not run to a judgement")
+        elif report.when == "call":
+            self.judged.add(key)
+
+    def unjudged(self) -> tuple[list[tuple[str, str, list[str]]], list[tuple[str, str, list[str]]]]:
+        """(not judged, not applicable): (subject, clause, reasons) for each clause no check judged."""
+        not_judged, not_applicable = [], []
+        for key, reasons in self.reasons.items():
+            if key in self.judged:
+                continue
+            if all(r.startswith(NOT_APPLICABLE) for r in reasons):
+                not_applicable.append((*key, reasons))
+            else:
+                not_judged.append((*key, reasons))
+        return sorted(not_judged), sorted(not_applicable)
