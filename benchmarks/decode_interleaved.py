@@ -1,4 +1,4 @@
-"""Cached CPU decoders against CTranslate2, measured interleaved (issue 26): is each at least 1.5x as fast?
+"""Cached CPU decoders against CTranslate2, measured interleaved: is each at least 1.5x as fast?
 
 One model per vocabulary (the reference at the base preset, Table 3, random weights, seed 0; the
 vocabulary 8000 and 37000, shared), one set of sources per batch size (source length 32, no padding).
@@ -43,7 +43,7 @@ own, one at a time, so that no runtime's thread pool shares a process with anoth
 sharing one did at 2 threads); the time is taken around the call in this process, the pipe's share included.
 A decoder's time is the median of its rounds; its ratio is that median
 over CTranslate2's median *in the same cell* (below 1 = faster than CTranslate2). Medians are never
-compared across cells. The target (issue 26): at least 1.5x CTranslate2's tokens per second, i.e. a
+compared across cells. The target: at least 1.5x CTranslate2's tokens per second, i.e. a
 time ratio of at most 0.67, in every cell.
 
 Usage: ``python3 -m benchmarks.decode_interleaved [--quick] [--preset base] [--vocabs 8000,37000]

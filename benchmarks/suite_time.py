@@ -11,8 +11,12 @@ written from the checkout): the project's whole test run, target at most 10 minu
 implementation, against that area's budget (the decode area: 10 s per implementation, the long-horizon issue);
 the shape-limited models are then left out.
 
+``--config base --config big`` times the suite at those sizes (Table 3's presets, or any ``--config`` the audit takes)
+beside TINY's in the same run, per implementation, with each run's peak resident memory, against the size
+targets (base at most 120 s, big at most 300 s on a 2-core CPU).
+
 Usage: ``python -m benchmarks.suite_time [--impl reference,fused,torch-nn] [--repeats N] [--skip-shape-limited]
-[--area AREA] [--test-command]``.
+[--area AREA] [--test-command] [--config SPEC ...]``.
 """
 
 from __future__ import annotations
@@ -65,6 +69,42 @@ def run_once(impl: str, *extra: str, timeout: float = 1800, target: str = "confo
     return seconds, summary, res.returncode
 
 
+SIZE_TARGET_S = {"base": 120.0, "big": 300.0}
+# A fresh interpreter runs the suite as its only child and reports that child's peak resident set (ru_maxrss, KiB).
+_PEAK = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
+         "r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+         "s = time.perf_counter() - t; out = (r.stdout.strip().splitlines() or ['no output'])[-1].strip('= '); "
+         "print(f'{s}\\t{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}\\t{r.returncode}\\t{out}')")
+
+
+def run_at(impl: str, config: str | None, timeout: float = 7200) -> tuple[float, float, int, str]:
+    """(wall s, peak resident GiB, exit status, pytest's summary) of ``pytest conformance/ --impl=IMPL
+    [--config=CONFIG]`` in a fresh process."""
+    cmd = [sys.executable, "-m", "pytest", "conformance/", f"--impl={impl}", "-q", "-p", "no:cacheprovider",
+           *([f"--config={config}"] if config else [])]
+    res = subprocess.run([sys.executable, "-c", _PEAK, *cmd], cwd=ROOT, capture_output=True, text=True,
+                         timeout=timeout)
+    seconds, peak_kib, code, summary = res.stdout.strip().split("\t", 3)
+    return float(seconds), int(peak_kib) / 2**20, int(code), summary
+
+
+def time_sizes(impls: list[str], configs: list[str]) -> int:
+    """Each implementation at TINY and at each of ``configs``, one after the other, in fresh processes."""
+    print("| implementation | configuration | wall s | peak memory GiB | target | result |")
+    print("|---|---|---|---|---|---|")
+    worst = 0
+    for impl in impls:
+        for config in [None, *configs]:
+            seconds, peak, code, summary = run_at(impl, config)
+            budget = SIZE_TARGET_S.get(config or "")
+            verdict = "" if budget is None else ("met" if seconds <= budget else
+                                                 f"missed by {seconds - budget:.0f} s")
+            print(f"| {impl} | {config or 'tiny (default)'} | {seconds:.0f} | {peak:.2f} | "
+                  f"{f'<= {budget:g} s: {verdict}' if budget else ''} | {summary} |", flush=True)
+            worst = max(worst, code)
+    return worst
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.suite_time", description=__doc__.splitlines()[0])
     p.add_argument("--impl", default="reference,fused,torch-nn")
@@ -73,7 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--test-command", action="store_true",
                    help="time the README's test command (the whole test run) instead, target <= 600 s")
     p.add_argument("--area", help="time this area alone (conformance/test_AREA.py), e.g. decode")
+    p.add_argument("--config", action="append", metavar="SPEC",
+                   help="time the suite at these sizes beside TINY's (repeatable: --config base --config big; any "
+                        "--config the audit takes, e.g. base,N=2)")
     args = p.parse_args(argv)
+    if args.config:
+        return time_sizes([s.strip() for s in args.impl.split(",") if s.strip()], args.config)
     if args.test_command:
         return time_test_command()
     if args.area:

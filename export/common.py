@@ -149,7 +149,7 @@ def session(path: str | Path, *, threads: int | None = None, disabled_optimizers
     # onnxruntime's intra-op threads spin after each run by default, taking the cores from what the caller computes
     # between runs (a search's PyTorch ops, its own OpenMP threads): with 2 threads, each runtime alone in its own
     # process, beam 4 over 8 sources decoded in 0.56 of CTranslate2's time with spinning off, 0.95 with it on
-    # (BENCHMARKS.md, issue 26); with one thread there is no pool and nothing changes
+    # (BENCHMARKS.md); with one thread there is no pool and nothing changes
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
         sess = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"],

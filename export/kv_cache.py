@@ -21,7 +21,7 @@ h heads, d_k = d_model / h, N rows (sources, or sources x beams):
     §6.1 limit (a source's length + 50) holds for every source the model accepts.
 
 The step graph is ``CachedStep``: ``reference.decoding.decode_step``'s function on the
-reference model's weights, arranged for a CPU runtime (issue 26): the past is read where
+reference model's weights, arranged for a CPU runtime: the past is read where
 it lies and only the new position's keys and values come out, so no graph copies the
 cache; ``OrtCachedDecoder`` keeps it in preallocated time-major buffers and passes their
 filled prefix. The encoder graph is ``reference.decoding.init_cache``.

@@ -6,7 +6,7 @@ registry loads with the built-ins, so imports still flow one way (tests/test_imp
 imported when a model first decodes, never at registration: where the onnx extra is missing the implementation
 registers as unavailable with the reason.
 
-The fastest conforming CPU decoder of this project (issue 26; ``benchmarks/decode_interleaved.py`` times it against
+The fastest conforming CPU decoder of this project (``benchmarks/decode_interleaved.py`` times it against
 CTranslate2) is not a PyTorch module but two ONNX graphs run by onnxruntime: ``export.kv_cache``'s ``encoder_kv``
 and ``decoder_step`` (the step reads a time-major past where it lies and returns only the new position's keys and
 values; 1/sqrt(d_k) folded into W^Q; Q|K|V one product) driven by ``export.OrtCachedDecoder`` over preallocated
@@ -116,7 +116,7 @@ NOTES = (
     "The reference model whose decoding runs in onnxruntime, on the cached graphs `aiayn export --generation` "
     "writes (`export/kv_cache.py`: a time-major key/value past read where it lies, only the new position's keys "
     "and values returned and written in place by `OrtCachedDecoder`, beams reordered by index): the fastest CPU "
-    "decoder of this project (issue 26, BENCHMARKS.md). The forward, the encoder and the weights are the "
+    "decoder of this project (BENCHMARKS.md). The forward, the encoder and the weights are the "
     "reference's in PyTorch; `begin_decoding`, `decode_step` and `reorder_state` export the graphs from the "
     "model's current weights (again after any change) and run them, and `generate` runs `reference/decoding.py`'s "
     "greedy and beam searches over them, so every `decode.*` clause judges the onnxruntime decoder. It declares "
@@ -130,7 +130,7 @@ def register_implementations(register):
         name="onnxruntime-cached",
         build=build,
         summary="The reference model decoding in onnxruntime on its exported cached graphs (the fastest CPU "
-                "decoder, issue 26); conforming",
+                "decoder); conforming",
         source="aiayn-conformance export/onnxruntime_cached.py, export/kv_cache.py",
         output="logits",
         notes=NOTES,

@@ -12,12 +12,12 @@ __all__ = ["PUBLIC_AUDITS"]
 PUBLIC_AUDITS = """\
 ## Public implementations audited through the scaffold
 
-Three public implementations that no plugin here transcribes (issue 24), audited the way a user audits their own:
+Three public implementations that no plugin here transcribes, audited the way a user audits their own:
 the upstream files checked out at a commit into a scratch folder outside this repository, `aiayn scaffold` run on
 them, the generated plugin edited by hand only where it had to be, then
 `python3 -m pytest conformance/ --plugin=PLUGIN --impl=NAME --results-json=...`. Nothing of theirs is copied here:
 the plugins and the scratch wrappers stayed outside the repository. Each was done twice: with the scaffold of main
-at 9812a22 ("before"), and with the scaffold work of issue 24 merged (branches scaffold-in and scaffold-map, with
+at 9812a22 ("before"), and with the scaffold work merged (branches scaffold-in and scaffold-map, with
 main's `--config`; "after"). A finding below is a check's message, measured against expected, at the suite's
 configurations with canonical weights loaded through the plugin's `load_reference_state`. Clauses not named
 passed, or skipped for a stated reason (no decoding methods: `decode.*` skip; no accelerator: `device.parity`

@@ -1,4 +1,4 @@
-"""``--config`` and ``--weights``: audits at the user's sizes and on the user's trained weights (issue 24, item 4).
+"""``--config`` and ``--weights``: audits at the user's sizes and on the user's trained weights.
 
 The reading of each form and each refusal is tested in process; a few short suite runs (``--clause``) show the
 options at work: a model built only at its own sizes passes model.shape once audited at them, the user's weights

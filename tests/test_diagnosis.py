@@ -168,7 +168,7 @@ def test_the_decoder_is_diagnosed_on_the_implementation_s_own_encoder_output():
         fail_on_variant_departure(impl, CONFIG, hint="")
 
 
-# -- the diagnosis names only what it shows (issue 28) --------------------------------------------------------------
+# -- the diagnosis names only what it shows --------------------------------------------------------------
 def test_a_stacked_model_no_variant_explains_is_unexplained_and_names_no_departure(registry):
     """A learned table (not exposed) and unscaled embeddings: no variant reproduces it. The diagnosis says so, with how
     far the plain reference is off, and attributes nothing: every variant-attributed clause skips with one short

@@ -72,7 +72,7 @@ def test_graph_axes_stay_symbolic_and_the_manifest_describes_them(exported):
 
 def test_sessions_do_not_spin_between_runs(exported):
     """A step decoder's sessions leave the cores to the search between steps: onnxruntime's intra-op threads spin
-    after each run unless told not to (BENCHMARKS.md, issue 26: 0.95 against 0.56 of CTranslate2's time, 2 threads)."""
+    after each run unless told not to (BENCHMARKS.md: 0.95 against 0.56 of CTranslate2's time, 2 threads)."""
     from aiayn_conformance.export import OrtCachedDecoder
 
     out, _, _ = exported

@@ -24,7 +24,7 @@ their output is multiplied by 0 afterwards. No data-dependent Python branch
 is taken, so the model traces and exports as it runs.
 
 Incremental decoding (``begin_decoding``, ``decode_step``, ``reorder_state``,
-``generate``), written for CPU speed (issue 26; ``benchmarks/decode_interleaved.py``
+``generate``), written for CPU speed (``benchmarks/decode_interleaved.py``
 measures it against CTranslate2): a preallocated key/value cache (``FusedCache``):
 per decoder layer the self-attention keys/values of the prefix in time-major
 buffers (capacity, N, h, d_k), written in place at position t (no concatenation
