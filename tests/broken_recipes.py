@@ -99,6 +99,27 @@ class LinearWarmupDecay(Recipe):
         return torch.optim.lr_scheduler.LambdaLR(_unit_lr(optimizer), rate)
 
 
+class RateOnStep:
+    """A schedule that sets Eq. (3)'s rate only when stepped (as toolkits that compute the rate in their training
+    loop's step do): until its first step() the optimizer keeps its own base rate."""
+
+    def __init__(self, optimizer, d_model: int, warmup: int):
+        self.optimizer, self.d_model, self.warmup, self.step_num = optimizer, d_model, warmup, 0
+
+    def step(self) -> None:
+        self.step_num += 1
+        for group in self.optimizer.param_groups:  # BUG: nothing set at construction: update 1 runs at the base rate
+            group["lr"] = lrate(self.step_num, self.d_model, self.warmup)
+
+
+class RateSetWhenStepped(Recipe):
+    def make_optimizer(self, params, train_config):
+        return torch.optim.Adam(params, lr=1e-3, betas=train_config.betas, eps=train_config.adam_eps)  # a base rate
+
+    def make_scheduler(self, optimizer, train_config):
+        return RateOnStep(optimizer, self.config.d_model, train_config.warmup_steps)
+
+
 # -- optimizers -----------------------------------------------------------------------------------------------------
 class AdamDefaults(Recipe):
     def make_optimizer(self, params, train_config):
@@ -199,6 +220,9 @@ BROKEN_RECIPES: dict[str, tuple[Callable[..., nn.Module], str, dict[str, str]]] 
         "train.lr-schedule": "update 1 runs at rate 0 and update k at Eq. (3)'s k - 1"}),
     "lr-clamped-step": (ClampedStep, "step 0 clamped to 1 (the Annotated Transformer's rate())", {
         "train.lr-schedule": "updates 1 and 2 share lrate(1), then one update late"}),
+    "lr-set-when-stepped": (RateSetWhenStepped, "a schedule that sets the rate only in step(): update 1 runs at "
+                            "the optimizer's base rate 1e-3", {
+        "train.lr-schedule": "update 1 at the base rate, update k at Eq. (3)'s k - 1"}),
     "lr-per-epoch": (SteppedPerEpoch, "Eq. (3) stepped once per epoch of 100 updates", {
         "train.lr-schedule": "the rate changes every 100 updates",
         LEARNS: "the first 100 updates run at lrate(1), about 3e-4: too little to learn in 150 updates"}),
