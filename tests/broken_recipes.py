@@ -214,6 +214,14 @@ class LabelsShiftedToo(Recipe):
         return decoder_input, labels
 
 
+class EosAsPadding(Recipe):
+    def make_batch(self, target, bos_id):
+        decoder_input, labels = super().make_batch(target, bos_id)
+        # not a bug: every end symbol of the decoder input becomes padding (a toolkit's batching does this); in real
+        # targets the end symbol is the last token, so in the decoder input it only ever sits past the end
+        return decoder_input.masked_fill(decoder_input == 2, self.config.pad_id), labels
+
+
 # name -> (class, bug, {clause: why})
 BROKEN_RECIPES: dict[str, tuple[Callable[..., nn.Module], str, dict[str, str]]] = {
     "lr-step-from-zero": (StepFromZero, "LambdaLR on the raw counter: step_num 0 at the first update", {
@@ -261,6 +269,8 @@ BROKEN_RECIPES: dict[str, tuple[Callable[..., nn.Module], str, dict[str, str]]] 
     "slice-without-bos": (SliceWithoutBos, "trg[:, :-1] / trg[:, 1:] on a target without BOS", {
         "train.shift": "no start symbol, and the first target token is never predicted",
         LEARNS: "greedy decoding starts from a BOS it never trained on"}),
+    "eos-as-padding": (EosAsPadding, "the decoder input's end symbols turned into padding (no departure: real "
+                       "targets hold the end symbol last only)", {}),
     "labels-shifted-too": (LabelsShiftedToo, "BOS + target[:, :-1] as input and target[:, 1:] as labels", {
         "train.shift": "position i is trained to predict target token i + 1",
         LEARNS: "greedy decoding emits each token one position early"}),
