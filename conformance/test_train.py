@@ -44,7 +44,7 @@ from .helpers.harness import (
     run_forward,
     violation,
 )
-from .helpers.inputs import fitted, random_tokens, witness_batch
+from .helpers.inputs import fitted, target_tokens, witness_batch
 from .helpers.learning import (
     CONFORMING_RANGE,
     LOCKSTEP_UPDATES,
@@ -522,8 +522,8 @@ def test_appended_padding_changes_no_loss_and_no_gradient(impl: Implementation, 
 @pytest.mark.clause("train.shift")
 def test_decoder_input_is_the_target_shifted_right(adapter: Any, config: ModelConfig) -> None:
     require(adapter, "make_batch", "target, bos_id")
-    target = random_tokens(config, [5, 3, 1], 5, vocab=config.tgt_vocab, seed=21)
-    target = target.masked_fill(target == BOS, BOS + 1)  # no start symbol inside the target
+    # a target as batching makes it: ordinary tokens, the end symbol last, then padding (no special symbol inside)
+    target = target_tokens(config, [5, 3, 1], 5, vocab=config.tgt_vocab, seed=21)
     made = call("make_batch(target, bos_id)", adapter.make_batch, target.clone(), BOS)
     call_text = f"make_batch(target {target.tolist()}, bos_id={BOS})"
     if not isinstance(made, (tuple, list)) or len(made) != 2:

@@ -99,6 +99,27 @@ class LinearWarmupDecay(Recipe):
         return torch.optim.lr_scheduler.LambdaLR(_unit_lr(optimizer), rate)
 
 
+class RateOnStep:
+    """A schedule that sets Eq. (3)'s rate only when stepped (as toolkits that compute the rate in their training
+    loop's step do): until its first step() the optimizer keeps its own base rate."""
+
+    def __init__(self, optimizer, d_model: int, warmup: int):
+        self.optimizer, self.d_model, self.warmup, self.step_num = optimizer, d_model, warmup, 0
+
+    def step(self) -> None:
+        self.step_num += 1
+        for group in self.optimizer.param_groups:  # BUG: nothing set at construction: update 1 runs at the base rate
+            group["lr"] = lrate(self.step_num, self.d_model, self.warmup)
+
+
+class RateSetWhenStepped(Recipe):
+    def make_optimizer(self, params, train_config):
+        return torch.optim.Adam(params, lr=1e-3, betas=train_config.betas, eps=train_config.adam_eps)  # a base rate
+
+    def make_scheduler(self, optimizer, train_config):
+        return RateOnStep(optimizer, self.config.d_model, train_config.warmup_steps)
+
+
 # -- optimizers -----------------------------------------------------------------------------------------------------
 class AdamDefaults(Recipe):
     def make_optimizer(self, params, train_config):
@@ -193,12 +214,23 @@ class LabelsShiftedToo(Recipe):
         return decoder_input, labels
 
 
+class EosAsPadding(Recipe):
+    def make_batch(self, target, bos_id):
+        decoder_input, labels = super().make_batch(target, bos_id)
+        # not a bug: every end symbol of the decoder input becomes padding (a toolkit's batching does this); in real
+        # targets the end symbol is the last token, so in the decoder input it only ever sits past the end
+        return decoder_input.masked_fill(decoder_input == 2, self.config.pad_id), labels
+
+
 # name -> (class, bug, {clause: why})
 BROKEN_RECIPES: dict[str, tuple[Callable[..., nn.Module], str, dict[str, str]]] = {
     "lr-step-from-zero": (StepFromZero, "LambdaLR on the raw counter: step_num 0 at the first update", {
         "train.lr-schedule": "update 1 runs at rate 0 and update k at Eq. (3)'s k - 1"}),
     "lr-clamped-step": (ClampedStep, "step 0 clamped to 1 (the Annotated Transformer's rate())", {
         "train.lr-schedule": "updates 1 and 2 share lrate(1), then one update late"}),
+    "lr-set-when-stepped": (RateSetWhenStepped, "a schedule that sets the rate only in step(): update 1 runs at "
+                            "the optimizer's base rate 1e-3", {
+        "train.lr-schedule": "update 1 at the base rate, update k at Eq. (3)'s k - 1"}),
     "lr-per-epoch": (SteppedPerEpoch, "Eq. (3) stepped once per epoch of 100 updates", {
         "train.lr-schedule": "the rate changes every 100 updates",
         LEARNS: "the first 100 updates run at lrate(1), about 3e-4: too little to learn in 150 updates"}),
@@ -237,6 +269,8 @@ BROKEN_RECIPES: dict[str, tuple[Callable[..., nn.Module], str, dict[str, str]]] 
     "slice-without-bos": (SliceWithoutBos, "trg[:, :-1] / trg[:, 1:] on a target without BOS", {
         "train.shift": "no start symbol, and the first target token is never predicted",
         LEARNS: "greedy decoding starts from a BOS it never trained on"}),
+    "eos-as-padding": (EosAsPadding, "the decoder input's end symbols turned into padding (no departure: real "
+                       "targets hold the end symbol last only)", {}),
     "labels-shifted-too": (LabelsShiftedToo, "BOS + target[:, :-1] as input and target[:, 1:] as labels", {
         "train.shift": "position i is trained to predict target token i + 1",
         LEARNS: "greedy decoding emits each token one position early"}),

@@ -102,6 +102,26 @@ def test_the_schedule_runs_every_position_with_rows_finishing_and_reorders_in_th
         assert src_of != rep.src_rows[t - 1].tolist(), "reorders move rows across sources"
 
 
+def test_the_streams_are_what_a_search_feeds():
+    """Every row's prefix, at every step, is the start symbol, ordinary tokens, and (once finished) the end symbol
+    followed by padding only: no end symbol inside a stream, no padding before one."""
+    sched = incremental_schedule(CFG)
+    rep = replay(sched, CFG.pad_id)
+    bos, eos, pad = 1, 2, CFG.pad_id
+    ended = 0
+    for prefix in rep.prefixes:
+        for row in prefix.tolist():
+            assert row[0] == bos and bos not in row[1:], row
+            body = row[1:]
+            if eos in body:
+                cut = body.index(eos)
+                assert all(t == pad for t in body[cut + 1:]), row
+                ended += 1
+                body = body[:cut]
+            assert eos not in body and pad not in body, row
+    assert ended, "rows finish with the end symbol"
+
+
 def test_the_reference_cache_is_no_variant_and_each_variant_differs_from_it():
     torch.manual_seed(0)
     twin = Transformer(CFG).eval()

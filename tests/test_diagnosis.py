@@ -26,7 +26,18 @@ from aiayn_conformance.conformance.helpers.transplant import (
     transplanted,
     visible_state,
 )
-from aiayn_conformance.conformance.helpers.variants import KNOBS, MAX_VARIANTS, Knobs, diagnose, run_variant
+from aiayn_conformance.conformance.helpers.variants import (
+    IMPROVEMENT,
+    KNOBS,
+    MAX_VARIANTS,
+    Diagnosis,
+    Knobs,
+    Parts,
+    _helpers,
+    _moves,
+    diagnose,
+    run_variant,
+)
 from aiayn_conformance.implementations import Implementation, get_registry
 from aiayn_conformance.reference.model import Transformer, padding_mask
 from aiayn_conformance.spec.config import TINY as CONFIG
@@ -244,3 +255,28 @@ def test_an_unexplained_model_lists_only_departures_that_helped_on_their_own():
     assert not diag.exact and diag.knobs == Knobs() and diag.tried <= 80 + len(KNOBS) * 5
     assert all("instead of" in h for h in diag.helped)
     assert diag.distance == diag.baseline
+
+
+def test_an_unexplained_model_lists_only_departures_that_remove_most_of_the_difference():
+    """A single departure is listed beside an unexplained model only when on its own it removes most of the
+    difference (more than IMPROVEMENT, half, of the mean |diff|), the one removing the most first: one that removes
+    15% or 45% is no finding, and the list reads as measurements, not attributions."""
+    moves = _moves(Knobs(), Parts())
+    removed = {moves[0]: 0.15, moves[1]: 0.55, moves[2]: 0.45, moves[3]: 0.8}
+    baseline = 2.0
+
+    def measure(knobs):
+        return baseline * (1 - removed.get(knobs, 0.0)), False, ""
+
+    helped = _helpers(measure, Parts(), baseline)
+    assert IMPROVEMENT == 0.5
+    assert [h.split(" (removes")[0] for h in helped] == [moves[3].describe(), moves[1].describe()], helped
+    assert helped[0].endswith("(removes 80%: mean |diff| 0.4 instead of 2)"), helped
+    diag = Diagnosis(Knobs(), exact=False, distance=baseline, detail="max |diff| = 3; ...", tried=9,
+                     baseline=baseline, helped=helped)
+    said = explanation(diag)
+    assert ("single departures that each remove most of the difference (more than 50% of the mean |diff|) on their "
+            "own, the one removing the most first (measurements, not attributions): ") in said, said
+    diag.helped = ()
+    assert explanation(diag).endswith("; no single departure removes most of the difference (more than 50% of the "
+                                      "mean |diff|) on its own"), explanation(diag)

@@ -156,6 +156,23 @@ def test_a_mapping_the_probe_cannot_prove_is_marked_line_by_line(key):
     assert all('"encoder.' in ln or "f\"encoder." in ln for ln in unmarked) if proved_encoder else not unmarked
 
 
+def test_a_projection_shared_by_every_head_is_named_as_such():
+    """queries / keys / values as [d_k, d_k] linears applied to every head's slice: the scaffold says each is one
+    projection shared by every head, which cannot hold the paper's per-head W^Q_i, not that none was found; the
+    plugin refuses to load the canonical q, k and v with that reason."""
+    text = render(scaffold(f"{PKG}.shared_heads:Seq2Seq", "sm-shared-heads"))
+    for x, word in (("q", "queries"), ("k", "keys"), ("v", "values")):
+        note = (f"# CHECK: the {x} projection attn.{word}.weight [8, 8] is shared by every head (one weight applied "
+                f"to each head's slice), so it cannot hold the paper's per-head W^{x.upper()}_i")
+        assert note in text, f"no note naming attn.{word}.weight as shared by every head in:\n{text}"
+    assert "projection found" not in text.split("def load_reference_state")[1], text
+    module = types.ModuleType("scaffold_map_shared_heads")
+    exec(compile(text, "<scaffold of shared-heads>", "exec"), module.__dict__)
+    with pytest.raises(ValueError, match=r"^encoder\.0\.self_attn\.q\.weight is not mapped yet \(the q projection "
+                                         r"attn\.queries\.weight \[8, 8\] is shared by every head"):
+        module.Adapter(TINY).load_reference_state(visible_state(TINY))
+
+
 def test_hugging_face_names_the_old_bug_reproduced_and_now_caught(monkeypatch):
     """With "proj" among the output words (as an older table had it), q_proj / k_proj / v_proj were ambiguous and the
     registration order (k, v, q as BartAttention registers them) mapped q <- k_proj; the value probe now refuses to

@@ -177,6 +177,18 @@ def test_schedule_diagnosis_names_the_departure(name, fn, words):
     assert found is not None and words in found[0], (name, found)
 
 
+@pytest.mark.parametrize("first, fits, misfits", [
+    (0.0, "step_num counted from 0", ""),
+    (1e-3, "the optimizer's own (base) rate", "step_num counted from 0"),
+])
+def test_the_one_update_late_hint_fits_what_update_1_ran_at(first, fits, misfits):
+    """Update k at Eq. (3)'s step k - 1: a step counted from 0 runs update 1 at rate 0 (Eq. (3)'s step 0); a base
+    rate left by a schedule that sets the rate only when stepped is no step of Eq. (3), and is not named as one."""
+    measured, hint = diagnose_schedule(_trace(lambda k: first if k == 1 else lrate(k - 1, 32)), 32, 4000)
+    assert "one update late" in measured and fits in hint
+    assert not misfits or not hint.startswith(misfits), hint
+
+
 def test_optimizer_probe_sees_each_hyperparameter():
     def probe(make):
         param = torch.nn.Parameter(torch.ones(8, dtype=torch.float64))

@@ -145,10 +145,33 @@ def _attention_lines(canon: str, g: str, role: str, why: str, weights: list[str]
     for x in ("q", "k", "v", "o"):
         if x in proj:
             lines.append((f"{canon}.{role}.{x}.weight", proj[x], why))
-    for x in ("q", "k", "v", "o"):
-        if x not in proj and not packed and not (kv and x in "kv"):
+    missing = [x for x in ("q", "k", "v", "o") if x not in proj and not packed and not (kv and x in "kv")]
+    shared = _shared_head_projections(g, [x for x in missing if x != "o"], shape, d)
+    for x in missing:
+        if x in shared:
+            w = shared[x]
+            lines.append((f"{canon}.{role}.{x}.weight", "", f"the {x} projection {w} {list(shape[w])} is shared by "
+                          f"every head (one weight applied to each head's slice), so it cannot hold the paper's "
+                          f"per-head W^{x.upper()}_i (d_model x d_k each, §3.2.2): no [d_model, d_model] weight to "
+                          "map"))
+        else:
             lines.append((f"{canon}.{role}.{x}.weight", "", f"no {x} projection found in {g}"))
     return lines
+
+
+def _shared_head_projections(g: str, missing: list[str], shape: dict[str, tuple[int, ...]], d: int) -> dict[str, str]:
+    """q, k, v (of ``missing``) -> a head-sized weight of group ``g`` ([d_k, d_k] or [d_k, d_model], d_k dividing
+    d_model) applied to every head instead of the paper's per-head projections: by name, else by registration
+    order when their count fits."""
+    small = [n for n, s in shape.items() if n.startswith(f"{g}.") and n.endswith("weight") and len(s) == 2
+             and s[0] < d and d % s[0] == 0 and s[1] in (s[0], d)]
+    found = _named_projections(g, small)
+    found = {x: w for x, w in found.items() if x in missing}
+    rest = [w for w in small if w not in found.values()]
+    left = [x for x in missing if x not in found]
+    if left and len(rest) == len(left):
+        found.update(zip(left, rest))
+    return found
 
 
 # -- feed-forward network and norms --------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from aiayn_conformance.spec.contract import STEP_DECODING_METHODS, has_capabilit
 from aiayn_conformance.spec.decoding import TRANSLATION
 
 from .harness import CheckTimeout, ImplementationError, as_log_probs, could_not_check, run_forward
-from .inputs import random_tokens
+from .inputs import EOS_ID, ordinary_ids, random_tokens
 
 __all__ = [
     "PAPER", "ForwardScores", "TwinScores", "call_generate", "checked_tokens", "rows_of", "missing_step_methods",
@@ -384,7 +384,8 @@ class Schedule:
     ``expand``: the rows after ``begin_decoding`` (as beam search expands sources to beams).
     ``tokens``: per step, the token fed to each row (``pad_id`` for a row that has finished).
     ``reorders``: step -> indices applied with ``reorder_state`` before that step's tokens.
-    ``finishes``: row -> the step from which it is fed padding (until a reorder replaces it, or to the end).
+    ``finishes``: row -> the step from which it is fed padding, having been fed the end symbol the step before
+    (until a reorder replaces it, or to the end).
     """
 
     src: Tensor  # (B, S)
@@ -421,8 +422,9 @@ def incremental_schedule(config: ModelConfig, *, bos_id: int = PAPER.bos_id,
                          steps: int | None = None, seed: int = 22) -> Schedule:
     """Three right-padded sources (real lengths 6, 3, 1) expanded to two rows each, fed ``steps`` tokens
     (default ``config.max_len``: every position the model has, far past any window a cache might keep) from the
-    start symbol. Rows finish early as searches make them: row 3 at step 3 (then dropped), row 1 at the first
-    quarter (fed padding to the end, as greedy search feeds a finished row), row 5 at two thirds (then dropped).
+    start symbol, then ordinary tokens (no start or end symbol, no padding). Rows finish early as searches make
+    them, fed the end symbol and then padding: row 3 at step 3 (then dropped), row 1 at the first quarter (fed
+    padding to the end, as greedy search feeds a finished row), row 5 at two thirds (then dropped).
     Four reorders in the middle (before steps 4, a quarter, a half and three quarters in) draw each new row from
     the rows still going on, across sources, with repeats and drops, as beam search does; the row finished for
     good stays in place."""
@@ -431,11 +433,17 @@ def incremental_schedule(config: ModelConfig, *, bos_id: int = PAPER.bos_id,
     expand = torch.tensor([0, 0, 1, 1, 2, 2])
     n = expand.numel()
     g = torch.Generator().manual_seed(seed)
-    tokens = torch.randint(1, config.tgt_vocab, (steps, n), generator=g)
-    tokens[tokens == config.pad_id] = bos_id
+    ordinary = ordinary_ids(config, config.tgt_vocab)  # no start or end symbol, no padding
+    tokens = ordinary[torch.randint(0, ordinary.numel(), (steps, n), generator=g)]
     tokens[0] = bos_id
-    finishes = {r: t for r, t in ((3, 3), (STAYS, steps // 4 - 2), (5, 2 * steps // 3)) if 0 < t < steps}
-    at = sorted({t for t in (4, steps // 4, steps // 2 + 1, 3 * steps // 4 + 2) if 0 < t < steps})
+    # a row fed padding from step t was fed the end symbol at step t - 1 (so none finishes before step 2)
+    finishes = {r: t for r, t in ((3, 3), (STAYS, steps // 4 - 2), (5, 2 * steps // 3)) if 1 < t < steps}
+    at = set()
+    for t in (4, steps // 4, steps // 2 + 1, 3 * steps // 4 + 2):
+        while t in finishes.values() or t in at:  # no reorder at a finish: the row finishing is the one fed EOS
+            t += 1
+        if 0 < t < steps:
+            at.add(t)
     reorders: dict[int, Tensor] = {}
     done = torch.zeros(n, dtype=torch.bool)  # the row's lineage has finished: it is fed padding
     for t in range(steps):
@@ -446,7 +454,9 @@ def incremental_schedule(config: ModelConfig, *, bos_id: int = PAPER.bos_id,
                 idx[STAYS] = STAYS
             reorders[t] = idx
             done = done[idx]
-        done |= torch.tensor([finishes.get(r) == t for r in range(n)])
+        ends = torch.tensor([finishes.get(r) == t for r in range(n)])
+        tokens[t - 1][ends & ~done] = EOS_ID  # the end symbol, then padding: what a search feeds a finished row
+        done |= ends
         tokens[t][done] = config.pad_id
     return Schedule(src, expand, tokens, reorders, finishes)
 

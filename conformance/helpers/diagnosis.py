@@ -166,7 +166,7 @@ def diagnosis_of(impl: Implementation, config: ModelConfig) -> Diagnosis:
 def explanation(diag: Diagnosis) -> str:
     """One line: what the implementation computes, as the variant search has shown it, with the chain of the
     implementation's own parts it took to get there; or "unexplained" with how far off, after how many
-    variants, and the departures that helped on their own."""
+    variants, and the single departures that each removed most of the difference on their own."""
     after = f"after substituting {' and then '.join(diag.substituted)}, " if diag.substituted else ""
     if diag.matches_paper:
         if after:
@@ -179,10 +179,10 @@ def explanation(diag: Diagnosis) -> str:
     also = f" (also tried with {' and with '.join(diag.searched)} substituted)" if diag.searched else ""
     bounded = f", where the search's budget of {MAX_VARIANTS} ran out" if diag.bounded else ""
     off = diag.detail.split(";")[0]
-    helped = ("; no single departure brings the paper's model closer by "
-              f"{IMPROVEMENT:.0%}" if not diag.helped else
-              f"; single departures that each bring the paper's model closer by {IMPROVEMENT:.0%} or more on their "
-              f"own (measured, not attributed): {'; '.join(diag.helped)}")
+    most = f"most of the difference (more than {IMPROVEMENT:.0%} of the mean |diff|)"
+    helped = (f"; no single departure removes {most} on its own" if not diag.helped else
+              f"; single departures that each remove {most} on their own, the one removing the most first "
+              f"(measurements, not attributions): {'; '.join(diag.helped)}")
     return (f"unexplained: off by {off} (mean |diff| {diag.distance:.3g}) after {diag.tried} variants{also}{bounded}: "
             f"no variant reproduces the implementation with each of its departures needed{helped}")
 

@@ -32,6 +32,41 @@ def random_tokens(config: ModelConfig, lengths: list[int], total: int, *, vocab:
     return ids
 
 
+BOS_ID, EOS_ID = 1, 2  # the start and end symbols the training and decoding witnesses use (DecodeConfig's defaults)
+
+
+def ordinary_ids(config: ModelConfig, vocab: int) -> torch.Tensor:
+    """The ids of ``vocab`` that are no special symbol: not the start symbol, the end symbol or the pad id."""
+    ids = torch.tensor([t for t in range(vocab) if t not in (BOS_ID, EOS_ID, config.pad_id)], dtype=torch.long)
+    if ids.numel() == 0:
+        raise ValueError(f"a vocabulary of {vocab} holds only special symbols")
+    return ids
+
+
+def ordinary_tokens(config: ModelConfig, lengths: list[int], total: int, *, vocab: int, seed: int,
+                    generator: torch.Generator | None = None) -> torch.Tensor:
+    """Right-padded [len(lengths), total] ids; row b has lengths[b] real tokens, all ordinary (no start or end
+    symbol and no padding among them, see :func:`ordinary_ids`)."""
+    g = torch.Generator().manual_seed(seed) if generator is None else generator
+    pool = ordinary_ids(config, vocab)
+    ids = pool[torch.randint(0, pool.numel(), (len(lengths), total), generator=g)]
+    for b, n in enumerate(lengths):
+        ids[b, n:] = config.pad_id
+    return ids
+
+
+def target_tokens(config: ModelConfig, lengths: list[int], total: int, *, vocab: int, seed: int,
+                  generator: torch.Generator | None = None) -> torch.Tensor:
+    """Targets as a toolkit's batching makes them: row b holds lengths[b] real tokens, ordinary ones and then the
+    end symbol (``EOS_ID``) as its last, then padding; the end symbol nowhere else (a row of length 1 is the end
+    symbol alone, an empty sentence)."""
+    ids = ordinary_tokens(config, lengths, total, vocab=vocab, seed=seed, generator=generator)
+    for b, n in enumerate(lengths):
+        if n > 0:
+            ids[b, n - 1] = EOS_ID
+    return ids
+
+
 def fitted(src: torch.Tensor, tgt: torch.Tensor, config: ModelConfig, *, src_room: int = 0,
            tgt_room: int = 0, min_batch: int = 1, keep: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor]:
     """A witness (src, tgt) at shapes the implementation under test accepts: unchanged when it accepts them

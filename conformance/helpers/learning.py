@@ -32,6 +32,7 @@ from aiayn_conformance.spec.contract import has_capability
 from aiayn_conformance.spec.training import TrainConfig
 
 from .harness import as_log_probs, build_model, seeded
+from .inputs import ordinary_tokens, target_tokens
 from .recipe import Recipe, recipe_for
 from .transplant import load_into
 
@@ -272,17 +273,11 @@ class Lockstep:
 
 
 def lockstep_batches(config: ModelConfig, k: int = LOCKSTEP_UPDATES) -> list[tuple[Tensor, Tensor]]:
-    """``k`` seeded, right-padded (source [4, 7], target [4, 6]) batches over ``config``'s vocabularies; no start
-    symbol inside a target."""
-    def tokens(lengths: list[int], total: int, vocab: int, seed: int) -> Tensor:
-        g = torch.Generator().manual_seed(seed)
-        ids = torch.randint(FIRST_SYMBOL, vocab, (len(lengths), total), generator=g)
-        for b, n in enumerate(lengths):
-            ids[b, n:] = config.pad_id
-        return ids
-
-    return [(tokens([7, 4, 2, 6], 7, config.src_vocab, 100 + i), tokens([5, 3, 1, 6], 6, config.tgt_vocab, 200 + i))
-            for i in range(k)]
+    """``k`` seeded, right-padded (source [4, 7], target [4, 6]) batches over ``config``'s vocabularies, as a
+    toolkit's batching makes them: ordinary tokens (no start or end symbol, no padding inside), and each target's
+    last real token the end symbol."""
+    return [(ordinary_tokens(config, [7, 4, 2, 6], 7, vocab=config.src_vocab, seed=100 + i),
+             target_tokens(config, [5, 3, 1, 6], 6, vocab=config.tgt_vocab, seed=200 + i)) for i in range(k)]
 
 
 def reference_initial_state(config: ModelConfig, seed: int = 0) -> dict[str, Tensor]:

@@ -70,8 +70,13 @@ def diagnose_schedule(rates: Iterable[float], d_model: int, warmup: int) -> tupl
             return (f"one update late: update k runs at Eq. (3)'s step k - 1, and updates 1 and 2 share lrate(1); "
                     f"{table}", "step_num counted from 0 with step 0 clamped to 1 (as the Annotated Transformer's "
                                 "rate() does)")
-        return (f"one update late: update 1 runs at {r[0].item():.4g} and update k at Eq. (3)'s step k - 1; {table}",
-                "step_num counted from 0: the first update runs at Eq. (3)'s step 0 (count updates from 1)")
+        measured = f"one update late: update 1 runs at {r[0].item():.4g} and update k at Eq. (3)'s step k - 1; {table}"
+        if r[0].item() == 0.0:  # Eq. (3)'s step 0 (its step_num * warmup^-1.5 term)
+            return measured, "step_num counted from 0: the first update runs at Eq. (3)'s step 0 (count updates from 1)"
+        return (measured, f"update 1 ran at the optimizer's own (base) rate {r[0].item():.4g}, which is no step of "
+                          "Eq. (3): a schedule that sets the rate only when stepped (after each update) leaves the "
+                          "first update at the rate the optimizer was built with (set Eq. (3)'s step 1 when the "
+                          "schedule is built, and step k + 1 when it is stepped after update k)")
     if _close(r, eq3(k + 1, d_model, warmup)):
         return (f"one update early: update k runs at Eq. (3)'s step k + 1; {table}",
                 "the scheduler is stepped before each update instead of after it")
