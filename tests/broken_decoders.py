@@ -249,6 +249,78 @@ class MaxLenT2TDefault(Searching):
         return self.search(src, bos_id=bos_id, eos_id=eos_id, beam_size=beam_size, alpha=alpha, max_len=max_len)
 
 
+class BeamPadFirst(Searching):
+    """Beam search that returns the decoder's start symbol with each output, the start symbol being the padding id
+    (as T5 and BART-style decoders start from the pad token): every row begins with padding."""
+
+    def generate(self, src, *, bos_id, eos_id, beam_size=4, alpha=0.6, max_len=None):  # type: ignore[override]
+        out = self.search(src, bos_id=bos_id, eos_id=eos_id, beam_size=beam_size, alpha=alpha, max_len=max_len)
+        if beam_size == 1:
+            return out
+        start = torch.full((out.size(0), 1), self.config.pad_id, dtype=out.dtype)
+        return torch.cat([start, out], dim=1)  # BUG: the start (pad) symbol kept as the first output token
+
+
+class MinLengthOne:
+    """The reference's cached decoder with a minimum output length of 1, the libraries' way: at the first step the
+    end symbol's log-probability is -inf and the rest are not renormalized (its mass goes to padding, which the
+    search drops)."""
+
+    def __init__(self, model: Transformer, eos_id: int):
+        self.model, self.eos_id = model, eos_id
+
+    def begin_decoding(self, src: Tensor):
+        return self.model.begin_decoding(src), True
+
+    def decode_step(self, state, tokens: Tensor):
+        cache, first = state
+        logits, cache = self.model.decode_step(cache, tokens)
+        if first:  # BUG: the end symbol may not be the first output token
+            logp = torch.log_softmax(logits.double(), dim=-1)
+            pad = self.model.config.pad_id
+            logp[:, pad] = torch.logaddexp(logp[:, pad], logp[:, self.eos_id])
+            logp[:, self.eos_id] = -math.inf
+            logits = logp
+        return logits, (cache, False)
+
+    def reorder_state(self, state, indices: Tensor):
+        return self.model.reorder_state(state[0], indices), state[1]
+
+
+class BeamEosForbiddenFirst(Searching):
+    def generate(self, src, *, bos_id, eos_id, beam_size=4, alpha=0.6, max_len=None):  # type: ignore[override]
+        if beam_size == 1:
+            return super().generate(src, bos_id=bos_id, eos_id=eos_id, beam_size=1, max_len=max_len)
+        return beam_search(MinLengthOne(self, eos_id), src, bos_id=bos_id, eos_id=eos_id, pad_id=self.config.pad_id,
+                           beam_size=beam_size, alpha=alpha, max_len=max_len).tokens
+
+
+class GreedyNotFrozen(Searching):
+    """Greedy search as often written by hand: ``while not finished.all()``, every row fed its own argmax, a row
+    finished once it has emitted the end symbol; its later tokens are kept (no padding after the end symbol). Each
+    row still stops at its own length limit."""
+
+    @torch.no_grad()
+    def generate(self, src, *, bos_id, eos_id, beam_size=4, alpha=0.6, max_len=None):  # type: ignore[override]
+        if beam_size != 1:
+            return super().generate(src, bos_id=bos_id, eos_id=eos_id, beam_size=beam_size, alpha=alpha,
+                                    max_len=max_len)
+        pad = self.config.pad_id
+        limits = output_limits(src, pad, max_len=max_len)
+        state, tokens = self.begin_decoding(src), torch.full((src.size(0),), bos_id, dtype=torch.long)
+        finished = limits <= 0
+        out: list[Tensor] = []
+        for t in range(int(limits.max())):
+            if bool(finished.all()):
+                break
+            logits, state = self.decode_step(state, tokens)
+            logits[:, pad] = -math.inf
+            tokens = logits.argmax(dim=-1)
+            out.append(tokens.masked_fill(t >= limits, pad))  # rows past their own limit are padded ...
+            finished = finished | (tokens == eos_id) | (t + 1 >= limits)  # BUG: ... but not rows that ended
+        return torch.stack(out, dim=1) if out else src.new_full((src.size(0), 0), pad)
+
+
 # name -> (build, output, bug, {clause: why})
 BROKEN_DECODERS: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, str]]] = {
     "positions-restart": (PositionsRestart, "logits", "cached decoding embeds every new token at position 0", {
@@ -273,6 +345,14 @@ BROKEN_DECODERS: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, d
               "settle on one repeated token before 8 tokens, which the window does not change)"}),
     "greedy-no-eos-stop": (GreedyNoEosStop, "logits", "greedy decoding never stops at the end symbol", {
         GREEDY: "rows keep growing after EOS"}),
+    "greedy-not-frozen": (GreedyNotFrozen, "logits", "greedy decoding goes on feeding and keeping a row's tokens after "
+                          "its end symbol until every row has ended", {
+        GREEDY: "a finished row is not padded: tokens follow its end symbol"}),
+    "beam-pad-first": (BeamPadFirst, "logits", "beam search returns the pad start symbol as the first output token", {
+        BEAM: "every output begins with the padding id"}),
+    "beam-eos-forbidden-first": (BeamEosForbiddenFirst, "logits", "beam search forbids the end symbol at the first "
+                                 "step (minimum length 1)", {
+        BEAM: "where the one-token output [end] is the best, another is returned"}),
     "length-power": (LengthPower, "logits", "beam search ranks by log_probs / |Y|^alpha", {
         BEAM: "the penalty of fairseq and CTranslate2, not GNMT's"}),
     "no-length-penalty": (NoLengthPenalty, "logits", "beam search ignores alpha", {
