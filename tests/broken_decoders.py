@@ -85,7 +85,8 @@ class BuggyCache:
     reference's ``KVCache``, t), t counting the tokens fed, since a windowed cache holds fewer positions.
 
     ``bug``: "window" keeps only the last ``WINDOW`` self-attention keys/values; "restart" embeds every new token
-    at position 0; "self-not-reordered" leaves the self-attention cache behind when beams are reordered."""
+    at position 0; "self-not-reordered" leaves the self-attention cache behind when beams are reordered;
+    "cross-unmasked" attends over the cached source keys without the source padding mask."""
 
     def __init__(self, model: Transformer, bug: str):
         self.model, self.bug = model, bug
@@ -104,7 +105,8 @@ class BuggyCache:
             if self.bug == "window":
                 k, v = k[:, :, -WINDOW:], v[:, :, -WINDOW:]
             y = layer.norm1(y + _attend(sa, y, k, v, None))
-            y = layer.norm2(y + _attend(layer.cross_attn, y, c.cross_k, c.cross_v, cache.src_mask))
+            src_mask = None if self.bug == "cross-unmasked" else cache.src_mask
+            y = layer.norm2(y + _attend(layer.cross_attn, y, c.cross_k, c.cross_v, src_mask))
             y = layer.norm3(y + layer.ffn(y))
             layers.append(LayerCache(k, v, c.cross_k, c.cross_v))
         return m.generator(y[:, 0]), (KVCache(tuple(layers), cache.src_mask), t + 1)
@@ -132,6 +134,19 @@ class StepWindow(StepOnly):
 
     def reorder_state(self, state, indices):  # type: ignore[override]
         return BuggyCache(self, "window").reorder_state(state, indices)
+
+
+class StepCrossUnmasked(StepOnly):
+    """Step-level decoding whose cross-attention drops the source padding mask (the full forward keeps it)."""
+
+    def begin_decoding(self, src: Tensor) -> tuple[KVCache, int]:  # type: ignore[override]
+        return BuggyCache(self, "cross-unmasked").begin_decoding(src)
+
+    def decode_step(self, state, tokens):  # type: ignore[override]
+        return BuggyCache(self, "cross-unmasked").decode_step(state, tokens)
+
+    def reorder_state(self, state, indices):  # type: ignore[override]
+        return BuggyCache(self, "cross-unmasked").reorder_state(state, indices)
 
 
 class GenerateOnly(Transformer):
@@ -331,6 +346,8 @@ BROKEN_DECODERS: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, d
         INC: "the cached decoder reads the wrong memory"}),
     "self-window-8": (StepWindow, "logits", "the self-attention cache keeps only the last 8 positions", {
         INC: "from prefix length 9 on the cached scores differ from the full forward's"}),
+    "step-cross-unmasked": (StepCrossUnmasked, "logits", "the cached step attends over padded source positions", {
+        INC: "rows with a padded source read its padding"}),
     "generate-positions-restart": (GenerateRestart, "logits", "generate only; its cache embeds every new token at "
                                    "position 0", {
         BEAM: "hypotheses are scored with another distribution than the forward's",

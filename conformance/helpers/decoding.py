@@ -592,7 +592,8 @@ class CacheVariant:
                 y = layer.norm1(y + _attend(sa, y, k_new, v_new, None))
             else:
                 y = layer.norm1(y + _attend(sa, y, k, v, None))
-            y = layer.norm2(y + _attend(layer.cross_attn, y, c.cross_k, c.cross_v, cache.src_mask))
+            src_mask = None if self.knob == "cross-unmasked" else cache.src_mask
+            y = layer.norm2(y + _attend(layer.cross_attn, y, c.cross_k, c.cross_v, src_mask))
             y = layer.norm3(y + layer.ffn(y))
             layers.append(LayerCache(k, v, c.cross_k, c.cross_v))
         return m.generator(y[:, 0]), (KVCache(tuple(layers), cache.src_mask), t + 1)
@@ -623,6 +624,8 @@ CACHE_VARIANTS: dict[str, str] = {
     "cross-from-embeddings": "cross-attention keys/values computed from the encoder's input embeddings instead of "
                              "the final encoder output (the wrong memory)",
     "self-cache-dropped": "self-attention over the new token only (the prefix's keys/values are not kept)",
+    "cross-unmasked": "cross-attention over the cached source keys with no padding mask (the step stops masking "
+                      "the padded source positions that the full forward masks)",
     "self-window": "a self-attention cache that keeps only the last {window} positions (a sliding window: earlier "
                    "keys/values are dropped)",
 }
