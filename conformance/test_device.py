@@ -56,7 +56,8 @@ def _caller(frames: list[traceback.FrameSummary]) -> str:
     """'file:line in function: code' of the innermost frame outside torch and this module (the model's code)."""
     for frame in reversed(frames):
         if not any(part in frame.filename for part in _HERE):
-            return f"{frame.filename}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()[:120]}"
+            code = (frame.line or "").split("  #")[0].strip()  # the statement, without a trailing comment
+            return f"{frame.filename}:{frame.lineno} in {frame.name}: {code[:120]}"
     return "inside torch"
 
 
