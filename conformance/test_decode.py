@@ -69,6 +69,7 @@ from .helpers.decoding import (
     greedy_rows,
     incremental_schedule,
     missing_step_methods,
+    output_form,
     replay,
     rows_of,
     scripted_witnesses,
@@ -351,10 +352,11 @@ def check_greedy(impl: Implementation, model: Any, scores: ForwardScores, weight
     b = bad[0]
     first = next((k for k, (x, y) in enumerate(zip(got[b], expected[b])) if x != y), min(len(got[b]), len(expected[b])))
     stop = min((r.index(eos) for r in expected if eos in r), default=GREEDY_MAX)
-    if got == [[BOS] + r for r in expected]:
-        named = "the expected outputs with the start symbol prepended (generate must return y_1 .. y_m only)"
-    elif got == free:
-        named = "the argmax trajectories with no stop at the end symbol: rows keep growing after EOS"
+    form = output_form(got, expected, bos_id=BOS, pad_id=cfg.pad_id)
+    if form:
+        named = form
+    elif got in (free, unfrozen(free, eos)):
+        named = _after_the_end(model, src, got, free, eos, cfg)
     elif any(eos in row[:-1] for row in got):
         named = "a row that goes on after its end symbol (finished rows must stay finished: padding only)"
     elif any(len(row) > GREEDY_MAX for row in got):
@@ -375,6 +377,41 @@ def check_greedy(impl: Implementation, model: Any, scores: ForwardScores, weight
               call=f"{call}; held {weights}",
               hint="a cached decoder that disagrees with the full forward (see decode.incremental), no stop at the "
                    "end symbol, or finished rows fed back into the search")
+
+
+NO_STOP = "the argmax trajectories with no stop at the end symbol: rows keep growing after EOS up to max_len"
+NOT_FROZEN = ("finished rows not frozen: a row that emitted its end symbol goes on emitting its argmax tokens until "
+              "every row of the batch has ended (after its end symbol a row must only be padded, its feed being "
+              "ignored)")
+
+
+def unfrozen(free: list[list[int]], eos: int) -> list[list[int]]:
+    """The greedy outputs of a batch whose finished rows are not frozen: each row's trajectory ``free`` (no end
+    symbol) cut where the batch stops, after the last row's first end symbol (at max_len if a row never ends)."""
+    ends = [row.index(eos) for row in free if eos in row]
+    if len(ends) < len(free):
+        return free
+    return [row[:max(ends) + 1] for row in free]
+
+
+def _after_the_end(model: Any, src: torch.Tensor, got: list[list[int]], free: list[list[int]], eos: int,
+                   cfg: ModelConfig) -> str:
+    """Which departure makes rows go on after their end symbol: no stop at the end symbol at all, or finished rows
+    not frozen (the batch stops when every row has ended). Where a row of the witness never ends the two give the
+    same outputs: generate runs again on the rows that end, which tells them apart."""
+    if unfrozen(free, eos) != free:
+        return NOT_FROZEN if got == unfrozen(free, eos) else NO_STOP
+    ending = [b for b, row in enumerate(free) if eos in row]
+    if not ending:
+        return NO_STOP
+    out, _ = call_generate(model, src[ending], eos_id=eos, beam_size=1, alpha=PAPER.alpha, max_len=GREEDY_MAX,
+                           config=cfg)
+    again, subset = rows_of(out, cfg.pad_id), [free[b] for b in ending]
+    if again == unfrozen(subset, eos) != subset:
+        return NOT_FROZEN + f" (rows {ending} alone stop when the last of them ends)"
+    if again == subset:
+        return NO_STOP + f" (rows {ending}, which all end, still run to max_len alone)"
+    return "a row that goes on after its end symbol (finished rows must stay finished: padding only)"
 
 
 HISTORY_SOURCES = [6, 5, 4, 3, 2, 1]  # §6.1's limits: 56 .. 51 output tokens
@@ -474,8 +511,8 @@ def check_beam(impl: Implementation, subj: Subject, witnesses: list[Witness], pu
                 continue
         b = next(i for i, (g, e) in enumerate(zip(got, w.expected)) if g != e)
         named = [BEAM_VARIANTS[n].describe for n, o in w.variants.items() if o == got]
-        if got == [[BOS] + r for r in w.expected]:
-            named.append("the expected outputs with the start symbol prepended (generate must return y_1 .. y_m)")
+        form = output_form(got, w.expected, bos_id=BOS, pad_id=cfg.pad_id)
+        named += [form] if form else []
         witness_of = ", ".join(f"{n} (rows {r})" for n, r in w.rows.items() if r)
         violation(measured=f"row {b}: beam search returned {got[b]}, the §6.1 search on the "
                   f"implementation's own scores returns {w.expected[b]}"
@@ -486,7 +523,8 @@ def check_beam(impl: Implementation, subj: Subject, witnesses: list[Witness], pu
                   call=f"{call}; held {subj.weights}; this end symbol is a witness of {purpose}: it tells apart "
                        f"{witness_of}",
                   hint="a length penalty of another form (|Y|^alpha, none, |Y| without EOS), finished hypotheses "
-                       "not kept aside, or a cache that disagrees with the forward (decode.incremental)")
+                       "not kept aside, the end symbol forbidden at the first step, a start or padding symbol left "
+                       "at the head of the output, or a cache that disagrees with the forward (decode.incremental)")
 
 
 @pytest.mark.clause("decode.beam")
@@ -516,6 +554,19 @@ def test_beam_early_finished_hypothesis_wins(impl: Implementation, model: Any, d
         pytest.skip(f"no witness source where a hypothesis pushed out of the beam after it finished must win, on "
                     f"{impl.name}'s scores ({subj.weights})")
     check_beam(impl, subj, witnesses[:1], "a finished hypothesis kept aside")
+
+
+@pytest.mark.clause("decode.beam")
+def test_beam_may_end_at_the_first_step(impl: Implementation, model: Any, decode_config: ModelConfig) -> None:
+    """The end symbol competes from the first step: on a witness where §6.1's search returns the one-token output
+    [end] for some source, forbidding it there (a minimum output length of 1) would choose another output."""
+    needs_generate(impl, model)
+    subj = subject(impl, model, decode_config)
+    witnesses = [w for w in beam_witnesses(impl, subj) if w.rows["eos-forbidden-first"]]
+    if not witnesses:
+        pytest.skip(f"no witness source where §6.1's search ends at the first step, on {impl.name}'s scores "
+                    f"({subj.weights}; {len(BEAM_SOURCES)} sources, every end symbol tried)")
+    check_beam(impl, subj, witnesses[:1], "the end symbol allowed at the first step")
 
 
 def hypothesis_scores(scores: Any, src_row: torch.Tensor, tokens: list[int], alpha: float = PAPER.alpha,
@@ -560,7 +611,9 @@ def test_beam_follows_the_whole_prefix(impl: Implementation, model: Any, decode_
     b = next(i for i, (g, e) in enumerate(zip(got, expected)) if g != e)
     first = next((i for i, (x, y) in enumerate(zip(got[b], expected[b])) if x != y), min(len(got[b]), len(expected[b])))
     named = [BEAM_VARIANTS[n].describe for n in BEAM_VARIANTS if BEAM_VARIANTS[n].run(hist.scores, src, **kw) == got]
-    cache = _history_variant(hist.twin, src, got, first, **kw)
+    form = output_form(got, expected, bos_id=BOS, pad_id=decode_config.pad_id)
+    cache = "" if form else _history_variant(hist.twin, src, got, first, **kw)
+    named += [form] if form else []
     named += [f"a cache with {cache}"] if cache else []
     violation(measured=f"row {b}: beam search returned {got[b]} ({hypothesis_scores(hist.scores, src[b], got[b])}), "
               f"the §6.1 search on the implementation's own scores returns {expected[b]} "
@@ -610,15 +663,16 @@ def _candidate_end_symbols(subj: Subject, src: torch.Tensor) -> list[int]:
 
 def check_default_limit(impl: Implementation, subj: Subject, beam_size: int) -> None:
     """Rows whose output holds no end symbol must be exactly their source's real length + 50 long; rows
-    that end with it must be no longer. The end symbol is one the model hardly ever chooses (up to three
-    tried, until a source shorter than the batch's padded width runs to its limit)."""
+    that end with it must be no longer. A padding id at the head of a row is not counted (padding is never
+    generated: decode.greedy and decode.beam name that form). The end symbol is one the model hardly ever chooses
+    (up to three tried, until a source shorter than the batch's padded width runs to its limit)."""
     pad = subj.config.pad_id
     src = decode_sources(MAX_SOURCES, seed=41, config=subj.config)
     limits = output_limits(src, pad).tolist()
     for eos in _candidate_end_symbols(subj, src):
         out, call = call_generate(subj.model, src, eos_id=eos, beam_size=beam_size, alpha=PAPER.alpha,
                                   max_len=None, config=subj.config)
-        got = rows_of(out, pad)
+        got = [r[1:] if r[:1] == [pad] else r for r in rows_of(out, pad)]  # a leading pad is no output token
         unended = {b: len(r) for b, r in enumerate(got) if r[-1:] != [eos]}
         if any(limits[b] != src.size(1) + 50 for b in unended):
             break

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import traceback
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from aiayn_conformance.implementations import Implementation
 from aiayn_conformance.spec.config import ModelConfig
@@ -38,27 +42,111 @@ def test_no_tensor_is_left_behind_by_to(impl: Implementation, config: ModelConfi
                   hint="self.register_buffer('pe', table, persistent=False) instead of self.pe = table")
 
 
+# Factory functions: a tensor they make lands on their device= argument, or on the default device (the CPU) without it.
+FACTORIES = {"tensor", "as_tensor", "ones", "zeros", "full", "empty", "arange", "eye", "linspace", "rand", "randn",
+             "randint", "randperm", "tril_indices", "triu_indices", "from_numpy"}
+# Errors that say a tensor was on another device than the meta inputs: the forward moved or made one there.
+DEVICE_ERRORS = ("cannot copy out of meta tensor", "not on the expected device", "same device",
+                 "expected all tensors to be on the same device", "torch not compiled with cuda", "nvidia driver",
+                 "no cuda gpus", "expected device", "found at least two devices")
+_HERE = (__file__.rsplit(".", 1)[0], "/torch/", "/contextlib.py", "/unittest/mock.py")
+
+
+def _caller(frames: list[traceback.FrameSummary]) -> str:
+    """'file:line in function: code' of the innermost frame outside torch and this module (the model's code)."""
+    for frame in reversed(frames):
+        if not any(part in frame.filename for part in _HERE):
+            code = (frame.line or "").split("  #")[0].strip()  # the statement, without a trailing comment
+            return f"{frame.filename}:{frame.lineno} in {frame.name}: {code[:120]}"
+    return "inside torch"
+
+
+@dataclass
+class Placement:
+    """A tensor the forward moved off the meta device or made on a fixed device, and where."""
+
+    what: str
+    device: str
+    where: str
+
+    def describe(self) -> str:
+        return f"{self.what} put a tensor on {self.device} (at {self.where})"
+
+
+class PlacementRecorder(TorchFunctionMode):
+    """Records, during a forward on the meta device, every tensor copied from a meta tensor to another device
+    (``.to(device)``, ``.cpu()``, ``.cuda()``) and every tensor of one or more dimensions a factory function
+    made on another device (``device='cpu'``, or no ``device=`` and the CPU default)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.placements: list[Placement] = []
+
+    def _note(self, what: str, device: Any) -> None:
+        self.placements.append(Placement(what, str(device), _caller(traceback.extract_stack()[:-2])))
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        this = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if this is not None and this.is_meta and name in ("to", "cpu", "cuda"):
+            target: Any = "cpu" if name == "cpu" else "cuda" if name == "cuda" else None
+            if name == "to":
+                with contextlib.suppress(Exception):
+                    target = torch._C._nn._parse_to(*args[1:], **kwargs)[0]
+            if target is not None and torch.device(target).type != "meta":
+                arg = ", ".join([repr(a) if not isinstance(a, torch.Tensor) else f"tensor on {a.device}"
+                                 for a in args[1:]] + [f"{k}={v!r}" for k, v in kwargs.items()])
+                self._note(f"tensor.{name}({arg}) on a meta tensor {list(this.shape)}", target)
+        out = func(*args, **kwargs)
+        if (name in FACTORIES or name.endswith("_like")) and isinstance(out, torch.Tensor) and not out.is_meta \
+                and out.dim() > 0:
+            given = kwargs.get("device")
+            how = f"device={given!r}" if given is not None else "no device= (the default device)"
+            self._note(f"torch.{name}(..., {how}) {list(out.shape)}", out.device)
+        return out
+
+
 @pytest.mark.clause("device.portable")
 def test_forward_on_the_meta_device(impl: Implementation, config: ModelConfig) -> None:
-    """module.to('meta') and meta inputs: a tensor met on the CPU was left behind or created in forward
-    without the input's device (e.g. torch.ones(T, T) for the causal mask)."""
+    """module.to('meta') and meta inputs: a tensor met on the CPU was left behind, created in forward on a fixed
+    device (torch.ones(T, T) for the causal mask, device=self.device captured at construction) or moved there
+    (.to(self.device), .cpu(), .cuda()). A forward that cannot run on the meta device for another reason (an
+    operation without a meta kernel, data-dependent control flow) skips, naming the cause and where it arose."""
     model = build_model(impl, config, place=False).to("meta")
     src, tgt = witness_batch(config)
+    recorder = PlacementRecorder()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), recorder:
             model(src.to("meta"), tgt.to("meta"))
-    except (NotImplementedError, RuntimeError) as exc:
-        text = str(exc)
-        if "meta" in text and ("cpu" in text.lower() or "device" in text.lower()):
-            stranded = plain_tensor_attributes(model)
-            violation(measured=f"forward on the meta device met a CPU tensor: "
-                      f"{text.strip().splitlines()[0][:200]}"
+    except CheckTimeout:
+        raise
+    except Exception as exc:
+        text = (str(exc).strip().splitlines() or [""])[0][:200]
+        raised = f"{type(exc).__name__}: {text} (raised at {_caller(traceback.extract_tb(exc.__traceback__))})"
+        lowered = text.lower()
+        # Copying a meta tensor out is this clause's finding when the forward moved one to a device; .tolist() or
+        # .numpy() (data the meta device does not have) raise the same error and are not.
+        copied_out = "cannot copy out of meta tensor" in lowered
+        mismatch = any(e in lowered for e in DEVICE_ERRORS[1:]) or (
+            "meta" in lowered and ("cpu" in lowered or "device" in lowered) and not copied_out
+            and "could not run" not in lowered)
+        stranded = plain_tensor_attributes(model)
+        if mismatch or copied_out and any(p.what.startswith("tensor.") for p in recorder.placements):
+            copies = [p for p in recorder.placements if p.what.startswith("tensor.")]
+            first = (copies if copied_out else recorder.placements or [None])[0]
+            violation(measured=(f"the forward on the meta device: {first.describe()}; then {raised}" if first
+                                else f"forward on the meta device met a tensor on another device: {raised}")
+                      + (f"; {len(recorder.placements) - 1} more such tensor(s)" if len(recorder.placements) > 1
+                         else "")
                       + (f"; plain tensor attributes: {', '.join(stranded[:3])}" if stranded else ""),
-                      expected="every tensor follows module.to(device); tensors made in forward use the input's device",
+                      expected="every tensor follows module.to(device); tensors made in forward use the input's "
+                               "device, and nothing is moved to a device fixed in advance",
                       call=f"{impl.name}.to('meta')(src.to('meta'), tgt.to('meta'))",
-                      hint="pass device=src.device when creating masks (torch.ones(T, T, device=...)), register "
-                           "tables as buffers")
-        pytest.skip(f"the model cannot run on the meta device ({text.strip().splitlines()[0][:120]}); "
+                      hint="create masks with device=src.device (torch.ones(T, T, device=...)); do not move tensors "
+                           "to a device saved at construction (.to(self.device)), .cpu() or .cuda() in forward; "
+                           "register tables as buffers")
+        pytest.skip(f"the model cannot run on the meta device for a reason other than a tensor's device ({raised}); "
                     "device.portable is judged by the other checks")
 
 

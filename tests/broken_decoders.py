@@ -85,7 +85,8 @@ class BuggyCache:
     reference's ``KVCache``, t), t counting the tokens fed, since a windowed cache holds fewer positions.
 
     ``bug``: "window" keeps only the last ``WINDOW`` self-attention keys/values; "restart" embeds every new token
-    at position 0; "self-not-reordered" leaves the self-attention cache behind when beams are reordered."""
+    at position 0; "self-not-reordered" leaves the self-attention cache behind when beams are reordered;
+    "cross-unmasked" attends over the cached source keys without the source padding mask."""
 
     def __init__(self, model: Transformer, bug: str):
         self.model, self.bug = model, bug
@@ -104,7 +105,8 @@ class BuggyCache:
             if self.bug == "window":
                 k, v = k[:, :, -WINDOW:], v[:, :, -WINDOW:]
             y = layer.norm1(y + _attend(sa, y, k, v, None))
-            y = layer.norm2(y + _attend(layer.cross_attn, y, c.cross_k, c.cross_v, cache.src_mask))
+            src_mask = None if self.bug == "cross-unmasked" else cache.src_mask
+            y = layer.norm2(y + _attend(layer.cross_attn, y, c.cross_k, c.cross_v, src_mask))
             y = layer.norm3(y + layer.ffn(y))
             layers.append(LayerCache(k, v, c.cross_k, c.cross_v))
         return m.generator(y[:, 0]), (KVCache(tuple(layers), cache.src_mask), t + 1)
@@ -132,6 +134,19 @@ class StepWindow(StepOnly):
 
     def reorder_state(self, state, indices):  # type: ignore[override]
         return BuggyCache(self, "window").reorder_state(state, indices)
+
+
+class StepCrossUnmasked(StepOnly):
+    """Step-level decoding whose cross-attention drops the source padding mask (the full forward keeps it)."""
+
+    def begin_decoding(self, src: Tensor) -> tuple[KVCache, int]:  # type: ignore[override]
+        return BuggyCache(self, "cross-unmasked").begin_decoding(src)
+
+    def decode_step(self, state, tokens):  # type: ignore[override]
+        return BuggyCache(self, "cross-unmasked").decode_step(state, tokens)
+
+    def reorder_state(self, state, indices):  # type: ignore[override]
+        return BuggyCache(self, "cross-unmasked").reorder_state(state, indices)
 
 
 class GenerateOnly(Transformer):
@@ -249,6 +264,78 @@ class MaxLenT2TDefault(Searching):
         return self.search(src, bos_id=bos_id, eos_id=eos_id, beam_size=beam_size, alpha=alpha, max_len=max_len)
 
 
+class BeamPadFirst(Searching):
+    """Beam search that returns the decoder's start symbol with each output, the start symbol being the padding id
+    (as T5 and BART-style decoders start from the pad token): every row begins with padding."""
+
+    def generate(self, src, *, bos_id, eos_id, beam_size=4, alpha=0.6, max_len=None):  # type: ignore[override]
+        out = self.search(src, bos_id=bos_id, eos_id=eos_id, beam_size=beam_size, alpha=alpha, max_len=max_len)
+        if beam_size == 1:
+            return out
+        start = torch.full((out.size(0), 1), self.config.pad_id, dtype=out.dtype)
+        return torch.cat([start, out], dim=1)  # BUG: the start (pad) symbol kept as the first output token
+
+
+class MinLengthOne:
+    """The reference's cached decoder with a minimum output length of 1, the libraries' way: at the first step the
+    end symbol's log-probability is -inf and the rest are not renormalized (its mass goes to padding, which the
+    search drops)."""
+
+    def __init__(self, model: Transformer, eos_id: int):
+        self.model, self.eos_id = model, eos_id
+
+    def begin_decoding(self, src: Tensor):
+        return self.model.begin_decoding(src), True
+
+    def decode_step(self, state, tokens: Tensor):
+        cache, first = state
+        logits, cache = self.model.decode_step(cache, tokens)
+        if first:  # BUG: the end symbol may not be the first output token
+            logp = torch.log_softmax(logits.double(), dim=-1)
+            pad = self.model.config.pad_id
+            logp[:, pad] = torch.logaddexp(logp[:, pad], logp[:, self.eos_id])
+            logp[:, self.eos_id] = -math.inf
+            logits = logp
+        return logits, (cache, False)
+
+    def reorder_state(self, state, indices: Tensor):
+        return self.model.reorder_state(state[0], indices), state[1]
+
+
+class BeamEosForbiddenFirst(Searching):
+    def generate(self, src, *, bos_id, eos_id, beam_size=4, alpha=0.6, max_len=None):  # type: ignore[override]
+        if beam_size == 1:
+            return super().generate(src, bos_id=bos_id, eos_id=eos_id, beam_size=1, max_len=max_len)
+        return beam_search(MinLengthOne(self, eos_id), src, bos_id=bos_id, eos_id=eos_id, pad_id=self.config.pad_id,
+                           beam_size=beam_size, alpha=alpha, max_len=max_len).tokens
+
+
+class GreedyNotFrozen(Searching):
+    """Greedy search as often written by hand: ``while not finished.all()``, every row fed its own argmax, a row
+    finished once it has emitted the end symbol; its later tokens are kept (no padding after the end symbol). Each
+    row still stops at its own length limit."""
+
+    @torch.no_grad()
+    def generate(self, src, *, bos_id, eos_id, beam_size=4, alpha=0.6, max_len=None):  # type: ignore[override]
+        if beam_size != 1:
+            return super().generate(src, bos_id=bos_id, eos_id=eos_id, beam_size=beam_size, alpha=alpha,
+                                    max_len=max_len)
+        pad = self.config.pad_id
+        limits = output_limits(src, pad, max_len=max_len)
+        state, tokens = self.begin_decoding(src), torch.full((src.size(0),), bos_id, dtype=torch.long)
+        finished = limits <= 0
+        out: list[Tensor] = []
+        for t in range(int(limits.max())):
+            if bool(finished.all()):
+                break
+            logits, state = self.decode_step(state, tokens)
+            logits[:, pad] = -math.inf
+            tokens = logits.argmax(dim=-1)
+            out.append(tokens.masked_fill(t >= limits, pad))  # rows past their own limit are padded ...
+            finished = finished | (tokens == eos_id) | (t + 1 >= limits)  # BUG: ... but not rows that ended
+        return torch.stack(out, dim=1) if out else src.new_full((src.size(0), 0), pad)
+
+
 # name -> (build, output, bug, {clause: why})
 BROKEN_DECODERS: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, str]]] = {
     "positions-restart": (PositionsRestart, "logits", "cached decoding embeds every new token at position 0", {
@@ -259,6 +346,8 @@ BROKEN_DECODERS: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, d
         INC: "the cached decoder reads the wrong memory"}),
     "self-window-8": (StepWindow, "logits", "the self-attention cache keeps only the last 8 positions", {
         INC: "from prefix length 9 on the cached scores differ from the full forward's"}),
+    "step-cross-unmasked": (StepCrossUnmasked, "logits", "the cached step attends over padded source positions", {
+        INC: "rows with a padded source read its padding"}),
     "generate-positions-restart": (GenerateRestart, "logits", "generate only; its cache embeds every new token at "
                                    "position 0", {
         BEAM: "hypotheses are scored with another distribution than the forward's",
@@ -273,6 +362,14 @@ BROKEN_DECODERS: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, d
               "settle on one repeated token before 8 tokens, which the window does not change)"}),
     "greedy-no-eos-stop": (GreedyNoEosStop, "logits", "greedy decoding never stops at the end symbol", {
         GREEDY: "rows keep growing after EOS"}),
+    "greedy-not-frozen": (GreedyNotFrozen, "logits", "greedy decoding goes on feeding and keeping a row's tokens after "
+                          "its end symbol until every row has ended", {
+        GREEDY: "a finished row is not padded: tokens follow its end symbol"}),
+    "beam-pad-first": (BeamPadFirst, "logits", "beam search returns the pad start symbol as the first output token", {
+        BEAM: "every output begins with the padding id"}),
+    "beam-eos-forbidden-first": (BeamEosForbiddenFirst, "logits", "beam search forbids the end symbol at the first "
+                                 "step (minimum length 1)", {
+        BEAM: "where the one-token output [end] is the best, another is returned"}),
     "length-power": (LengthPower, "logits", "beam search ranks by log_probs / |Y|^alpha", {
         BEAM: "the penalty of fairseq and CTranslate2, not GNMT's"}),
     "no-length-penalty": (NoLengthPenalty, "logits", "beam search ignores alpha", {

@@ -364,6 +364,20 @@ class CpuCausalMask(Transformer):
         return y
 
 
+class ConstructorDevice(Transformer):
+    def __init__(self, config):
+        super().__init__(config)
+        self.device = next(self.parameters()).device  # the device the constructor saw (the CPU)
+
+    def decode(self, memory, src_mask, tgt):
+        tgt_mask = causal_mask(tgt.size(1), tgt.device) & padding_mask(tgt, self.config.pad_id)
+        tgt_mask = tgt_mask.to(self.device)  # BUG: moved to the device saved at construction, not the input's
+        y = self.embed(tgt, self.tgt_embed)
+        for layer in self.decoder:
+            y = layer(y, memory, src_mask, tgt_mask)
+        return y
+
+
 class PlainAttributeTable(Transformer):
     def __init__(self, config):
         super().__init__(config)
@@ -776,6 +790,9 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
         EQ: "different function"}),
     "cpu-causal-mask": (with_parts(CpuCausalMask), "logits", "causal mask built on the CPU", {
         "device.portable": "torch.ones(T, T) without the input's device"}),
+    "constructor-device": (with_parts(ConstructorDevice), "logits", "forward moves the target mask to the device "
+                           "its constructor saw (.to(self.device))", {
+        "device.portable": "on any other device than the CPU the mask is copied back to the CPU"}),
     "plain-attribute-table": (with_parts(PlainAttributeTable), "logits", "positional table as a plain attribute", {
         "device.portable": "self.pe does not follow .to(device)"}),
     "first-sample-source-mask": (with_parts(FirstSampleSourceMask), "logits", "one source mask for the batch", {

@@ -9,13 +9,19 @@ import pytest
 import torch
 
 from aiayn_conformance.conformance.helpers.decoding import (
+    EARLY_SCRIPT,
+    S_BOS,
+    S_EOS,
     CacheVariant,
+    EosForbiddenFirst,
     ForwardScores,
+    ScriptedScores,
     call_generate,
     decode_sources,
     drive,
     finished_in_beam,
     incremental_schedule,
+    output_form,
     replay,
     rows_of,
 )
@@ -133,10 +139,71 @@ def test_the_reference_cache_is_no_variant_and_each_variant_differs_from_it():
     assert sorted(exact) == sched.judged and set(range(16)) | {CFG.max_len - 1} <= set(exact)
     assert all(torch.allclose(exact[t][rep.active[t]], full[t][rep.active[t]], atol=1e-5) for t in exact)
     for knob in ("positions-restart", "positions-from-1", "cross-not-reordered", "self-not-reordered",
-                 "cross-from-embeddings", "self-cache-dropped", "self-window"):
+                 "cross-from-embeddings", "self-cache-dropped", "self-window", "cross-unmasked"):
         got = drive(CacheVariant(twin, knob, window=8), sched, "logits", CFG.tgt_vocab)
         worst = max(float((got[t][rep.active[t]] - exact[t][rep.active[t]]).abs().max()) for t in exact)
         assert worst > 1e-3, f"the variant {knob} is indistinguishable from the reference cache on the schedule"
+
+
+class TargetPaddingMasked:
+    """The reference's cached decoder with the full forward's target-padding key mask: keys of fed padding are
+    masked in self-attention. State: (KVCache, key mask (N, t))."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def begin_decoding(self, src):
+        from aiayn_conformance.reference.decoding import init_cache
+        return init_cache(self.model, src), torch.zeros(src.size(0), 0, dtype=torch.bool)
+
+    def decode_step(self, state, tokens):
+        from aiayn_conformance.reference.decoding import KVCache, LayerCache, _attend
+        (cache, keys), m = state, self.model
+        keys = torch.cat([keys, (tokens != CFG.pad_id)[:, None]], dim=1)
+        y = m.embed(tokens[:, None], m.tgt_embed, start=cache.length)
+        layers = []
+        for layer, c in zip(m.decoder, cache.layers):
+            sa = layer.self_attn
+            k = torch.cat([c.self_k, sa.split_heads(sa.k(y))], dim=2)
+            v = torch.cat([c.self_v, sa.split_heads(sa.v(y))], dim=2)
+            y = layer.norm1(y + _attend(sa, y, k, v, keys[:, None, None, :]))
+            y = layer.norm2(y + _attend(layer.cross_attn, y, c.cross_k, c.cross_v, cache.src_mask))
+            y = layer.norm3(y + layer.ffn(y))
+            layers.append(LayerCache(k, v, c.cross_k, c.cross_v))
+        return m.generator(y[:, 0]), (KVCache(tuple(layers), cache.src_mask), keys)
+
+    def reorder_state(self, state, indices):
+        from aiayn_conformance.reference.decoding import reorder
+        return reorder(state[0], indices), state[1].index_select(0, indices)
+
+
+def test_masking_target_padding_keys_in_the_cache_changes_only_rows_no_check_judges():
+    """decode.incremental judges the rows whose prefix holds no padding (a row fed padding has finished; no search
+    reads its scores): a cached step with or without the full forward's target-padding key mask gives the same
+    scores there. Whether a cache masks the keys of fed padding is outside the clause (no search output can show
+    it), so no named variant exists for it: the reference's own cache does not mask them."""
+    torch.manual_seed(0)
+    twin = Transformer(CFG).eval()
+    sched = incremental_schedule(CFG)
+    rep = replay(sched, CFG.pad_id)
+    plain = drive(twin, sched, "logits", CFG.tgt_vocab)
+    masked = drive(TargetPaddingMasked(twin), sched, "logits", CFG.tgt_vocab)
+    assert all(torch.allclose(plain[t][rep.active[t]], masked[t][rep.active[t]], atol=1e-6) for t in plain)
+    assert any(not torch.allclose(plain[t][~rep.active[t]], masked[t][~rep.active[t]], atol=1e-3) for t in plain)
+
+
+def test_the_named_output_forms_and_the_first_step_variant():
+    expected = [[5, 2], [2]]
+    assert "start symbol prepended" in output_form([[1, 5, 2], [1, 2]], expected, bos_id=1, pad_id=0)
+    assert "padding id 0 as the first token" in output_form([[0, 5, 2], [0, 2]], expected, bos_id=1, pad_id=0)
+    assert output_form(expected, expected, bos_id=1, pad_id=0) == ""
+    from aiayn_conformance.reference.decoding import beam_search
+    scores = ScriptedScores({6: EARLY_SCRIPT})  # [end] at the first step wins under §6.1's search
+    src = torch.tensor([[6, 7]])
+    kw = dict(bos_id=S_BOS, eos_id=S_EOS, beam_size=4, alpha=0.6, max_len=10)
+    assert rows_of(beam_search(scores, src, pad_id=0, **kw).tokens, 0) == [[S_EOS]]
+    forbidden = rows_of(beam_search(EosForbiddenFirst(scores, S_EOS), src, pad_id=0, **kw).tokens, 0)
+    assert forbidden[0] and forbidden[0][0] != S_EOS  # another output: [end] is never considered
 
 
 def test_forward_scores_memoize_each_prefix_once():
@@ -267,3 +334,11 @@ def test_the_random_tables_exercise_every_rule_of_the_search():
     assert tied >= 10, f"only {tied} judged outputs pass through a prefix with two equally likely tokens"
     short = sum(j and e[-1:] == [2] and len(e) < c.max_len for c in cases for e, j in zip(c.expected, c.judged))
     assert short >= 50, short
+
+
+def test_unfrozen_rows_run_until_the_last_row_ends():
+    from aiayn_conformance.conformance.test_decode import unfrozen
+    free = [[3, 2, 4, 4], [3, 3, 3, 2], [2, 5, 5, 5]]
+    assert unfrozen(free, 2) == [[3, 2, 4, 4], [3, 3, 3, 2], [2, 5, 5, 5]]  # the last row ends at the last step
+    assert unfrozen([r[:3] for r in free[:1]] + [[2, 6, 6]], 2) == [[3, 2], [2, 6]]
+    assert unfrozen([[3, 3], [2, 4]], 2) == [[3, 3], [2, 4]]  # a row never ends: the batch runs to max_len

@@ -47,7 +47,8 @@ from .inputs import EOS_ID, ordinary_ids, random_tokens
 
 __all__ = [
     "PAPER", "ForwardScores", "TwinScores", "call_generate", "checked_tokens", "rows_of", "missing_step_methods",
-    "decode_sources", "BEAM_VARIANTS", "beam_variant_outputs", "finished_in_beam", "expected_beam", "greedy_rows",
+    "decode_sources", "BEAM_VARIANTS", "beam_variant_outputs", "EosForbiddenFirst", "output_form", "finished_in_beam",
+    "expected_beam", "greedy_rows",
     "Schedule", "incremental_schedule", "Replay", "replay", "drive", "CacheVariant", "CACHE_VARIANTS",
     "Script", "ScriptedScores", "Scores", "scripted_witnesses", "call_search", "PENALTY_SCRIPT", "EARLY_SCRIPT",
     "NEVER_ENDS", "SCRIPTED_SOURCES", "SCRIPTED_ROWS", "SCRIPTED_MAX_LEN", "NEVER_ENDING_SOURCES",
@@ -348,6 +349,37 @@ def _with_penalty(**knobs: Any) -> Callable[..., list[list[int]]]:
     return run
 
 
+class EosForbiddenFirst:
+    """A step decoder that forbids the end symbol at the first step (a minimum output length of 1: fairseq's
+    ``min_len``, Hugging Face's ``min_length``/``min_new_tokens`` at 1), as those libraries do it: the end symbol's
+    log-probability set to -inf after the softmax, the others not renormalized. The searches take a log-softmax
+    of the scores and then drop padding, so the end symbol's probability is moved onto padding (dropped without
+    renormalizing). Its state is (``decoder``'s state, step)."""
+
+    def __init__(self, decoder: Any, eos_id: int):
+        self.decoder, self.eos_id, self.pad_id = decoder, eos_id, decoder.pad_id
+
+    def begin_decoding(self, src: Tensor) -> Any:
+        return self.decoder.begin_decoding(src), 0
+
+    def decode_step(self, state: Any, tokens: Tensor) -> tuple[Tensor, Any]:
+        inner, t = state
+        scores, inner = self.decoder.decode_step(inner, tokens)
+        if t == 0:
+            scores = torch.log_softmax(scores.double(), dim=-1)
+            scores[:, self.pad_id] = torch.logaddexp(scores[:, self.pad_id], scores[:, self.eos_id])
+            scores[:, self.eos_id] = -math.inf
+        return scores, (inner, t + 1)
+
+    def reorder_state(self, state: Any, indices: Tensor) -> Any:
+        return self.decoder.reorder_state(state[0], indices), state[1]
+
+
+def _eos_forbidden_first(scores: Scores, src: Tensor, **kw: Any) -> list[list[int]]:
+    hyp = beam_search(EosForbiddenFirst(scores, kw["eos_id"]), src, pad_id=scores.pad_id, **kw)
+    return rows_of(hyp.tokens, scores.pad_id)
+
+
 BEAM_VARIANTS: dict[str, Variant] = {
     "no-penalty": Variant("no length penalty (alpha ignored: summed log-probabilities ranked as they are)",
                           _with_penalty(alpha=0.0)),
@@ -357,7 +389,21 @@ BEAM_VARIANTS: dict[str, Variant] = {
                                _with_penalty(length_penalty=_gnmt_without_eos)),
     "finished-in-beam": Variant("finished hypotheses kept in the K beam slots instead of aside: one pushed out by "
                                 "live hypotheses is lost", finished_in_beam),
+    "eos-forbidden-first": Variant("the end symbol forbidden at the first step (a minimum output length of 1): the "
+                                   "one-token output [end] is never considered", _eos_forbidden_first),
 }
+
+
+def output_form(got: list[list[int]], expected: list[list[int]], *, bos_id: int, pad_id: int) -> str:
+    """The named departure of the output's form when ``got`` is ``expected`` with one symbol before every row (the
+    rows as ``rows_of`` leaves them: right padding removed, a leading one kept), or ''."""
+    if got == [[bos_id] + r for r in expected]:
+        return "the expected outputs with the start symbol prepended (generate must return y_1 .. y_m only)"
+    if got == [[pad_id] + r for r in expected]:
+        return (f"the expected outputs with the padding id {pad_id} as the first token (a decoder start symbol that "
+                "is the padding id kept in the output: generate must return y_1 .. y_m only, and padding only after "
+                "the end)")
+    return ""
 
 
 def expected_beam(scores: Scores, src: Tensor, **kw: Any) -> list[list[int]]:
@@ -556,7 +602,8 @@ class CacheVariant:
                 y = layer.norm1(y + _attend(sa, y, k_new, v_new, None))
             else:
                 y = layer.norm1(y + _attend(sa, y, k, v, None))
-            y = layer.norm2(y + _attend(layer.cross_attn, y, c.cross_k, c.cross_v, cache.src_mask))
+            src_mask = None if self.knob == "cross-unmasked" else cache.src_mask
+            y = layer.norm2(y + _attend(layer.cross_attn, y, c.cross_k, c.cross_v, src_mask))
             y = layer.norm3(y + layer.ffn(y))
             layers.append(LayerCache(k, v, c.cross_k, c.cross_v))
         return m.generator(y[:, 0]), (KVCache(tuple(layers), cache.src_mask), t + 1)
@@ -587,6 +634,8 @@ CACHE_VARIANTS: dict[str, str] = {
     "cross-from-embeddings": "cross-attention keys/values computed from the encoder's input embeddings instead of "
                              "the final encoder output (the wrong memory)",
     "self-cache-dropped": "self-attention over the new token only (the prefix's keys/values are not kept)",
+    "cross-unmasked": "cross-attention over the cached source keys with no padding mask (the step stops masking "
+                      "the padded source positions that the full forward masks)",
     "self-window": "a self-attention cache that keeps only the last {window} positions (a sliding window: earlier "
                    "keys/values are dropped)",
 }
