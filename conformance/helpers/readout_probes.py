@@ -30,7 +30,7 @@ from aiayn_conformance.spec.contract import has_capability
 from . import oracles
 from .harness import build_model, violation
 from .inputs import fitted, random_tokens
-from .outputs import log_probs
+from .outputs import determinism_judged, log_probs, require_deterministic
 from .settings import READOUT_VOCAB_PER_FEATURE, readout_config
 from .transplant import load_into, scratch_model, visible_state
 
@@ -78,8 +78,13 @@ def hidden_states(impl: Implementation, state: dict[str, torch.Tensor], config: 
     model = scratch_model(impl, config)
     if not has_capability(model, "load_reference_state"):
         return None
-    load_into(model, state, impl.name)
     model.eval()
+    if not determinism_judged(model):
+        # eval-determinism is judged once per model, on the first input it sees: judge it on ordinary visible
+        # weights, not on a probe's (a norm at gain 0 erases whatever dropout left active did below it)
+        load_into(model, visible_state(config), impl.name)
+        require_deterministic(model, src, tgt, config)
+    load_into(model, state, impl.name)
     logp = log_probs(model, impl, src, tgt, config)
     h, residual = readout(logp, state["generator.weight"])
     return h if residual < 1e-3 else None
@@ -275,7 +280,7 @@ def output_scale(impl: Implementation, config: ModelConfig) -> tuple[float, floa
 def blocked_by_output_scale(impl: Implementation, config: ModelConfig) -> str:
     """A skip reason for the readout probes when the logits are scaled before the softmax (else "")."""
     fit = output_scale(impl, config)
-    if fit is None or fit[1] > 1e-3 or abs(fit[0] - 1) <= 1e-3:
+    if fit is None or fit[1] > 1e-3 or abs(fit[0] - 1) <= 1e-3 or abs(fit[0]) <= 1e-3:
         return ""
     return (f"blocked by embedding.shared-weights: the logits are {fit[0]:.4g} times the loaded output matrix's, so "
             "the hidden state read back through it is scaled by as much")
