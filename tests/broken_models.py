@@ -233,28 +233,34 @@ class InnerDropoutFeedForward(PositionwiseFeedForward):
         return self.w2(self.dropout(torch.relu(self.w1(x))))
 
 
+class DroppedWeightsAttention(nn.Module):
+    """Eq. (1) with dropout on the softmax weights. A module (each MultiHeadAttention holds it as a submodule), so
+    that model.train()/eval() reaches the dropout in every copy of the model: a closure over one nn.Dropout would
+    keep pointing at the original's after copy.deepcopy, in whatever mode that one was left."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.drop = nn.Dropout(p)
+
+    def forward(self, q, k, v, mask):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, Lq, Lk)
+        if mask is None:
+            return self.drop(torch.softmax(scores, dim=-1)) @ v
+        empty = ~mask.any(dim=-1, keepdim=True)  # a query with no admissible key attends to nothing
+        weights = torch.softmax(scores.masked_fill(~(mask | empty), float("-inf")), dim=-1)
+        return self.drop(weights.masked_fill(empty, 0.0)) @ v  # BUG (t2t v2 practice): dropped weights
+
+
 def with_extra_dropout(*, attention: bool, ffn: bool, layers: tuple[type | None, type | None] = (None, None)):
     """The reference (or its layers ``layers``) with dropout at config.dropout on the attention weights and/or
     inside the FFN, as the Annotated Transformer, nn.Transformer and later tensor2tensor have."""
     def build(cfg: ModelConfig) -> Transformer:
         parts = {}
         if attention:
-            drop = nn.Dropout(cfg.dropout)
-
-            def attend(q, k, v, mask):
-                scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, Lq, Lk)
-                if mask is None:
-                    return drop(torch.softmax(scores, dim=-1)) @ v
-                empty = ~mask.any(dim=-1, keepdim=True)  # a query with no admissible key attends to nothing
-                weights = torch.softmax(scores.masked_fill(~(mask | empty), float("-inf")), dim=-1)
-                return drop(weights.masked_fill(empty, 0.0)) @ v  # BUG (t2t v2 practice): dropped weights
-
-            parts["attention"] = attend
+            parts["attention"] = DroppedWeightsAttention(cfg.dropout)
         if ffn:
             parts["feed_forward"] = partial(InnerDropoutFeedForward, p=cfg.dropout)
         model = Transformer(cfg, **parts)
-        if attention:
-            model.attention_dropout = drop  # a submodule, so model.train()/eval() reaches it
         enc, dec = layers
         if enc or dec:
             for stack, cls in (("encoder", enc), ("decoder", dec)):
