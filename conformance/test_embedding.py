@@ -3,7 +3,7 @@ pre-softmax projection (embedding.shared-weights).
 
 embedding.scale is judged by variant attribution (``conformance.helpers.variants``) and by a readout probe of each
 stack's input path (``readout_probes.check_input_path``); embedding.shared-weights by a parameter census of
-the built model.
+the built model and by a readout probe of the pre-softmax transformation (``readout_probes.output_scale``).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 from aiayn_conformance.implementations import Implementation
 from aiayn_conformance.spec.config import ModelConfig
 
+from .helpers import readout_probes as ro
 from .helpers.diagnosis import fail_on_variant_departure
 from .helpers.harness import build_model, violation
 from .helpers.readout_probes import check_input_path
@@ -74,3 +75,27 @@ def test_separate_when_not_configured(impl: Implementation, settings: AuditSetti
                   "distinct from the pre-softmax projection", call=f"{impl.name}.build(share_embeddings=False, "
                   f"src_vocab={cfg.src_vocab}, tgt_vocab={cfg.tgt_vocab})",
                   hint="the tying flag is ignored (always tied, or tied to the wrong matrix)")
+
+
+@pytest.mark.clause("embedding.shared-weights")
+def test_pre_softmax_transformation_is_the_loaded_matrix(impl: Implementation, config: ModelConfig) -> None:
+    """§3.4: the logits are h E^T with E the shared matrix, nothing more. With the last decoder norm at gain 0 and
+    bias beta the paper's logits are E beta; logits scaled before the softmax read back as c beta."""
+    fit = ro.output_scale(impl, config)
+    if fit is None:
+        pytest.skip(f"{impl.name}: the hidden state cannot be read back (needs load_reference_state and tied E)")
+    c, residual = fit
+    if residual > 1e-3:
+        pytest.skip(f"with the last decoder norm at gain 0 and bias beta the output is no multiple of E beta (relative "
+                    f"residual {residual:.3g}): something after that norm changes the hidden state, which the norm "
+                    "and layer clauses judge")
+    if abs(c) <= 1e-3:
+        pytest.skip("blocked by norm.layer-norm: with the last decoder norm at gain 0 and bias beta the output hidden "
+                    "state is 0, so that norm adds no bias and the pre-softmax transformation cannot be read here")
+    if abs(c - 1) > 1e-3:
+        violation(measured=f"the logits are {c:.4g} E beta: the scores are scaled by {c:.4g} before the softmax",
+                  expected="logits E beta (the decoder's output beta times the loaded pre-softmax matrix, scale 1)",
+                  call=f"forward after load_reference_state(visible weights) with {ro.last_layer(config)}.norm3 gain 0 "
+                       "and bias beta (beta ~ N(1, 1) per feature); hidden state read back through the output matrix",
+                  hint="no temperature or rescaling of the logits (e.g. T5's d_model^-0.5 on tied outputs): the "
+                       "pre-softmax transformation is h E^T with the embedding matrix itself")

@@ -49,6 +49,29 @@ def test_feed_forward_matches_equation_2(impl: Implementation, config: ModelConf
                        "hidden state read back", hint="one ReLU between the two affine maps and none after W2")
 
 
+@pytest.mark.clause("ffn.formula")
+def test_negative_pre_activations_contribute_nothing(impl: Implementation, config: ModelConfig) -> None:
+    """max(0, x) is 0 for every x < 0: with the last decoder FFN's pre-activations all negative, making them three
+    times as negative must not move the output. An activation that agrees with ReLU on positive inputs only (leaky
+    ReLU, ELU) passes every probe that feeds it positive values and fails here."""
+    probe = ro.negative_side_probe(impl, config)
+    if probe is None:
+        pytest.skip(f"{impl.name}: the hidden state cannot be read back (needs load_reference_state and tied E)")
+    moved, noise, size = probe
+    if noise > 1e-7 * (1 + size):  # the read-back's own float64 rounding aside
+        pytest.skip(f"blocked by model.eval-determinism: two identical eval-mode calls differ by {noise:.3g}")
+    if moved > 1e-5 * (1 + size):
+        lo, hi = ro.NEGATIVE_SIDES
+        violation(measured=f"the decoder's output hidden state moved by up to {moved:.3g} (|h| up to {size:.3g}) "
+                           f"when the last decoder FFN's pre-activations went from -{lo:g} r to -{hi:g} r",
+                  expected="no change at all: max(0, x) = 0 for both, so the FFN outputs its bias b2 either way",
+                  call=f"forward after load_reference_state(visible weights) with {ro.last_layer(config)}.ffn.w1 "
+                       f"weight 0 and bias -{lo:g} r, then -{hi:g} r (r ~ U(0.5, 1.5) per hidden unit); hidden state "
+                       "read back through the tied output matrix",
+                  hint="the activation lets negative inputs through (leaky ReLU, ELU, GELU, or none): Eq. (2) is "
+                       "max(0, x W1 + b1) W2 + b2, torch.relu")
+
+
 # --------------------------------------------------------------------------------------------------
 # Feed-forward components alone (--component, kind feed_forward)
 # --------------------------------------------------------------------------------------------------

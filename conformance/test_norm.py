@@ -176,9 +176,12 @@ def adds_no_bias(h1: torch.Tensor, h2: torch.Tensor) -> bool:
     return bool(((h2 - 2 * h1).abs() <= 1e-4 * (1 + h2.abs())).all())
 
 
-def normalized(h: torch.Tensor, tol: float = 1e-3) -> bool:
+def normalized(h: torch.Tensor, tol: float = 1e-3, eps: float = 0.0) -> bool:
+    """Mean 0 and biased variance 1 per position, within ``tol``; below 1 by up to 4 ``eps`` more, as a norm with
+    epsilon ``eps`` gives on inputs of variance 1/2 or more (var / (var + eps), or (std / (std + eps))^2 with eps
+    outside the root: norm.epsilon judges where eps sits and its value)."""
     mean, var = h.mean(-1), h.var(-1, unbiased=False)
-    return bool((mean.abs() < tol).all() and ((var - 1).abs() < tol).all())
+    return bool((mean.abs() < tol).all() and (var < 1 + tol).all() and (var > 1 - tol - 4 * eps).all())
 
 
 @pytest.mark.clause("norm.no-extra-norm")
@@ -197,6 +200,9 @@ def test_nothing_after_the_last_sublayer_norm(impl: Implementation, config: Mode
         pytest.skip("blocked by norm.layer-norm: with gain 2 and bias 0.25 the last decoder norm gives 2 h exactly, "
                     "so the norm has no bias term (not an extra norm after it)")
     if err > 1e-3:
+        blocked = ro.blocked_by_output_scale(impl, config)
+        if blocked:
+            pytest.skip(blocked)
         renormalized = normalized(h2)
         violation(measured=f"setting the last decoder norm's gain to 2 and bias to 0.25 moved the "
                   f"output hidden state off 2 h + 0.25 by {err:.3g}"
@@ -258,10 +264,13 @@ def test_unit_norm_output_has_mean_0_and_biased_variance_1(impl: Implementation,
                   f"{var.mean().item():.5f} = (d-1)/d", expected="biased variance 1 (eps aside): (x - mean) / "
                   "sqrt(mean((x - mean)^2) + eps)", call=probe_call(config) + "; unit norms",
                   hint="x.std() is the unbiased estimate; use the biased variance with eps inside the sqrt")
-    if not normalized(h):
+    if not normalized(h, eps=config.norm_eps):
         post, _ = ro.post_norm_probe(impl, config)
         if post is False:
             pytest.skip("blocked by norm.post-norm: the top of the decoder is not a layer norm")
+        blocked = ro.blocked_by_output_scale(impl, config)
+        if blocked:
+            pytest.skip(blocked)
         violation(measured=f"per-position mean up to {h.mean(-1).abs().max().item():.3g}, "
                   f"variance {var.min().item():.4g}..{var.max().item():.4g}",
                   expected="mean 0 and biased variance 1 over the d_model features",
@@ -305,9 +314,11 @@ def last_norm_forms(impl: Implementation, config: ModelConfig, scale: float,
 
 @pytest.mark.clause("norm.layer-norm")
 def test_formula_with_per_feature_gain_and_bias(impl: Implementation, config: ModelConfig) -> None:
-    """The last norm in closed form at unit variance, where the unbiased std shows (and eps does not)."""
+    """The last norm in closed form at unit variance, where the unbiased std shows (and eps barely does). The biased
+    std with eps outside the root has this clause's statistics: where eps sits is norm.epsilon's (a large configured
+    eps, 1e-3, tells the two placements apart even here)."""
     forms = last_norm_forms(impl, config, 1.0)
-    if "paper" not in forms:
+    if "paper" not in forms and "eps-outside" not in forms:
         violation(measured="the last norm computes " + " or ".join(FORMS[f] for f in forms) + " * g + b",
                   expected=f"{FORMS['paper']} * g + b, per-feature g and b",
                   call=probe_call(config) + "; last norm2 gain 0",

@@ -93,6 +93,24 @@ class NoTransposeMHA(MultiHeadAttention):
         return self.o(heads.reshape(B, Lq, self.h * self.d_k))  # BUG: (B, h, Lq, d_v) read as (B, Lq, h*d_v)
 
 
+class ValueFromQueryMHA(MultiHeadAttention):
+    def forward(self, query, key, value, mask=None):
+        q, k = self.split_heads(self.q(query)), self.split_heads(self.k(key))
+        v = self.split_heads(self.v(query))  # BUG: the values projected from the query's input, not `value`
+        eye = torch.eye(k.size(-2), dtype=k.dtype, device=k.device).expand(*k.shape[:2], -1, -1)
+        weights = self.attention(q, k, eye, mask)  # Eq. (1)'s weights, (B, h, Lq, Lk)
+        heads = torch.einsum("bhqk,bhqd->bhqd", weights, v)  # each query's weights applied to its own value
+        B, _, Lq, _ = heads.shape
+        return self.o(heads.transpose(1, 2).reshape(B, Lq, self.h * self.d_k))
+
+
+def cross_value_from_query(cfg: ModelConfig) -> Transformer:
+    model = Transformer(cfg)
+    for layer in model.decoder:
+        layer.cross_attn.__class__ = ValueFromQueryMHA  # only cross-attention: self-attention's query is its value
+    return model
+
+
 def heads_no_transpose(cfg: ModelConfig) -> Transformer:
     model = Transformer(cfg)
     for m in model.modules():
@@ -215,28 +233,34 @@ class InnerDropoutFeedForward(PositionwiseFeedForward):
         return self.w2(self.dropout(torch.relu(self.w1(x))))
 
 
+class DroppedWeightsAttention(nn.Module):
+    """Eq. (1) with dropout on the softmax weights. A module (each MultiHeadAttention holds it as a submodule), so
+    that model.train()/eval() reaches the dropout in every copy of the model: a closure over one nn.Dropout would
+    keep pointing at the original's after copy.deepcopy, in whatever mode that one was left."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.drop = nn.Dropout(p)
+
+    def forward(self, q, k, v, mask):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, Lq, Lk)
+        if mask is None:
+            return self.drop(torch.softmax(scores, dim=-1)) @ v
+        empty = ~mask.any(dim=-1, keepdim=True)  # a query with no admissible key attends to nothing
+        weights = torch.softmax(scores.masked_fill(~(mask | empty), float("-inf")), dim=-1)
+        return self.drop(weights.masked_fill(empty, 0.0)) @ v  # BUG (t2t v2 practice): dropped weights
+
+
 def with_extra_dropout(*, attention: bool, ffn: bool, layers: tuple[type | None, type | None] = (None, None)):
     """The reference (or its layers ``layers``) with dropout at config.dropout on the attention weights and/or
     inside the FFN, as the Annotated Transformer, nn.Transformer and later tensor2tensor have."""
     def build(cfg: ModelConfig) -> Transformer:
         parts = {}
         if attention:
-            drop = nn.Dropout(cfg.dropout)
-
-            def attend(q, k, v, mask):
-                scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, Lq, Lk)
-                if mask is None:
-                    return drop(torch.softmax(scores, dim=-1)) @ v
-                empty = ~mask.any(dim=-1, keepdim=True)  # a query with no admissible key attends to nothing
-                weights = torch.softmax(scores.masked_fill(~(mask | empty), float("-inf")), dim=-1)
-                return drop(weights.masked_fill(empty, 0.0)) @ v  # BUG (t2t v2 practice): dropped weights
-
-            parts["attention"] = attend
+            parts["attention"] = DroppedWeightsAttention(cfg.dropout)
         if ffn:
             parts["feed_forward"] = partial(InnerDropoutFeedForward, p=cfg.dropout)
         model = Transformer(cfg, **parts)
-        if attention:
-            model.attention_dropout = drop  # a submodule, so model.train()/eval() reaches it
         enc, dec = layers
         if enc or dec:
             for stack, cls in (("encoder", enc), ("decoder", dec)):
@@ -285,6 +309,11 @@ class FixedEpsLayerNorm(LayerNorm):
 class GeluFeedForward(PositionwiseFeedForward):
     def forward(self, x):
         return self.w2(F.gelu(self.w1(x)))  # BUG: GELU for ReLU
+
+
+class LeakyReluFeedForward(PositionwiseFeedForward):
+    def forward(self, x):
+        return self.w2(F.leaky_relu(self.w1(x), 0.01))  # BUG: leaky ReLU (slope 0.01), ReLU on positive inputs
 
 
 # -- positional tables -------------------------------------------------------------------------------------------
@@ -452,6 +481,11 @@ class GeneratorBias(Transformer):
         self.load_state_dict(dict(state), strict=False)
         with torch.no_grad():
             self.generator_bias.zero_()
+
+
+class ScaledLogits(Transformer):
+    def forward(self, src, tgt):
+        return super().forward(src, tgt) * self.config.d_model ** -0.5  # BUG: logits rescaled before the softmax
 
 
 class LogSoftmaxDeclaredLogits(Transformer):
@@ -767,6 +801,8 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
         "norm.epsilon": "eps = 1e-5 inside the square root"}),
     "gelu": (with_parts(feed_forward=GeluFeedForward), "logits", "GELU in the FFN", {
         "ffn.formula": "GELU instead of ReLU", EQ: "different nonlinearity"}),
+    "leaky-relu": (with_parts(feed_forward=LeakyReluFeedForward), "logits", "leaky ReLU (slope 0.01) in the FFN", {
+        "ffn.formula": "negative pre-activations give 0.01 x, not max(0, x)", EQ: "different nonlinearity"}),
     "concat-pe": (with_parts(positional_encoding=concat_table), "logits", "sin and cos halves concatenated", {
         "position.formula": "sines then cosines", EQ: "different table"}),
     "pe-from-one": (with_parts(positional_encoding=from_one_table), "logits", "positions counted from 1", {
@@ -797,6 +833,10 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
         "device.portable": "self.pe does not follow .to(device)"}),
     "first-sample-source-mask": (with_parts(FirstSampleSourceMask), "logits", "one source mask for the batch", {
         "model.batch-independence": "a sample's output depends on sample 0", EQ: "padding read"}),
+    "cross-value-from-query": (cross_value_from_query, "logits",
+                               "cross-attention values projected from the decoder's stream, not the encoder output", {
+        "attention.cross-source": "each query's value is its own input: the encoder output moves the weights only",
+        EQ: "different function"}),
     "cross-from-first-layer": (with_parts(CrossFromFirstLayer), "logits", "memory taken from encoder layer 1", {
         "attention.cross-source": "cross-attention reads the first layer", EQ: "different memory",
         "train.gradients": "the last encoder layer is computed by nobody: its parameters get no gradient"}),
@@ -814,6 +854,9 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
         TRAINS: "loaded with one tensor the three copies agree, then each trains apart on its own gradient"}),
     "generator-bias": (with_parts(GeneratorBias), "logits", "a bias on the pre-softmax projection", {
         "embedding.shared-weights": "the projection has a bias", "config.parameters": "tgt_vocab extra parameters"}),
+    "scaled-logits": (with_parts(ScaledLogits), "logits", "logits multiplied by d_model^-0.5 before the softmax", {
+        "embedding.shared-weights": "the pre-softmax transformation is d_model^-0.5 times the shared matrix",
+        EQ: "a flatter distribution"}),
     "log-softmax-as-logits": (with_parts(LogSoftmaxDeclaredLogits), "logits", "normalized output declared logits", {
         "model.output-normalization": "already a log-softmax"}),
     "logits-as-probs": (with_parts(LogitsDeclaredProbs), "probs", "logits declared as probabilities", {

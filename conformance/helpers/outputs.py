@@ -16,7 +16,7 @@ from .harness import as_log_probs, run_forward
 if TYPE_CHECKING:
     from aiayn_conformance.implementations import Implementation
 
-__all__ = ["log_probs", "require_deterministic", "compare_real"]
+__all__ = ["log_probs", "require_deterministic", "determinism_judged", "compare_real"]
 
 # Keyed weakly by the model itself: an id() would be reused by a later model after this one is freed.
 _DETERMINISTIC: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
@@ -32,6 +32,11 @@ def require_deterministic(model: Any, src: torch.Tensor, tgt: torch.Tensor, conf
     if not _DETERMINISTIC[model]:
         pytest.skip("blocked by model.eval-determinism: two identical eval-mode calls differ, so no comparison "
                     "of outputs can be trusted")
+
+
+def determinism_judged(model: Any) -> bool:
+    """Whether :func:`require_deterministic` has already judged this model instance."""
+    return model in _DETERMINISTIC
 
 
 def log_probs(model: Any, impl: Implementation, src: torch.Tensor, tgt: torch.Tensor,

@@ -30,7 +30,7 @@ from aiayn_conformance.spec.contract import has_capability
 from . import oracles
 from .harness import build_model, violation
 from .inputs import fitted, random_tokens
-from .outputs import log_probs
+from .outputs import determinism_judged, log_probs, require_deterministic
 from .settings import READOUT_VOCAB_PER_FEATURE, readout_config
 from .transplant import load_into, scratch_model, visible_state
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from aiayn_conformance.implementations import Implementation
 
 __all__ = ["readout", "hidden_states", "post_norm_probe", "last_sublayer_diagnosis", "last_norm_divisor",
-           "sublayers_off",
+           "sublayers_off", "negative_side_probe", "output_scale", "blocked_by_output_scale",
            "zero_gain_state", "check_input_path", "last_layer", "witness", "readout_config"]
 
 def witness(config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,8 +78,13 @@ def hidden_states(impl: Implementation, state: dict[str, torch.Tensor], config: 
     model = scratch_model(impl, config)
     if not has_capability(model, "load_reference_state"):
         return None
-    load_into(model, state, impl.name)
     model.eval()
+    if not determinism_judged(model):
+        # eval-determinism is judged once per model, on the first input it sees: judge it on ordinary visible
+        # weights, not on a probe's (a norm at gain 0 erases whatever dropout left active did below it)
+        load_into(model, visible_state(config), impl.name)
+        require_deterministic(model, src, tgt, config)
+    load_into(model, state, impl.name)
     logp = log_probs(model, impl, src, tgt, config)
     h, residual = readout(logp, state["generator.weight"])
     return h if residual < 1e-3 else None
@@ -219,6 +224,66 @@ def last_norm_divisor(impl: Implementation, config: ModelConfig, scale: float, a
     shifted = h[real] - b  # (positions, d): g (u - mean) / D at every position
     gc = (g * (u - u.mean())).expand_as(shifted)
     return float((gc * gc).sum() / (gc * shifted).sum()), u
+
+
+NEGATIVE_SIDES = (1.0, 3.0)  # the last decoder FFN's pre-activations set to -r, then to -3 r (r in [0.5, 1.5))
+
+
+def negative_side_probe(impl: Implementation, config: ModelConfig) -> tuple[float, float, float] | None:
+    """What negative pre-activations contribute to the last decoder FFN: (the largest change of the output hidden
+    state when every pre-activation goes from -r to -3 r, the largest change between two identical calls, the
+    largest |h|), or None when h cannot be read back.
+
+    With the last layer's W1 zero its pre-activations are b1, set to -r and then to -3 r per hidden unit: max(0, x)
+    is 0 in both, so the paper's FFN outputs b2 either way and h does not move by a single bit, whatever the
+    residuals, the norms or the layers below compute. An activation that lets negative inputs through (leaky ReLU,
+    GELU, ELU, no activation) moves h by about its negative-side slope times the FFN's output scale."""
+    config = readout_config(config)
+    last = last_layer(config)
+    state = visible_state(config, seed=48)
+    g = torch.Generator().manual_seed(49)
+    r = torch.rand(config.d_ff, generator=g) + 0.5
+    state[f"{last}.ffn.w1.weight"] = torch.zeros(config.d_ff, config.d_model)
+    hs = []
+    for k in (*NEGATIVE_SIDES, NEGATIVE_SIDES[0]):
+        h = hidden_states(impl, dict(state, **{f"{last}.ffn.w1.bias": -k * r}), config)
+        if h is None:
+            return None
+        hs.append(h)
+    h1, h3, again = hs
+    return (h3 - h1).abs().max().item(), (again - h1).abs().max().item(), h1.abs().max().item()
+
+
+def output_scale(impl: Implementation, config: ModelConfig) -> tuple[float, float] | None:
+    """(c, the fit's relative residual) for the pre-softmax transformation, or None when h cannot be read back.
+
+    With the last decoder norm at gain 0 and bias beta (beta of mean about 1, so that no later layer norm maps it
+    to a multiple of itself) the paper's decoder output is beta at every position and its logits are E beta: the
+    hidden state read back through the loaded output matrix E is beta. Logits scaled by c before the softmax (a
+    temperature, T5's d_model^-0.5 rescaling of tied outputs) read back as c beta; c is fitted by least squares
+    over every real position."""
+    config = readout_config(config)
+    last = last_layer(config)
+    g = torch.Generator().manual_seed(50)
+    beta = torch.randn(config.d_model, generator=g) + 1.0
+    state = dict(visible_state(config, seed=41), **{f"{last}.norm3.weight": torch.zeros(config.d_model),
+                                                      f"{last}.norm3.bias": beta})
+    h = hidden_states(impl, state, config)
+    if h is None:
+        return None
+    real = h[witness(config)[1] != config.pad_id]  # (positions, d)
+    b = beta.double().expand_as(real)
+    c = float((real * b).sum() / (b * b).sum())
+    return c, (real - c * b).abs().max().item() / b.abs().max().item()
+
+
+def blocked_by_output_scale(impl: Implementation, config: ModelConfig) -> str:
+    """A skip reason for the readout probes when the logits are scaled before the softmax (else "")."""
+    fit = output_scale(impl, config)
+    if fit is None or fit[1] > 1e-3 or abs(fit[0] - 1) <= 1e-3 or abs(fit[0]) <= 1e-3:
+        return ""
+    return (f"blocked by embedding.shared-weights: the logits are {fit[0]:.4g} times the loaded output matrix's, so "
+            "the hidden state read back through it is scaled by as much")
 
 
 # --------------------------------------------------------------------------------------------------
