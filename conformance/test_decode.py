@@ -41,6 +41,7 @@ from .helpers.components import from_factory
 from .helpers.decoding import (
     BEAM_VARIANTS,
     CACHE_VARIANTS,
+    COMBINED_VARIANTS,
     NEVER_ENDING_SOURCES,
     NEVER_ENDS,
     PAPER,
@@ -513,6 +514,10 @@ def check_beam(impl: Implementation, subj: Subject, witnesses: list[Witness], pu
         named = [BEAM_VARIANTS[n].describe for n, o in w.variants.items() if o == got]
         form = output_form(got, w.expected, bos_id=BOS, pad_id=cfg.pad_id)
         named += [form] if form else []
+        if not named:
+            scores = subj.scores if subj.fast is not None else subj.searched
+            named = [v.describe for v in COMBINED_VARIANTS.values()
+                     if v.run(scores, src, eos_id=w.eos, **BEAM_SEARCH) == got]
         witness_of = ", ".join(f"{n} (rows {r})" for n, r in w.rows.items() if r)
         violation(measured=f"row {b}: beam search returned {got[b]}, the §6.1 search on the "
                   f"implementation's own scores returns {w.expected[b]}"

@@ -204,6 +204,9 @@ def test_the_named_output_forms_and_the_first_step_variant():
     assert rows_of(beam_search(scores, src, pad_id=0, **kw).tokens, 0) == [[S_EOS]]
     forbidden = rows_of(beam_search(EosForbiddenFirst(scores, S_EOS), src, pad_id=0, **kw).tokens, 0)
     assert forbidden[0] and forbidden[0][0] != S_EOS  # another output: [end] is never considered
+    from aiayn_conformance.conformance.helpers.decoding import COMBINED_VARIANTS
+    both = COMBINED_VARIANTS["finished-in-beam+eos-forbidden-first"].run(scores, src, **kw)
+    assert both[0] and both[0][0] != S_EOS
 
 
 def test_forward_scores_memoize_each_prefix_once():

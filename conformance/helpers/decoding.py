@@ -47,7 +47,8 @@ from .inputs import EOS_ID, ordinary_ids, random_tokens
 
 __all__ = [
     "PAPER", "ForwardScores", "TwinScores", "call_generate", "checked_tokens", "rows_of", "missing_step_methods",
-    "decode_sources", "BEAM_VARIANTS", "beam_variant_outputs", "EosForbiddenFirst", "output_form", "finished_in_beam",
+    "decode_sources", "BEAM_VARIANTS", "beam_variant_outputs", "EosForbiddenFirst", "output_form",
+    "COMBINED_VARIANTS", "finished_in_beam",
     "expected_beam", "greedy_rows",
     "Schedule", "incremental_schedule", "Replay", "replay", "drive", "CacheVariant", "CACHE_VARIANTS",
     "Script", "ScriptedScores", "Scores", "scripted_witnesses", "call_search", "PENALTY_SCRIPT", "EARLY_SCRIPT",
@@ -362,14 +363,21 @@ class EosForbiddenFirst:
     def begin_decoding(self, src: Tensor) -> Any:
         return self.decoder.begin_decoding(src), 0
 
+    def _forbid(self, scores: Tensor) -> Tensor:
+        scores = torch.log_softmax(scores.double(), dim=-1)
+        scores[:, self.pad_id] = torch.logaddexp(scores[:, self.pad_id], scores[:, self.eos_id])
+        scores[:, self.eos_id] = -math.inf
+        return scores
+
+    def log_probs(self, src: Tensor, prefix: Tensor) -> Tensor:
+        """The wrapped ``log_probs`` (a whole prefix scored), the end symbol forbidden after the start symbol."""
+        out = self.decoder.log_probs(src, prefix)
+        return self._forbid(out) if prefix.size(1) == 1 else out
+
     def decode_step(self, state: Any, tokens: Tensor) -> tuple[Tensor, Any]:
         inner, t = state
         scores, inner = self.decoder.decode_step(inner, tokens)
-        if t == 0:
-            scores = torch.log_softmax(scores.double(), dim=-1)
-            scores[:, self.pad_id] = torch.logaddexp(scores[:, self.pad_id], scores[:, self.eos_id])
-            scores[:, self.eos_id] = -math.inf
-        return scores, (inner, t + 1)
+        return (self._forbid(scores) if t == 0 else scores), (inner, t + 1)
 
     def reorder_state(self, state: Any, indices: Tensor) -> Any:
         return self.decoder.reorder_state(state[0], indices), state[1]
@@ -391,6 +399,17 @@ BEAM_VARIANTS: dict[str, Variant] = {
                                 "live hypotheses is lost", finished_in_beam),
     "eos-forbidden-first": Variant("the end symbol forbidden at the first step (a minimum output length of 1): the "
                                    "one-token output [end] is never considered", _eos_forbidden_first),
+}
+
+
+# Two departures together (a toolkit's search often carries both), tried only once a check has failed and no single
+# variant named the outputs: JoeyNMT's beam search keeps finished hypotheses in the slots and forbids the end symbol
+# at the first step.
+COMBINED_VARIANTS: dict[str, Variant] = {
+    "finished-in-beam+eos-forbidden-first": Variant(
+        "finished hypotheses kept in the K beam slots and the end symbol forbidden at the first step (JoeyNMT's "
+        "search at min_output_length 1)",
+        lambda scores, src, **kw: finished_in_beam(EosForbiddenFirst(scores, kw["eos_id"]), src, **kw)),
 }
 
 
