@@ -9,9 +9,9 @@ trg_vocab)`` with the ``model`` section of a JoeyNMT configuration (``MODEL_CONF
 and ``joeynmt.vocabulary.Vocabulary`` objects of the config's sizes (JoeyNMT's special symbols first, as its
 vocabularies always have them: ``<unk>`` 0, ``<pad>`` 1, ``<s>`` 2, ``</s>`` 3; placeholder tokens after).
 
-Token ids: JoeyNMT's padding id is 1 whatever the vocabulary (``Vocabulary`` puts its specials first); the adapter
-exchanges the ids ``pad_id`` and 1 on the way in and on the way out (a relabelling of the vocabulary, as a
-tokenizer's vocabulary file would give it), so that the audit's ``pad_id`` is JoeyNMT's padding.
+Token ids: JoeyNMT's specials are its first ids whatever the vocabulary (``Vocabulary``); the adapter relabels the
+vocabulary (``joey_ids``, as a tokenizer's vocabulary file would) so that the audit's padding, start and end
+symbols are JoeyNMT's <pad>, <s> and </s>, on the way in and on the way out.
 
 The calling convention, as JoeyNMT's ``Batch`` and ``search`` call the model: ``src_mask = (src != pad)``
 (``[B, 1, S]``), ``model(return_type="encode", ...)`` then ``model(return_type="decode", ...)`` with
@@ -56,6 +56,19 @@ WRITTEN_FOR = "joeynmt 2.3.0"
 INSTALL = ("pip install --no-deps joeynmt==2.3.0 && pip install pyyaml importlib_metadata tensorboard sentencepiece "
            "subword-nmt sacrebleu")
 JOEY_PAD = 1  # Vocabulary's specials: <unk> 0, <pad> 1, <s> 2, </s> 3 (joeynmt/config.py:126-133)
+JOEY_BOS, JOEY_EOS = 2, 3
+
+
+def joey_ids(size: int, pad_id: int) -> Tensor:
+    """The audit's id -> JoeyNMT's: the audit's padding, start and end symbols (pad_id, 1, 2) are JoeyNMT's <pad>,
+    <s> and </s> (1, 2, 3); every other id keeps its order over the ids left (the audit's 3 is <unk> at pad_id 0).
+    So JoeyNMT's batching and search, which know its own specials, treat the audit's specials as theirs."""
+    wanted = {pad_id: JOEY_PAD, 1: JOEY_BOS, 2: JOEY_EOS}
+    ids = torch.empty(size, dtype=torch.long)
+    ids[list(wanted)] = torch.tensor(list(wanted.values()))
+    ids[[i for i in range(size) if i not in wanted]] = torch.tensor(
+        [j for j in range(size) if j not in wanted.values()])
+    return ids
 
 
 def joeynmt_unavailable() -> str:
@@ -126,7 +139,7 @@ class JoeyState:
 class JoeyAdapter(nn.Module):
     """A JoeyNMT ``Model`` behind the adapter contract; returns logits (B, T, tgt_vocab) in the audit's ids."""
 
-    src_ids: Tensor  # buffers: the audit's id -> JoeyNMT's (an exchange of pad_id and 1)
+    src_ids: Tensor  # buffers: the audit's id -> JoeyNMT's (joey_ids)
     tgt_ids: Tensor
     _config_fn: Callable[..., dict[str, Any]] | None = None  # a registration's configuration, for the recipe
 
@@ -141,9 +154,7 @@ class JoeyAdapter(nn.Module):
             src_vocab = trg_vocab
         self.model = build_model(self.cfg["model"], src_vocab=src_vocab, trg_vocab=trg_vocab)
         for size, name in ((config.src_vocab, "src_ids"), (config.tgt_vocab, "tgt_ids")):
-            ids = torch.arange(size)
-            ids[[config.pad_id, JOEY_PAD]] = ids[[JOEY_PAD, config.pad_id]]
-            self.register_buffer(name, ids, persistent=False)  # audit id -> JoeyNMT id, and back (a swap)
+            self.register_buffer(name, joey_ids(size, config.pad_id), persistent=False)  # audit id -> JoeyNMT id
 
     # -- ids and masks -------------------------------------------------------------------------------------------
     def _src(self, src: Tensor) -> tuple[Tensor, Tensor]:
@@ -287,7 +298,7 @@ class JoeyAdapter(nn.Module):
             else:  # beam_search stacks its hypotheses padded (pad_and_stack_hyps)
                 while row and row[-1] == model.pad_index:
                     row.pop()
-            rows.append([int(self.tgt_ids[t]) for t in row])
+            rows.append([int(self.tgt_ids.argsort()[t]) for t in row])  # JoeyNMT id -> the audit's
         width = max([len(r) for r in rows] + [1])
         out = torch.full((len(rows), width), self.config.pad_id, dtype=torch.long)
         for i, r in enumerate(rows):
@@ -334,7 +345,7 @@ class JoeyAdapter(nn.Module):
 
         def criterion(scores: Tensor, labels: Tensor) -> Tensor:
             joey_labels = ids[labels]
-            log_probs = torch.log_softmax(scores.index_select(-1, ids), dim=-1)  # JoeyNMT's column order
+            log_probs = torch.log_softmax(scores.index_select(-1, ids.argsort()), dim=-1)  # JoeyNMT's column order
             total = loss(log_probs, trg=joey_labels)
             if args.normalization == "tokens":
                 return total / (joey_labels != JOEY_PAD).sum().clamp_min(1)
@@ -347,7 +358,7 @@ class JoeyAdapter(nn.Module):
         ``</s>`` made padding, cut by one (``has_eos``, "true in training": its datasets end every target with
         ``</s>``); the labels ``trg[:, 1:]``. ``</s>`` is JoeyNMT's id 3, relabelled to the audit's ids."""
         trg = torch.cat([torch.full_like(target[:, :1], bos_id), target], dim=1)
-        eos = int(self.tgt_ids[self.model.eos_index])  # the audit's id of JoeyNMT's </s> (the swap is its own inverse)
+        eos = int(self.tgt_ids.argsort()[self.model.eos_index])  # the audit's id of JoeyNMT's </s>
         trg_input = torch.where(trg == eos, torch.full_like(trg, self.config.pad_id), trg)
         return trg_input[:, :-1], trg[:, 1:]
 
@@ -432,7 +443,7 @@ def read_checkpoint(path: str) -> Checkpoint:
                          n_heads=enc["num_heads"], d_ff=enc["ff_size"], n_layers=enc["num_layers"],
                          dropout=float(enc.get("dropout", 0.0)),
                          max_len=int(cfg.get("data", {}).get("src", {}).get("max_length", 0) or 5000),
-                         pad_id=0, share_embeddings=tied)  # JoeyNMT's <pad> (1) is the audit's 0: ids exchanged
+                         pad_id=0, share_embeddings=tied)  # JoeyNMT's <pad> (1) is the audit's 0: joey_ids
     state = {f"model.{k}": v for k, v in saved["model_state"].items()}
 
     def build(cfg_: ModelConfig) -> JoeyAdapter:
@@ -542,11 +553,15 @@ SCHEDULE = (
     "update 1 at the configured learning_rate (here Eq. (3)'s step 1)"
 )
 
+GREEDY = (f"greedy search forbids the end symbol at the first step (min_output_length defaults to 1, {CF}:423, "
+          f"applied at {SE}:294): where the end symbol is the most probable first token it emits another one")
+
 DEVIATIONS: dict[str, str] = {
     "config.parameters": PARAMETERS,
     "dropout.extra-sites": EXTRA_DROPOUT,
     "mask.finite": FINITE,
     "decode.beam": BEAM,
+    "decode.greedy": GREEDY,
     "decode.max-length": MAX_LENGTH,
     "train.optimizer": ADAM,
     "train.lr-schedule": SCHEDULE,
@@ -567,11 +582,11 @@ NOTES = (
     f"The layer norms' epsilon is 1e-6 written in the code ({TL}:143, :245), the audit's default norm_eps: a "
     "configuration with another epsilon cannot be built. Label smoothing spreads eps over V - 2 classes, neither the "
     f"target nor padding ({LO}:40; the Annotated Transformer's convention). Token ids: JoeyNMT's vocabularies put "
-    f"<unk>, <pad>, <s>, </s> first ({VO}:34), so its padding id is 1 ({CF}:128); the adapter exchanges the audit's "
-    "pad_id and 1 on the way in and out. JoeyNMT's Transformer decoder has no cache: its search recomputes the "
+    f"<unk>, <pad>, <s>, </s> first ({VO}:34), so its padding id is 1 ({CF}:128); the adapter relabels the ids so that "
+    "the audit's padding, start and end symbols are JoeyNMT's <pad>, <s> and </s>. JoeyNMT's Transformer decoder "
+    "has no cache: its search recomputes the "
     "whole prefix at every step, and so does `decode_step`. Its greedy search forbids the end symbol at the first "
-    f"step as its beam search does ({SE}:294); the suite's greedy witness did not meet that case for this "
-    "registration (it does for joeynmt-defaults, which declares it). Training batches: `trg = <s> target`, the "
+    f"step as its beam search does ({SE}:294). Training batches: `trg = <s> target`, the "
     f"decoder reading it with every </s> made padding, cut by one ({BA}:73-74). "
     "Reproduce: `aiayn audit --impl joeynmt`; a checkpoint as JoeyNMT's trainer saved it: "
     "`pytest conformance/ --impl=joeynmt --weights models/NAME/best.ckpt` (config.yaml and the vocabulary files "

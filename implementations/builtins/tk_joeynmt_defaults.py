@@ -19,12 +19,12 @@ from .tk_joeynmt import (
     EN,
     EXTRA_DROPOUT,
     FINITE,
+    GREEDY,
     INSTALL,
     LINES,
     MAX_LENGTH,
     MO,
     PARAMETERS,
-    SE,
     SOURCE,
     WRITTEN_FOR,
     build_defaults,
@@ -52,9 +52,7 @@ DEVIATIONS: dict[str, str] = {
     "dropout.extra-sites": EXTRA_DROPOUT,
     "mask.finite": FINITE,
     "decode.beam": BEAM,
-    "decode.greedy": (
-        f"greedy search forbids the end symbol at the first step (min_output_length defaults to 1, {CF}:423, "
-        f"applied at {SE}:294): where the end symbol is the most probable first token it emits another one"),
+    "decode.greedy": GREEDY,
     "decode.max-length": MAX_LENGTH,
     "train.optimizer": (
         f"the default optimizer is Adam with torch's betas (0.9, 0.999) ({BU}:110) and epsilon 1e-8 ({BU}:111)"),
