@@ -210,16 +210,31 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         raise pytest.UsageError("conformance tests with bad markers:\n  " + "\n  ".join(problems))
     fewer = strategies.examples_for(parameter_count(settings.config))
     if fewer is not None:  # a large model: fewer examples per explored check
-        from hypothesis import settings as hypothesis_settings
-
-        for item in items:
-            if is_hypothesis_test(item) and isinstance(item, pytest.Function):
-                item.obj = hypothesis_settings(max_examples=fewer)(item.obj)
+        _fewer_examples(config, items, fewer)
     wanted = selected_clauses(config)
     if wanted is not None:
         keep = [i for i in items if item_clause(i) in wanted]
         config.hook.pytest_deselected(items=[i for i in items if item_clause(i) not in wanted])
         items[:] = keep
+
+
+def _fewer_examples(config: pytest.Config, items: list[pytest.Item], fewer: int) -> None:
+    """At most ``fewer`` examples for each explored check, for this session only. Hypothesis reads a test's settings
+    from its function object (the one @given wrapped, which parametrized items share, and which refuses a second
+    @settings), so the attribute is set once per function and restored when the session ends."""
+    from hypothesis import settings as hypothesis_settings
+
+    attribute = "_hypothesis_internal_use_settings"
+    seen: set[int] = set()
+    for item in items:
+        fn = getattr(item, "obj", None)
+        if not (is_hypothesis_test(item) and isinstance(item, pytest.Function)) or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        before = getattr(fn, attribute, None)
+        parent = before or hypothesis_settings.default
+        setattr(fn, attribute, hypothesis_settings(parent, max_examples=min(parent.max_examples, fewer)))
+        config.add_cleanup(lambda fn=fn, before=before: setattr(fn, attribute, before))
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -503,3 +503,18 @@ def test_the_other_checks_reject_broken_strategies():
     odd = strategies.table_size().map(lambda s: (s[0], s[1] - 1))
     size = found(odd, lambda s: True)
     assert table_problems(size) == [f"d_model {size[1]} is not an even number in 2..96"]
+
+
+def test_a_large_model_gets_fewer_examples_in_every_explored_check_of_every_implementation():
+    """Above LARGE_MODEL_PARAMETERS each explored check draws at most LARGE_MODEL_EXAMPLES, also where one test
+    function is parametrized over several implementations and where it carries its own @settings."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    res = subprocess.run([sys.executable, "-m", "pytest", "conformance/", "--impl=reference,fused", "--config=base,N=2",
+                          "--collect-only", "-q", "-p", "no:cacheprovider"], cwd=root, capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert "tests collected" in res.stdout, res.stdout[-2000:]
