@@ -19,6 +19,7 @@ implementation the one under test (``shapes.under_test``), and the session's set
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Generator, Iterator
 from typing import Any
@@ -232,9 +233,9 @@ def _fewer_examples(config: pytest.Config, items: list[pytest.Item], fewer: int)
             continue
         seen.add(id(fn))
         before = getattr(fn, attribute, None)
-        parent = before or hypothesis_settings.default
+        parent = before if isinstance(before, hypothesis_settings) else hypothesis_settings()
         setattr(fn, attribute, hypothesis_settings(parent, max_examples=min(parent.max_examples, fewer)))
-        config.add_cleanup(lambda fn=fn, before=before: setattr(fn, attribute, before))
+        config.add_cleanup(functools.partial(setattr, fn, attribute, before))
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -134,7 +134,8 @@ def test_forward_on_the_meta_device(impl: Implementation, config: ModelConfig) -
         stranded = plain_tensor_attributes(model)
         if mismatch or copied_out and any(p.what.startswith("tensor.") for p in recorder.placements):
             copies = [p for p in recorder.placements if p.what.startswith("tensor.")]
-            first = (copies if copied_out else recorder.placements or [None])[0]
+            candidates = copies if copied_out else recorder.placements
+            first = candidates[0] if candidates else None
             violation(measured=(f"the forward on the meta device: {first.describe()}; then {raised}" if first
                                 else f"forward on the meta device met a tensor on another device: {raised}")
                       + (f"; {len(recorder.placements) - 1} more such tensor(s)" if len(recorder.placements) > 1

@@ -20,7 +20,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, Union, cast
 
 import torch
 from torch import Tensor
@@ -409,7 +409,8 @@ COMBINED_VARIANTS: dict[str, Variant] = {
     "finished-in-beam+eos-forbidden-first": Variant(
         "finished hypotheses kept in the K beam slots and the end symbol forbidden at the first step (JoeyNMT's "
         "search at min_output_length 1)",
-        lambda scores, src, **kw: finished_in_beam(EosForbiddenFirst(scores, kw["eos_id"]), src, **kw)),
+        lambda scores, src, **kw: finished_in_beam(cast("Scores", EosForbiddenFirst(scores, kw["eos_id"])), src,
+                                                   **kw)),
 }
 
 
