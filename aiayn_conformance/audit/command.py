@@ -64,8 +64,9 @@ def add_parser(sub) -> None:
     p.add_argument("--clause", default=None, metavar="ID",
                    help="re-run only this clause (comma-separated ids allowed) and show its full diagnostics")
     p.add_argument("--config", default=None, metavar="SPEC",
-                   help="audit at these sizes: key=value pairs (d_model=64,h=4,src_vocab=40; keys: ModelConfig's "
-                        "fields, h and N), a .json or .toml file, or a Hugging Face config.json or model directory")
+                   help="audit at these sizes: a Table 3 preset (base, big, tiny) optionally followed by pairs "
+                        "(base,N=2), key=value pairs (d_model=64,h=4,src_vocab=40; keys: ModelConfig's fields, h "
+                        "and N), a .json or .toml file, or a Hugging Face config.json or model directory")
     p.add_argument("--weights", default=None, metavar="PATH",
                    help="audit one implementation (--impl) holding these trained weights: a torch state_dict "
                         "(.pt/.pth), a .safetensors file or a Hugging Face model directory; sizes from --config, "

@@ -13,6 +13,7 @@ import pytest
 from aiayn_conformance.spec.clauses import CLAUSES, NOT_APPLICABLE
 
 from .items import is_hypothesis_test
+from .results import report_message
 
 __all__ = ["DeclaredDeviations", "Judgements", "mark_declared"]
 
@@ -66,9 +67,7 @@ class Judgements:
             return
         key = (subject, clause)
         if report.skipped and not hasattr(report, "wasxfail"):
-            longrepr = report.longrepr
-            reason = str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
-            reason = reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
+            reason = report_message(report)
             self.reasons.setdefault(key, [])
             if reason not in self.reasons[key]:
                 self.reasons[key].append(reason)

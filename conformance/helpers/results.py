@@ -34,12 +34,13 @@ from typing import Any
 
 import pytest
 
-__all__ = ["ResultsRecorder", "record_of", "SCHEMA"]
+__all__ = ["ResultsRecorder", "record_of", "report_message", "SCHEMA"]
 
 SCHEMA = 1
 
 
-def _message(report: pytest.TestReport) -> str:
+def report_message(report: pytest.TestReport) -> str:
+    """A report's reason or text: the xfail reason, the skip reason without pytest's "Skipped: ", else longrepr."""
     if report.skipped and hasattr(report, "wasxfail"):
         return str(report.wasxfail)
     longrepr = report.longrepr
@@ -68,7 +69,7 @@ def record_of(report: pytest.TestReport) -> dict[str, Any]:
     else:
         outcome = "skipped" if report.skipped else "passed"
     # A clause violation or implementation error carries its own diagnostic; else the report's text.
-    detail = str(props.get("aiayn_message") or _message(report))
+    detail = str(props.get("aiayn_message") or report_message(report))
     first = next((line.strip() for line in detail.splitlines() if line.strip()), "")
     extra = {key: props[f"aiayn_{key}"] for key in ("note", "data") if f"aiayn_{key}" in props}
     return {
