@@ -34,7 +34,7 @@ from aiayn_conformance.reference.decoding import beam_search, output_limits
 from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import has_capability
 from aiayn_conformance.spec.schema import parameter_count
-from aiayn_conformance.spec.tolerance import compare
+from aiayn_conformance.spec.tolerance import Comparison, compare
 
 from .helpers import oracles, shapes
 from .helpers.components import from_factory
@@ -227,15 +227,22 @@ def test_cached_steps_equal_the_full_forward(impl: Implementation, model: Any, d
     schedule = incremental_schedule(cfg)
     rep = replay(schedule, cfg.pad_id)
     got = drive(model, schedule, impl.output, cfg.tgt_vocab)
+    agreed = -1
     for t, scores in got.items():
-        src_rows, prefix, active = rep.src_rows[t], rep.prefixes[t], rep.active[t]
-        full = log_probs(model, impl, src_rows, prefix, cfg)[:, -1]  # (N, V)
-        cmp = compare(scores[active], full[active], dtype=torch.float32, scope="model")
+        cmp = _step_against_forward(impl, model, cfg, rep, t, scores)
         if cmp.ok:
+            agreed = t
             continue
+        traced = ""
+        if t - agreed > 1:  # steps between the last agreeing judged step and this one were not judged
+            failed = t
+            t, scores, cmp = _first_differing(impl, model, cfg, schedule, rep, agreed, failed, (scores, cmp))
+            traced = f" (the first, found by bisection between the judged steps {agreed} and {failed})"
+            got = {**{s: x for s, x in got.items() if s < t}, t: scores}
+        active = rep.active[t]
         row = int(active.nonzero()[cmp.index[0]]) if cmp.index else 0
         named = _cache_variant(subj, schedule, got, rep, first=t)
-        violation(measured=f"at step {t} (prefix length {t + 1}), row {row}: the cached decoder's "
+        violation(measured=f"at step {t}{traced} (prefix length {t + 1}), row {row}: the cached decoder's "
                   f"next-token log-probabilities differ from the full forward's: {cmp.describe()}; the judged steps "
                   f"before it agreed ({', '.join(map(str, [s for s in got if s < t])) or 'none'})"
                   + (f"; the cached decoder matches the reference with {named}" if named else ""),
@@ -247,13 +254,40 @@ def test_cached_steps_equal_the_full_forward(impl: Implementation, model: Any, d
                        "or cut to a window of recent positions")
 
 
+def _step_against_forward(impl: Implementation, model: Any, cfg: ModelConfig, rep: Replay, t: int,
+                          scores: torch.Tensor) -> Comparison:
+    """The cached decoder's scores at step ``t`` against the full forward on each real row's prefix (the rows fed
+    padding are left out, and the forward's last position alone is read)."""
+    active = rep.active[t]
+    full = log_probs(model, impl, rep.src_rows[t][active], rep.prefixes[t][active], cfg, last=True)[:, -1]
+    return compare(scores[active], full, dtype=torch.float32, scope="model")
+
+
+def _first_differing(impl: Implementation, model: Any, cfg: ModelConfig, schedule: Schedule, rep: Replay,
+                     agreed: int, failed: int, at_failed: tuple[torch.Tensor, Comparison]
+                     ) -> tuple[int, torch.Tensor, Comparison]:
+    """The first step after ``agreed`` where the cached decoder differs, by bisection up to ``failed`` (a cache
+    gone wrong stays wrong): the step, its scores and the comparison."""
+    got = drive(model, schedule, impl.output, cfg.tgt_vocab, keep=range(agreed + 1, failed))
+    lo, hi, best = agreed, failed, at_failed
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        cmp = _step_against_forward(impl, model, cfg, rep, mid, got[mid])
+        if cmp.ok:
+            lo = mid
+        else:
+            hi, best = mid, (got[mid], cmp)
+    return hi, *best
+
+
 def _cache_variant(subj: Subject, schedule: Schedule, got: dict[int, torch.Tensor], rep: Replay, first: int) -> str:
     """The named cache bug whose outputs the implementation reproduces (on the reference twin), or ''. A window
     is tried at the size the first differing step implies (steps 0 .. first - 1 agreed)."""
     if subj.twin is None:
         return ""
     for knob, what in CACHE_VARIANTS.items():
-        theirs = drive(CacheVariant(subj.twin, knob, window=first), schedule, "logits", subj.config.tgt_vocab)
+        theirs = drive(CacheVariant(subj.twin, knob, window=first), schedule, "logits", subj.config.tgt_vocab,
+                       keep=got)
         if all(compare(got[t][rep.active[t]], theirs[t][rep.active[t]], dtype=torch.float32, scope="model").ok
                for t in got):
             return what.format(window=first)
@@ -464,19 +498,24 @@ class Witness:
 BEAM_SEARCH = dict(bos_id=BOS, beam_size=PAPER.beam_size, alpha=PAPER.alpha, max_len=BEAM_MAX)
 
 
-def witness_at(scores: ForwardScores, src: torch.Tensor, eos: int) -> Witness:
-    """§6.1's beam search and every named variant on ``scores`` with end symbol ``eos``, and where they differ."""
+def witness_at(scores: ForwardScores, src: torch.Tensor, eos: int, names: list[str] | None = None) -> Witness:
+    """§6.1's beam search and the named variants ``names`` (default: every one) on ``scores`` with end symbol
+    ``eos``, and where they differ. A variant left out has no rows: it tells nothing apart here."""
     expected = expected_beam(scores, src, eos_id=eos, **BEAM_SEARCH)
-    variants = beam_variant_outputs(scores, src, list(BEAM_VARIANTS), eos_id=eos, **BEAM_SEARCH)
+    variants = beam_variant_outputs(scores, src, list(BEAM_VARIANTS) if names is None else names, eos_id=eos,
+                                    **BEAM_SEARCH)
     rows = {name: [b for b, (x, e) in enumerate(zip(out, expected)) if x != e] for name, out in variants.items()}
-    rows["finished-in-beam"] = [b for b in rows["finished-in-beam"] if expected[b][-1:] == [eos]]
+    if "finished-in-beam" in rows:
+        rows["finished-in-beam"] = [b for b in rows["finished-in-beam"] if expected[b][-1:] == [eos]]
+    rows = {name: rows.get(name, []) for name in BEAM_VARIANTS}
     return Witness(eos, expected, variants, rows)
 
 
 def beam_witnesses(impl: Implementation, subj: Subject) -> list[Witness]:
     """End symbols under which named beam-search variants choose other outputs than §6.1's search, on the
     implementation's own scores (searched once per implementation, in end-symbol order, until every variant
-    is told apart or every symbol has been tried)."""
+    is told apart or every symbol has been tried; each symbol runs only the variants not yet told apart, at a
+    vocabulary of 37,000 a search of a few seconds each)."""
     if subj.beam_witnesses is not None:
         return subj.beam_witnesses
     cfg = subj.config
@@ -485,7 +524,7 @@ def beam_witnesses(impl: Implementation, subj: Subject) -> list[Witness]:
     found: list[Witness] = []
     told: set[str] = set()
     for eos in end_symbol_candidates(scores, src):
-        witness = witness_at(scores, src, eos)
+        witness = witness_at(scores, src, eos, [name for name in BEAM_VARIANTS if name not in told])
         new = {name for name, r in witness.rows.items() if r} - told
         if new:
             found.append(witness)
@@ -511,13 +550,15 @@ def check_beam(impl: Implementation, subj: Subject, witnesses: list[Witness], pu
             if got == w.expected:
                 continue
         b = next(i for i, (g, e) in enumerate(zip(got, w.expected)) if g != e)
-        named = [BEAM_VARIANTS[n].describe for n, o in w.variants.items() if o == got]
+        searched = subj.searched if subj.fast is None or subj.scores is None else subj.scores
+        rest = [n for n in BEAM_VARIANTS if n not in w.variants]  # left out while searching for witnesses
+        variants = {**w.variants, **beam_variant_outputs(searched, src, rest, eos_id=w.eos, **BEAM_SEARCH)}
+        named = [BEAM_VARIANTS[n].describe for n, o in variants.items() if o == got]
         form = output_form(got, w.expected, bos_id=BOS, pad_id=cfg.pad_id)
         named += [form] if form else []
         if not named:
-            scores = subj.scores if subj.fast is not None else subj.searched
             named = [v.describe for v in COMBINED_VARIANTS.values()
-                     if v.run(scores, src, eos_id=w.eos, **BEAM_SEARCH) == got]
+                     if v.run(searched, src, eos_id=w.eos, **BEAM_SEARCH) == got]
         witness_of = ", ".join(f"{n} (rows {r})" for n, r in w.rows.items() if r)
         violation(measured=f"row {b}: beam search returned {got[b]}, the §6.1 search on the "
                   f"implementation's own scores returns {w.expected[b]}"

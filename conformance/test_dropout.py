@@ -510,7 +510,14 @@ def test_no_dropout_inside_the_feed_forward_network(impl: Implementation, config
                "the paper's base model has none; remove it (or set it to 0) to follow §5.4")
 
 
-RUNS = 32  # train-mode calls (dropout draws) for the head-block statistic
+BLOCKS = 256  # head blocks the statistic is taken over: 32 draws of TINY's 2 rows x 4 heads
+
+
+def runs(config: ModelConfig) -> int:
+    """Train-mode calls (dropout draws) for the head-block statistic: enough for BLOCKS blocks of the witness's
+    first positions (2 rows, one block per head), so that a model with more heads needs fewer draws (32 at most,
+    TINY's count)."""
+    return min(32, max(4, -(-BLOCKS // (ro.witness(config)[1].size(0) * config.n_heads))))
 
 
 @pytest.mark.clause("dropout.extra-sites")
@@ -529,7 +536,8 @@ def test_no_dropout_on_the_attention_weights(impl: Implementation, config: Model
         d_k = config.d_model // config.n_heads
         extra_site("self-attention",
                    f"in train mode (dropout {P}), at the first target position (one admissible key), {whole:.0%} of "
-                   f"the blocks of d_k = {d_k} features that one head writes are dropped whole over {RUNS} draws, "
+                   f"the blocks of d_k = {d_k} features that one head writes are dropped whole over "
+                   f"{runs(config)} draws, "
                    f"against {control:.0%} when each head's features are spread over every block: a whole head is "
                    "dropped at once, so the attention weights are dropped",
                    "dropout on the softmax weights (nn.MultiheadAttention(dropout=p), dropout(p_attn)): the paper's "
@@ -537,9 +545,10 @@ def test_no_dropout_on_the_attention_weights(impl: Implementation, config: Model
 
 
 def whole_blocks_dropped(impl: Implementation, state: dict[str, torch.Tensor], config: ModelConfig) -> float:
-    """Over ``RUNS`` train-mode draws, the share of blocks of d_k consecutive output features at the first target
-    position whose every feature is dropped."""
+    """Over ``runs(config)`` train-mode draws, the share of blocks of d_k consecutive output features at the first
+    target position whose every feature is dropped."""
     s, d_k = signs(config.d_model), config.d_model // config.n_heads
-    first = stack_output(impl, "decoder", state, config, train=True, seeds=tuple(range(100, 100 + RUNS)), first=True)
-    dropped = ~kept_features(first, s)  # (RUNS * B, d)
+    first = stack_output(impl, "decoder", state, config, train=True, seeds=tuple(range(100, 100 + runs(config))),
+                         first=True)
+    dropped = ~kept_features(first, s)  # (runs * B, d)
     return dropped.reshape(first.size(0), config.n_heads, d_k).all(-1).double().mean().item()

@@ -88,8 +88,8 @@ class BuggyCache:
     at position 0; "self-not-reordered" leaves the self-attention cache behind when beams are reordered;
     "cross-unmasked" attends over the cached source keys without the source padding mask."""
 
-    def __init__(self, model: Transformer, bug: str):
-        self.model, self.bug = model, bug
+    def __init__(self, model: Transformer, bug: str, window: int = 0):
+        self.model, self.bug, self.window = model, bug, window or WINDOW
 
     def begin_decoding(self, src: Tensor) -> tuple[KVCache, int]:
         return init_cache(self.model, src), 0
@@ -103,7 +103,7 @@ class BuggyCache:
             k = torch.cat([c.self_k, sa.split_heads(sa.k(y))], dim=2)
             v = torch.cat([c.self_v, sa.split_heads(sa.v(y))], dim=2)
             if self.bug == "window":
-                k, v = k[:, :, -WINDOW:], v[:, :, -WINDOW:]
+                k, v = k[:, :, -self.window:], v[:, :, -self.window:]
             y = layer.norm1(y + _attend(sa, y, k, v, None))
             src_mask = None if self.bug == "cross-unmasked" else cache.src_mask
             y = layer.norm2(y + _attend(layer.cross_attn, y, c.cross_k, c.cross_v, src_mask))
@@ -124,16 +124,24 @@ WINDOW = 8
 
 
 class StepWindow(StepOnly):
-    """Step-level decoding through a self-attention cache that keeps only the last 8 positions."""
+    """Step-level decoding through a self-attention cache that keeps only the last ``WINDOW`` positions."""
+
+    WINDOW = WINDOW
 
     def begin_decoding(self, src: Tensor) -> tuple[KVCache, int]:  # type: ignore[override]
-        return BuggyCache(self, "window").begin_decoding(src)
+        return BuggyCache(self, "window", self.WINDOW).begin_decoding(src)
 
     def decode_step(self, state, tokens):  # type: ignore[override]
-        return BuggyCache(self, "window").decode_step(state, tokens)
+        return BuggyCache(self, "window", self.WINDOW).decode_step(state, tokens)
 
     def reorder_state(self, state, indices):  # type: ignore[override]
-        return BuggyCache(self, "window").reorder_state(state, indices)
+        return BuggyCache(self, "window", self.WINDOW).reorder_state(state, indices)
+
+
+class StepWindow20(StepWindow):
+    """The window at 20 positions: its first wrong step (20) falls between two judged steps (17 and 24)."""
+
+    WINDOW = 20
 
 
 class StepCrossUnmasked(StepOnly):
@@ -346,6 +354,8 @@ BROKEN_DECODERS: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, d
         INC: "the cached decoder reads the wrong memory"}),
     "self-window-8": (StepWindow, "logits", "the self-attention cache keeps only the last 8 positions", {
         INC: "from prefix length 9 on the cached scores differ from the full forward's"}),
+    "self-window-20": (StepWindow20, "logits", "the self-attention cache keeps only the last 20 positions", {
+        INC: "from prefix length 21 on: a step no judged step is, found by bisection"}),
     "step-cross-unmasked": (StepCrossUnmasked, "logits", "the cached step attends over padded source positions", {
         INC: "rows with a padded source read its padding"}),
     "generate-positions-restart": (GenerateRestart, "logits", "generate only; its cache embeds every new token at "

@@ -354,6 +354,14 @@ class TestDecodersRun:
         problems = _problems(per_clause, set(clauses))
         assert not problems, f"broken-decoder-{name} ({bug}):\n  " + "\n  ".join(problems)
 
+    def test_a_cache_failing_between_judged_steps_is_traced_to_its_first_step(self, decoders_run):
+        """decode.incremental judges a sample of the steps (all of them would cost T^2 at max_len 512); a window of
+        20 positions first shows at step 20, between the judged steps 17 and 24, and the message names step 20."""
+        recs = decoders_run[1]["broken-decoder-self-window-20"]["decode.incremental"]
+        message = next(r["detail"] for r in recs if r["outcome"] == "xfailed")
+        assert "at step 20 (the first, found by bisection between the judged steps 17 and 24)" in message, message
+        assert "a self-attention cache that keeps only the last 20 positions" in message, message
+
     @pytest.mark.parametrize("name", sorted(DEPARTING_COMPONENTS) + sorted(COMPOSED))
     def test_decoding_component_is_caught_by_exactly_its_clauses(self, decoders_run, name):
         """Alone (``--component``) and composed into the reference (``reference+KIND=NAME``, inheriting its

@@ -166,3 +166,14 @@ def test_the_runqueue_wait_is_read_and_only_grows():
     sum(range(10**6))
     second = runqueue_wait()
     assert first is not None and second is not None and 0 <= first <= second
+
+
+def test_the_default_budget_grows_with_the_model_beyond_base():
+    """Without --check-timeout or $AIAYN_CHECK_TIMEOUT a check gets DEFAULT_TIMEOUT up to the base model at a
+    vocabulary of 37,000, and proportionally more above it: the big model's checks read 3.4 times the weights."""
+    from aiayn_conformance.conformance.helpers.budget import default_timeout
+    from aiayn_conformance.conformance.helpers.options import DEFAULT_TIMEOUT
+    from aiayn_conformance.spec.config import BASE, BIG, TINY
+
+    assert default_timeout(TINY) == default_timeout(BASE) == DEFAULT_TIMEOUT
+    assert 3 * DEFAULT_TIMEOUT < default_timeout(BIG) < 4 * DEFAULT_TIMEOUT

@@ -19,12 +19,15 @@ from types import FrameType
 import pytest
 
 from aiayn_conformance.spec.clauses import get_clause
+from aiayn_conformance.spec.config import BASE, ModelConfig
+from aiayn_conformance.spec.schema import parameter_count
 
 from .harness import CheckTimeout
 from .items import item_clause, subject_of
-from .options import DEFAULT_TIMEOUT
+from .options import DEFAULT_TIMEOUT, audit_settings
 
-__all__ = ["MAX_STRETCH", "budget_left", "budgeted_phase", "interrupted_at", "runqueue_wait", "timeout_of"]
+__all__ = ["MAX_STRETCH", "budget_left", "budgeted_phase", "default_timeout", "interrupted_at", "runqueue_wait",
+           "timeout_of"]
 
 TIMEOUTS_BEFORE_GIVING_UP = 2
 # Once a phase's budget is spent the alarm fires again at this interval until the phase ends, so nothing run
@@ -36,10 +39,18 @@ _TIMEOUTS = pytest.StashKey[dict[str, int]]()  # subject -> how many of its chec
 
 
 def timeout_of(config: pytest.Config) -> float:
+    """--check-timeout, else $AIAYN_CHECK_TIMEOUT, else the default for the audit's sizes (``default_timeout``)."""
     value = config.getoption("--check-timeout")
     if value is None:
-        return float(os.environ.get("AIAYN_CHECK_TIMEOUT", DEFAULT_TIMEOUT))
+        env = os.environ.get("AIAYN_CHECK_TIMEOUT")
+        return float(env) if env is not None else default_timeout(audit_settings(config).config)
     return float(value)
+
+
+def default_timeout(model: ModelConfig) -> float:
+    """DEFAULT_TIMEOUT up to the paper's base model at a vocabulary of 37,000; above it, in proportion to the
+    parameters (each check's work grows with the weights it reads: the big model gets about 3.4 times as long)."""
+    return DEFAULT_TIMEOUT * max(1.0, parameter_count(model) / parameter_count(BASE))
 
 
 def runqueue_wait() -> float | None:

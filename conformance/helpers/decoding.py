@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Union, cast
 
@@ -463,13 +463,15 @@ class Schedule:
     @property
     def judged(self) -> list[int]:
         """The steps whose scores are compared with the full forward: the first 16, the steps at and after each
-        reorder and finish, the powers of two and their midpoints beyond (where a window or a restarted position
-        count shows), and the last. Every step runs; judging each one costs a full forward per position, T^2 at
-        a base model's max_len of 512, for no bug that a later judged step would not show."""
+        reorder and finish, the powers of two with the step before each (where a window or a restarted position
+        count first shows), their midpoints up to EVENT_SPAN, and the last. Every step runs; judging each one costs
+        a full forward per position, T^2 at a base model's max_len of 512. A cache that goes wrong stays wrong, so
+        a later judged step shows what an unjudged one would; a failure is traced back to its first step
+        (``first_differing``)."""
         n = self.tokens.size(0)
         events = {e + k for e in (*self.reorders, *self.finishes.values()) for k in (0, 1)}
-        spaced = {p + q for k in range(4, n.bit_length() + 1) for p, q in ((2 ** k, -1), (2 ** k, 0),
-                                                                               (3 * 2 ** (k - 1), 0))}
+        spaced = {p + q for k in range(4, n.bit_length() + 1) for p, q in ((2 ** k, -1), (2 ** k, 0))}
+        spaced |= {3 * 2 ** (k - 1) for k in range(4, EVENT_SPAN.bit_length())}
         return sorted(t for t in {*range(16), *events, *spaced, n - 1} if 0 <= t < n)
 
     def describe(self, pad_id: int) -> str:
@@ -482,6 +484,7 @@ class Schedule:
 
 
 STAYS = 1  # the schedule's row that finishes early and stays in the batch
+EVENT_SPAN = 64  # the steps the reorders and finishes fall in: a quarter, a half... of at most this many
 
 
 def incremental_schedule(config: ModelConfig, *, bos_id: int = PAPER.bos_id,
@@ -493,8 +496,10 @@ def incremental_schedule(config: ModelConfig, *, bos_id: int = PAPER.bos_id,
     padding to the end, as greedy search feeds a finished row), row 5 at two thirds (then dropped).
     Four reorders in the middle (before steps 4, a quarter, a half and three quarters in) draw each new row from
     the rows still going on, across sources, with repeats and drops, as beam search does; the row finished for
-    good stays in place."""
+    good stays in place. Past EVENT_SPAN steps the events keep their places in the first EVENT_SPAN: the later
+    steps feed long caches that every event has already shaped."""
     steps = config.max_len if steps is None else steps
+    span = min(steps, EVENT_SPAN)
     src = decode_sources([6, 3, 1], seed=21, config=config)
     expand = torch.tensor([0, 0, 1, 1, 2, 2])
     n = expand.numel()
@@ -503,9 +508,9 @@ def incremental_schedule(config: ModelConfig, *, bos_id: int = PAPER.bos_id,
     tokens = ordinary[torch.randint(0, ordinary.numel(), (steps, n), generator=g)]
     tokens[0] = bos_id
     # a row fed padding from step t was fed the end symbol at step t - 1 (so none finishes before step 2)
-    finishes = {r: t for r, t in ((3, 3), (STAYS, steps // 4 - 2), (5, 2 * steps // 3)) if 1 < t < steps}
+    finishes = {r: t for r, t in ((3, 3), (STAYS, span // 4 - 2), (5, 2 * span // 3)) if 1 < t < steps}
     at = set()
-    for t in (4, steps // 4, steps // 2 + 1, 3 * steps // 4 + 2):
+    for t in (4, span // 4, span // 2 + 1, 3 * span // 4 + 2):
         while t in finishes.values() or t in at:  # no reorder at a finish: the row finishing is the one fed EOS
             t += 1
         if 0 < t < steps:
@@ -550,10 +555,11 @@ def replay(schedule: Schedule, pad_id: int) -> Replay:
     return out
 
 
-def drive(decoder: Any, schedule: Schedule, output: str, vocab: int) -> dict[int, Tensor]:
+def drive(decoder: Any, schedule: Schedule, output: str, vocab: int,
+          keep: Iterable[int] | None = None) -> dict[int, Tensor]:
     """Run ``decoder`` through every step of the schedule: the float64 log-probabilities [N, V] it returns at each
-    judged step (``Schedule.judged``)."""
-    judged = set(schedule.judged)
+    step of ``keep`` (default: the judged steps, ``Schedule.judged``)."""
+    judged = set(schedule.judged if keep is None else keep)
     what = "begin_decoding(src)"
     try:
         state = decoder.begin_decoding(schedule.src)

@@ -46,7 +46,8 @@ if TYPE_CHECKING:
 __all__ = [
     "ClauseViolation", "ImplementationError", "CheckTimeout", "checking", "current_clause", "violation",
     "could_not_check", "not_applicable", "build_model", "refused", "call_forward", "output_problem",
-    "first_nonfinite", "run_forward", "as_log_probs", "describe_call", "seeded", "shape_gate", "held_weights",
+    "first_nonfinite", "check_finite_at", "run_forward", "as_log_probs", "describe_call", "seeded", "shape_gate",
+    "held_weights",
 ]
 
 _CLAUSE: contextvars.ContextVar[str | None] = contextvars.ContextVar("aiayn_clause_under_test", default=None)
@@ -295,8 +296,10 @@ def output_problem(out: Any, src: torch.Tensor, tgt: torch.Tensor, vocab: int) -
 def first_nonfinite(out: torch.Tensor, tgt: torch.Tensor, pad_id: int = 0) -> tuple[int, list[int], float] | None:
     """(how many, [batch, position, token] of the first, its value) of the non-finite values of a [B, T, V]
     output at real (non-pad) target positions; None when all are finite."""
-    real = (tgt != pad_id)[..., None].expand_as(out)
-    bad = ~torch.isfinite(out.detach().float()) & real
+    finite = torch.isfinite(out.detach())
+    if bool(finite.all()):
+        return None
+    bad = ~finite & (tgt != pad_id)[..., None]
     if not bool(bad.any()):
         return None
     idx = [int(i) for i in bad.nonzero()[0]]
@@ -314,11 +317,19 @@ def run_forward(model: Any, src: torch.Tensor, tgt: torch.Tensor, *, vocab: int,
         could_not_check(f"{describe_call(src, tgt, pad_id)} returned {got}"
                         + (f", expected {expected}" if isinstance(out, torch.Tensor) else ""))
     if check_finite:
-        bad = first_nonfinite(out, tgt, pad_id)
-        if bad is not None:
-            _, idx, value = bad
-            could_not_check(f"{describe_call(src, tgt, pad_id)} returned a non-finite value {value} at "
-                            f"[batch, position, token] = {idx} (a real target position)")
+        check_finite_at(out, src, tgt, pad_id=pad_id)
     return out
+
+
+def check_finite_at(out: torch.Tensor, src: torch.Tensor, tgt: torch.Tensor, *, pad_id: int = 0,
+                    offset: int = 0) -> None:
+    """Could not check when ``out`` (``forward(src, tgt)``'s output from position ``offset`` on) holds a
+    non-finite value at a real target position."""
+    bad = first_nonfinite(out, tgt[:, offset:offset + out.size(1)], pad_id)
+    if bad is not None:
+        _, idx, value = bad
+        idx[1] += offset
+        could_not_check(f"{describe_call(src, tgt, pad_id)} returned a non-finite value {value} at "
+                        f"[batch, position, token] = {idx} (a real target position)")
 
 

@@ -36,7 +36,8 @@ def add_options(parser: pytest.Parser) -> None:
                          "without --impl only the component checks run")
     group.addoption("--check-timeout", action="store", type=float, default=None, metavar="SECONDS",
                     help=f"time budget per check; a check past it is reported as an error of its clause "
-                         f"(default {DEFAULT_TIMEOUT:g}, or $AIAYN_CHECK_TIMEOUT; 0 disables)")
+                         f"(default {DEFAULT_TIMEOUT:g} up to the base model, in proportion to the parameters above "
+                         "it; or $AIAYN_CHECK_TIMEOUT; 0 disables)")
     group.addoption("--clause", action="store", default=None, metavar="ID",
                     help="run only the tests of this clause (or a comma-separated list of clauses)")
     group.addoption("--config", action="store", default=None, metavar="SPEC",

@@ -11,7 +11,7 @@ import torch
 from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.tolerance import Comparison, compare
 
-from .harness import as_log_probs, run_forward
+from .harness import as_log_probs, check_finite_at, run_forward
 
 if TYPE_CHECKING:
     from aiayn_conformance.implementations import Implementation
@@ -40,15 +40,22 @@ def determinism_judged(model: Any) -> bool:
 
 
 def log_probs(model: Any, impl: Implementation, src: torch.Tensor, tgt: torch.Tensor,
-              config: ModelConfig, *, grad: bool = False, check_finite: bool = True) -> torch.Tensor:
-    """float64 log-probabilities [B, T, V] of ``model(src, tgt)`` (crashes become ImplementationError).
+              config: ModelConfig, *, grad: bool = False, check_finite: bool = True,
+              last: bool = False) -> torch.Tensor:
+    """float64 log-probabilities [B, T, V] of ``model(src, tgt)`` (crashes become ImplementationError); with
+    ``last``, of the last position alone ([B, 1, V]: at a vocabulary of 37,000 the rest costs more than the
+    forward).
 
     In eval mode, a model whose outputs are random is skipped as blocked by model.eval-determinism.
     """
     if not model.training:
         require_deterministic(model, src, tgt, config)
     out = run_forward(model, src, tgt, vocab=config.tgt_vocab, pad_id=config.pad_id, grad=grad,
-                      check_finite=check_finite)
+                      check_finite=check_finite and not last)
+    if last:
+        out = out[:, -1:]
+        if check_finite:
+            check_finite_at(out, src, tgt, pad_id=config.pad_id, offset=tgt.size(1) - 1)
     return as_log_probs(out, impl.output)
 
 
