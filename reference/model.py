@@ -442,8 +442,8 @@ def build(config: ModelConfig) -> Transformer:
 
 
 def reference_twin(config: ModelConfig, state: Mapping[str, Tensor]) -> Transformer:
-    """The reference model in eval mode holding ``state``, a canonical state dict (copied, not shared): the twin
-    an implementation holding the same state is compared with."""
+    """The reference model in eval mode holding ``state``, a canonical state dict (copied into its parameters by
+    ``load_state_dict``, not shared): the twin an implementation holding the same state is compared with."""
     ref = Transformer(config).eval()
-    ref.load_reference_state({k: v.detach().clone() for k, v in state.items()})
+    ref.load_reference_state(state)
     return ref

@@ -783,6 +783,11 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
     "attention-weight-dropout": (with_extra_dropout(attention=True, ffn=False), "logits",
                                  "dropout on the attention weights", {
         "dropout.extra-sites": "the softmax weights are dropped in training"}),
+    "attention-dropout-hard-coded": (lambda cfg: Transformer(cfg, attention=DroppedWeightsAttention(0.1)), "logits",
+                                     "dropout on the attention weights at a rate of 0.1 written into the code", {
+        "dropout.extra-sites": "the softmax weights are dropped in training",
+        "model.eval-determinism": "train mode at dropout 0 still drops the attention weights",
+        "dropout.residual": "the configuration's rate of 0 leaves randomness in train mode"}),
     "ffn-inner-dropout": (with_extra_dropout(attention=False, ffn=True), "logits", "dropout between W1 and W2", {
         "dropout.extra-sites": "the FFN's hidden units are dropped in training"}),
     "pre-norm-extra-dropout": (with_extra_dropout(attention=True, ffn=True,

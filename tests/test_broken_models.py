@@ -277,6 +277,16 @@ def test_conforming_models_raise_no_false_alarm(main_run, name):
     assert ran >= expected, f"{name}: clauses never passed: {sorted(expected - ran)}"
 
 
+def test_a_skip_names_its_real_cause(main_run):
+    """train.equivalence cannot be judged on a model whose attention dropout ignores the configuration's rate of 0:
+    its skip names that (model.eval-determinism), not model.reference-equivalence, which the model passes."""
+    recs = main_run[1]["broken-attention-dropout-hard-coded"]
+    equivalence = recs["model.reference-equivalence"]
+    assert any(r["outcome"] == "passed" for r in equivalence), equivalence
+    skips = [r["detail"] for r in recs["train.equivalence"] if r["outcome"] == "skipped"]
+    assert skips and all("blocked by model.eval-determinism" in m and "dropout stays on" in m for m in skips), skips
+
+
 def test_the_main_run_is_green(main_run):
     res, table = main_run
     assert res.returncode == 0, res.stdout[-4000:]

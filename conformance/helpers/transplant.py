@@ -13,6 +13,7 @@ can be), and ``reference_twin`` (``reference.model``'s, re-exported here) the re
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -96,17 +97,42 @@ def _draw(config: ModelConfig, seed: int, attention_gain: float, sublayer_gain: 
 
 
 def load_into(model: Any, state: Mapping[str, torch.Tensor], impl_name: str = "") -> None:
-    """Call ``model.load_reference_state(state)`` with clones (ties kept); a crash, or an adapter without the
-    method, means the clause under test could not be checked."""
+    """Call ``model.load_reference_state(state)``; a crash, or an adapter without the method, means the clause under
+    test could not be checked.
+
+    The first load into an adapter class gets copies (ties kept) and is watched: an adapter that keeps the tensors it
+    is given (a parameter sharing their memory, or any reference to one) or changes them in place goes on getting
+    copies, since the states are drawn once per session and shared by every check. The others are given the
+    states themselves (a base model's copy costs as much as its load)."""
     if not has_capability(model, "load_reference_state"):
         could_not_check(f"needs load_reference_state, which {impl_name or 'the adapter'} lacks")
+    copies_needed = settings.current().cache("load-needs-copies")  # adapter class -> bool
+    kind = type(model)
+    if copies_needed.get(kind) is False:
+        _load(model, dict(state), impl_name)
+        return
     copies: dict[str, torch.Tensor] = {}
     clones: dict[int, torch.Tensor] = {}
     for k, v in state.items():  # keep ties tied in the copy
         copies[k] = clones.setdefault(id(v), v.detach().clone())
+    if kind in copies_needed:
+        _load(model, copies, impl_name)
+        return
+    versions = {id(t): t._version for t in clones.values()}
+    _load(model, copies, impl_name)
+    ptrs = {t.untyped_storage().data_ptr() for t in clones.values() if t.numel()}
+    own = [*model.parameters(), *model.buffers()] if isinstance(model, torch.nn.Module) else []
+    kept = (any(t._version != versions[id(t)] for t in clones.values())
+            or any(t.numel() and t.untyped_storage().data_ptr() in ptrs for t in own))
+    refs = [weakref.ref(t) for t in clones.values()]
+    del copies, clones, own
+    copies_needed[kind] = kept or any(r() is not None for r in refs)
+
+
+def _load(model: Any, state: dict[str, torch.Tensor], impl_name: str) -> None:
     try:
         with torch.no_grad():
-            model.load_reference_state(copies)
+            model.load_reference_state(state)
     except ImplementationError:
         raise
     except Exception as exc:
