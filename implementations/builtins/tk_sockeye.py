@@ -327,8 +327,11 @@ class SockeyeAdapter(nn.Module):
     def reorder_state(self, state: SockeyeState, indices: Tensor) -> SockeyeState:
         """Row i continues row ``indices[i]``: every state along its batch axis (axis 0 for the step counter and the
         mask, 1 for the time-major encoder output and layer states: ``beam_search.RepeatStates``)."""
+        from sockeye import constants
+
         structure = self.model.decoder.state_structure()
-        out = [s.index_select(0 if kind in "sb" else 1, indices) for s, kind in zip(state.states, structure)]
+        first = (constants.STEP_STATE, constants.MASK_STATE)
+        out = [s.index_select(0 if kind in first else 1, indices) for s, kind in zip(state.states, structure)]
         return SockeyeState(out)
 
     def translator(self, *, beam_size: int, alpha: float, max_len: int | None, bos_id: int, eos_id: int,
@@ -581,9 +584,114 @@ def read_checkpoint(path: str) -> Checkpoint:
 
 
 # -- declarations -----------------------------------------------------------------------------------------------
-LINES: dict[str, str] = {}
+LA, TF, BS, INF = "sockeye/layers.py", "sockeye/transformer.py", "sockeye/beam_search.py", "sockeye/inference.py"
+CO, AR, EN, DE = "sockeye/constants.py", "sockeye/arguments.py", "sockeye/encoder.py", "sockeye/decoder.py"
+MO, TR, LR, LO = "sockeye/model.py", "sockeye/training.py", "sockeye/lr_scheduler.py", "sockeye/loss.py"
 
-DEVIATIONS: dict[str, str] = {}
+# Every file:line the reasons and notes cite, with a fragment of that line (tests/test_toolkit_sockeye.py reads them).
+LINES: dict[str, str] = {
+    f"{LA}:84": "self.bias = pt.nn.Parameter(pt.empty(vocab_size, dtype=dtype))",
+    f"{LA}:311": "logits = logits.masked_fill(mask, -C.LARGE_VALUES[logits.dtype])",
+    f"{LA}:315": "probs = self.dropout(probs) if self.dropout is not None else probs",
+    f"{LA}:691": "scaled_positions = positions / pt.pow(10000, (2 * channels) / depth)",
+    f"{LA}:697": "encodings = pt.hstack([sin, cos])",
+    f"{LA}:735": "self.weight = pt.nn.Parameter(weight, requires_grad=False)",
+    f"{LA}:764": "data = data * (self.num_embed ** 0.5)",
+    f"{TF}:276": "self.layer_norm = pt.nn.LayerNorm(num_hidden, eps=1e-06, dtype=dtype)",
+    f"{TF}:344": "h = self.drop(h)",
+    f"{CO}:283": "DEFAULT_NUM_STD_MAX_OUTPUT_LENGTH = 2",
+    f"{CO}:292": "LARGE_VALUES = {",
+    f"{BS}:258": "pad_dist = scores_accumulated + pad_dist",
+    f"{BS}:265": "scores = pt.where(pt.logical_or(below_max_length, finished).unsqueeze(1), scores, eos_dist + scores)",
+    f"{BS}:286": "self.denominator = (self.beta + 1.) ** self.alpha",
+    f"{BS}:295": "numerator = self.beta + lengths if self.beta != 0.0 else lengths",
+    f"{BS}:389": "all_finished = pt.logical_or(best_word_indices == self.pad_id, best_word_indices == self.eos_id)",
+    f"{BS}:391": "scores_accumulated = pt.where(newly_finished,",
+    f"{BS}:1091": "return finished.sum().item() == batch_size * self.beam_size",
+    f"{INF}:95": "factor = length_ratio_mean + (length_ratio_std * num_stds)",
+    f"{INF}:108": "return int(np.ceil(factor * input_length))",
+    f"{INF}:240": "tokens=self.tokens + [C.EOS_SYMBOL],",
+    f"{INF}:784": "self.stop_ids = {C.EOS_ID, C.PAD_ID}",
+    f"{AR}:703": "default=('n', 'n'),",
+    f"{AR}:713": "default=('dr', 'dr'),",
+    f"{AR}:780": "default=C.WEIGHT_TYING_SRC_TRG_SOFTMAX,",
+    f"{AR}:874": "default='mxnet',",
+    f"{AR}:973": "default=(0.1, 0.1),",
+    f"{AR}:978": "default=(0.1, 0.1),",
+    f"{AR}:993": "default=(0.9, 0.999),",
+    f"{AR}:997": "default=1e-08,",
+    f"{AR}:1009": "default=0.0002,",
+    f"{AR}:1030": "default=C.LR_SCHEDULER_PLATEAU_REDUCE,",
+    f"{AR}:1416": "default=0.0,",
+    f"{EN}:196": "self.final_process = transformer.TransformerProcessBlock(sequence=config.preprocess_sequence,",
+    f"{DE}:166": "self.final_process = transformer.TransformerProcessBlock(sequence=config.preprocess_sequence,",
+    f"{MO}:553": "output_weight = target_embedding.weight",
+    f"{TR}:423": "self.lr_scheduler.step()",
+    f"{TR}:429": "self.optimizer.step()",
+    f"{LR}:137": "lr = warm_lr / sqrt(max(self._t, warmup_steps))",
+    f"{LR}:233": "lr = self._warmup(self._t) if self.warmup > 0 and self._t <= self.warmup else self.lr",
+    f"{LO}:176": "nll = (1 - self._alpha) * nll - self._alpha / logits.size(-1) * all_scores",
+}
+
+POSITION = (
+    f"get_positional_embeddings puts all the sines first, then all the cosines (pt.hstack([sin, cos]), {LA}:697), "
+    f"instead of interleaving them: the frequencies are §3.5's ({LA}:691), their places are not; Sockeye has no "
+    "option for another layout"
+)
+OUTPUT_BIAS = (
+    f"the output layer always has a [tgt_vocab] bias ({LA}:84, OutputLayer): tied to the target embedding "
+    "(--weight-tying-type src_trg_softmax) it still adds a trained bias to the logits, which §3.4's shared "
+    "pre-softmax transformation has not"
+)
+PARAMETERS = (
+    f"beyond the schema: the output layer's bias ({LA}:84; tgt_vocab) and each stack's fixed sinusoid table, kept as "
+    f"an nn.Parameter with requires_grad=False ({LA}:735; (max_len + 1) x d_model, not trained); the q, k, v "
+    "projections are fused ([3 d_model, d_model] in self-attention, [2 d_model, d_model] for cross-attention's keys "
+    "and values), as many numbers as the schema's"
+)
+PORTABLE = (
+    f"the attention scores are masked with -C.LARGE_VALUES[logits.dtype] ({LA}:311), a table of float16, bfloat16 "
+    f"and float32 only ({CO}:292): after model.double() the forward raises KeyError: torch.float64"
+)
+SEARCH = (
+    f"Sockeye's BeamSearch keeps finished hypotheses in the K slots (a finished row's only continuation is <pad> at "
+    f"its accumulated score, {BS}:258), where they compete with the live ones with their scores divided by the "
+    f"length penalty when they finish ({BS}:391) and the live ones' not, and it stops a source only when all K slots "
+    f"have finished ({BS}:1091), not when no live hypothesis can beat the finished ones; <pad> is not excluded and "
+    f"ends a hypothesis as </s> does ({BS}:389; the translator strips both, {INF}:784), so an output can be empty "
+    f"(measured: rows that chose <pad> first came back empty); at the output limit </s> is forced ({BS}:265)"
+)
+BEAM = SEARCH + (
+    f"; the penalty with --length-penalty-beta 5 is (5 + |Y|)^alpha / 6^alpha ({BS}:286, :295), GNMT's"
+)
+GREEDY = (
+    f"a beam of 1 is Sockeye's BeamSearch of width 1 (sockeye-translate -b 1), which forces </s> in the last place "
+    f"an output may take ({BS}:265): where the argmax trajectory runs to the limit it ends with </s> instead of its "
+    "argmax token"
+)
+MAX_LENGTH = (
+    f"without --max-output-length the limit of each source is ceil((mean + 2 std) x its length) with the length "
+    f"ratio's mean and deviation measured on the training data ({INF}:95, :108; --max-output-length-num-stds "
+    f"defaults to 2, {CO}:283), not its length + 50: a model built without data has the placeholder ratio 1.0 +- 0, "
+    f"so no output is longer than its source, and </s> is forced there ({BS}:265). The suite's witness: rows whose "
+    f"first choice was <pad> came back empty ({BS}:389, {INF}:784)"
+)
+REFERENCE = (
+    "loaded with the canonical weights it computes another function than the paper's through its positional table "
+    f"alone (all sines, then all cosines: {LA}:697); with §3.5's interleaved table written into both stacks it "
+    "computes the reference's outputs (tests/test_toolkit_sockeye.py proves it by value)"
+)
+
+DEVIATIONS: dict[str, str] = {
+    "model.reference-equivalence": REFERENCE,
+    "position.formula": POSITION,
+    "embedding.shared-weights": OUTPUT_BIAS,
+    "config.parameters": PARAMETERS,
+    "device.portable": PORTABLE,
+    "decode.greedy": GREEDY,
+    "decode.beam": BEAM,
+    "decode.max-length": MAX_LENGTH,
+}
 
 NOTES = (
     "Built by Sockeye's own `SockeyeModel` (sockeye/model.py) from the ModelConfig `sockeye.train.create_model_config` "
@@ -597,9 +705,21 @@ NOTES = (
     "--gradient-clipping-type none` (`--weight-tying-type none` when the configuration does not tie). Decoding: "
     "`sockeye-translate --beam-size K --length-penalty-alpha alpha --length-penalty-beta 5` (a beam of 1 is its "
     "BeamSearch of width 1, as without --greedy), `--max-output-length max_len-1` when a limit of max_len tokens, "
-    "</s> included, is given (Sockeye's limit counts the words before </s>). "
-    f"Reproduce: `aiayn audit --impl sockeye`; a model directory as `sockeye-train` saved it: "
-    "`pytest conformance/ --impl=sockeye --weights MODEL_DIR/params.best`. "
+    "</s> included, is given (Sockeye's limit counts the words before </s>); each call runs Sockeye's Translator on an "
+    "inference-only copy of the model, as sockeye-translate loads one. "
+    "Not deviations: post-norm with no final norm (`--transformer-preprocess ''` leaves each stack's final process "
+    f"block empty, {EN}:196, {DE}:166), the sqrt(d_model) scale ({LA}:764), §3.5's frequencies, bias-free attention "
+    f"projections, ReLU, the layer-norm epsilon 1e-6 written in the code ({TF}:276, the audit's default norm_eps: "
+    "another epsilon cannot be built), finite masks, three-way tying as an option. Eq. (3) is inv-sqrt-decay with "
+    f"base rate d_model^-0.5: min(1, t/warmup) x base / sqrt(max(t, warmup)) ({LR}:137), stepped before each update "
+    f"({TR}:423, :429), so update k runs at step k. Label smoothing is the default 'mxnet' form ({AR}:874): eps/V on "
+    f"every class ({LO}:176), the loss averaged over the real target tokens. "
+    "Token ids: Sockeye's specials are fixed (<pad> 0, <unk> 1, <s> 2, </s> 3) and its search and loss use them as "
+    "constants; the adapter relabels the audit's padding, start and end symbols to them where they matter (the "
+    "search's copy of the model, the criterion). Its translator appends </s> to each source before encoding it "
+    f"({INF}:240); the audit's sources are given as they are, as the forward reads them. "
+    "Reproduce: `aiayn audit --impl sockeye`; a model directory as `sockeye-train` saved it: "
+    "`pytest conformance/ --impl=sockeye --weights MODEL_DIR/params.best` (config and vocabularies beside it). "
     f"Install beside this project's torch: `{INSTALL}`."
 )
 
