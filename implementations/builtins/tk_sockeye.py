@@ -37,7 +37,9 @@ loads one. The recipe is the toolkit's: ``optimizers.get_optimizer``, ``lr_sched
 its trainer steps it, ``train.create_losses``' ``CrossEntropyLoss``, and the target shift of its batches.
 
 ``read_checkpoint`` reads a model directory as ``sockeye-train`` writes it (``params.best`` or a ``params.NNNNN``
-file, with ``config``, ``vocab.src.0.json`` and ``vocab.trg.0.json`` beside it).
+file, with ``config``, ``vocab.src.0.json`` and ``vocab.trg.0.json`` beside it): the sizes and every model option
+from its ``config`` (the ModelConfig it was trained with), the recipe from its ``args.yaml``; it decodes with the
+``sockeye`` registration's translation options.
 """
 
 from __future__ import annotations
@@ -560,7 +562,12 @@ def read_checkpoint(path: str) -> Checkpoint:
                          dropout=float(enc.dropout_prepost), max_len=int(enc.max_seq_len_source) - 1, pad_id=PAD,
                          share_embeddings=tied, norm_eps=1e-6)
     state = {f"model.{k}": v for k, v in saved.items()}
-    opt = parse_train_options([])
+    if (folder / "args.yaml").is_file():  # the options sockeye-train ran with (arguments.save_args): the recipe's
+        from sockeye import arguments
+
+        opt = arguments.load_args(str(folder / "args.yaml"))
+    else:
+        opt = parse_train_options([])
 
     def build(cfg_: ModelConfig) -> SockeyeAdapter:
         sized = copy.deepcopy(cfg)
@@ -576,7 +583,7 @@ def read_checkpoint(path: str) -> Checkpoint:
             sized.weight_tying_type = "none"
         return SockeyeAdapter(cfg_, opt, PAPER_TRANSLATE, sockeye_config=sized)
 
-    number = params.name[len("params."):]
+    number = params.resolve().name[len("params."):]  # params.best links to params.NNNNN
     which = f", checkpoint {int(number)}" if number.isdigit() else ""
     return Checkpoint(config=config, state=state, build=build,
                       describes=f"Sockeye checkpoint{which} ({params.name}; {config.n_layers} layers, "
