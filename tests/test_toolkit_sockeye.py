@@ -125,7 +125,7 @@ def test_defaults_are_the_paper_model_with_pre_norm_blocks_and_final_norms():
     assert not agree(model, ref, cfg)
     for stack, subs in ((model.model.encoder, ("self_attention", "ff")),
                         (model.model.decoder, ("autoregr_layer", "enc_attention", "ff"))):
-        for layer in stack.layers:  # each pre-block's norm (holding normK) moved after the residual: 'n'/'dr' -> ''/'drn'
+        for layer in stack.layers:  # each pre-block's norm (holding normK) moved after the residual: ''/'drn'
             for sub in subs:
                 pre, post = getattr(layer, f"pre_{sub}"), getattr(layer, f"post_{sub}")
                 post.layer_norm, post.sequence, pre.sequence = pre.layer_norm, "drn", ""

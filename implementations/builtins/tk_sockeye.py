@@ -192,7 +192,7 @@ def _attentions(model: nn.Module) -> list[tuple[str, nn.Module]]:
 def _interleaved(module: nn.Module, weight: Tensor) -> Tensor:
     """A copy of ``weight`` (ff_in or ff_kv, keys then values) in the interleaved layout ``interleave_kv`` writes:
     per head, its key rows then its value rows."""
-    depth, heads = module.depth, module.heads
+    depth, heads = int(getattr(module, "depth")), int(getattr(module, "heads"))  # noqa: B009 (a Module's attributes)
     kv = weight[-2 * depth:]
     k, v = kv[:depth].reshape(heads, -1, weight.size(1)), kv[depth:].reshape(heads, -1, weight.size(1))
     return torch.cat([weight[:-2 * depth], torch.cat([k, v], dim=1).reshape(2 * depth, weight.size(1))])
@@ -727,7 +727,10 @@ NOTES = (
     f"({INF}:240); the audit's sources are given as they are, as the forward reads them. "
     "Reproduce: `aiayn audit --impl sockeye`; a model directory as `sockeye-train` saved it: "
     "`pytest conformance/ --impl=sockeye --weights MODEL_DIR/params.best` (config and vocabularies beside it). "
-    f"Install beside this project's torch: `{INSTALL}`."
+    f"Install beside this project's torch: `{INSTALL}`. Sockeye 3.1.34 declares torch<1.14.0 and numpy<2.0.0 as "
+    "requirements, which --no-deps leaves unmet (pip reports them as a conflict): measured beside torch 2.13 and numpy "
+    "2.4, in a fresh virtual environment and in tests/test_toolkit_sockeye.py, it builds, trains and saves (`python -m "
+    "sockeye.train`), loads its model directories (`sockeye.model.load_model`) and translates."
 )
 
 CITED: dict[str, str] = cited(LINES, [*DEVIATIONS.values(), NOTES], "sockeye/")
