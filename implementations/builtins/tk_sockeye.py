@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -388,7 +389,10 @@ class SockeyeAdapter(nn.Module):
         source = src_ids[src[:, :width]][:, :, None].int()
         limits = torch.tensor([translator._get_max_output_length(int(n)) for n in lengths[:, 0]],
                               dtype=torch.int32, device=src.device)
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            # Sockeye traces its encoder and decode step on first use (model.encode, model.decode_step); torch warns
+            # that a traced list output must keep its structure, which Sockeye's states do
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
             results = translator._translate_np(source, lengths.int(), None, limits)
         back = ids.argsort()  # Sockeye id -> the audit's
         rows = []
