@@ -349,8 +349,8 @@ def test_the_checkpoint_is_audited_as_saved(trained, tmp_path):
 def test_a_file_of_another_kind_is_one_line(tmp_path, capsys):
     onmt = tmp_path / "onmt.pt"
     torch.save({"model": {"w": torch.zeros(2)}, "generator": {}, "vocab": {}, "opt": None}, onmt)
-    with pytest.raises(ValueError, match=r"not a fairseq checkpoint \(found a dict with keys \['generator', 'model', "
-                                         r"'opt', 'vocab'\]\); accepted: a \.pt saved by fairseq 0\.12's fairseq-train"):
+    found = r"not a fairseq checkpoint \(found a dict with keys \['generator', 'model', 'opt', 'vocab'\]\); "
+    with pytest.raises(ValueError, match=found + r"accepted: a \.pt saved by fairseq 0\.12's fairseq-train"):
         tk.read_checkpoint(str(onmt))
     text = tmp_path / "notes.pt"
     text.write_text("not a checkpoint")

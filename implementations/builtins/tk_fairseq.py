@@ -370,7 +370,7 @@ class FairseqAdapter(nn.Module):
         _, cfg = self._recipe(train_config)
         wrapper = optim.build_optimizer(cfg.optimizer, list(params))
         torch_optimizer = wrapper.optimizer
-        torch_optimizer._fairseq_wrapper = wrapper  # type: ignore[attr-defined]
+        torch_optimizer._fairseq_wrapper = wrapper
         return torch_optimizer
 
     def make_scheduler(self, optimizer: torch.optim.Optimizer, train_config: TrainConfig | None = None) -> Any:
