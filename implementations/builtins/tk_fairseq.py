@@ -592,6 +592,8 @@ LINES: dict[str, str] = {
     f"{ADAM}:227": 'step_size = group["lr"] * math.sqrt(bias_correction2) / bias_correction1',
     f"{LPD}:105": "move_eos_to_beginning=True,",
     f"{DU}:64": "dst[0] = eos_idx",
+    f"{DU}:313": "from fairseq.data.data_utils_fast import (",
+    f"{DU}:319": "raise ImportError(",
     f"{DU}:65": "dst[1:] = src[:-1]",
     f"{LSC}:49": "eps_i = epsilon / (lprobs.size(-1) - 1)",
     f"{LSC}:50": "loss = (1.0 - epsilon - eps_i) * nll_loss + eps_i * smooth_loss",
@@ -710,8 +712,8 @@ NOTES = (
     "with its dependencies, against 12 min 47 s for the full build); the model, SequenceGenerator, the optimizer, "
     "the scheduler, the criterion and LanguagePairDataset's collate are plain Python, but fairseq's token-bucket "
     "batching (data_utils.batch_by_size, which fairseq-train calls) needs the Cython data_utils_fast and is absent: "
-    "fairseq-train stops with its ImportError, so the checkpoint test trains with fairseq's Trainer on batches made "
-    "by LanguagePairDataset.collater and saves with its own checkpoint code. "
+    f"fairseq-train stops with its ImportError ({DU}:313, :319), so the checkpoint test trains with fairseq's "
+    "Trainer on batches made by LanguagePairDataset.collater and saves with its own checkpoint code. "
     "Reproduce: `aiayn audit --impl fairseq`; a checkpoint as fairseq-train saved it: "
     "`pytest conformance/ --impl=fairseq --weights checkpoints/checkpoint_last.pt`. "
     f"Install beside this project's torch: `{INSTALL}`."
