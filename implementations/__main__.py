@@ -50,18 +50,20 @@ transformers' generation; `x-transformers` offers no decoding method (its notes 
 checks skip.
 """
 
-LEFT_OUT = """## Libraries left out
+LEFT_OUT = """## Toolkits installed around their packaging
 
-Two other encoder-decoders that many people run cannot be installed beside this project's PyTorch, so they
-have no plugin:
+Two toolkits that many people run do not install beside this project's PyTorch as they are packaged; their
+built-ins install them another way (`aiayn install NAME` runs the command):
 
-- **OpenNMT-py** 3.5.1 (the last release) pins `torch<2.3`: installing it replaces torch 2.13 with 2.2.
-- **fairseq** 0.12.2 (the last release on the package index) fails at import on Python 3.11: one of its
+- **OpenNMT-py** 3.5.1 (the last release) pins `torch<2.3`: installing it as packaged replaces torch 2.13 with 2.2,
+  so `opennmt-py` installs it with `--no-deps` and the packages its code imports.
+- **fairseq** 0.12.2 (the last release of the original package) fails at import on Python 3.11: one of its
   configuration dataclasses has a field whose default is another dataclass instance, a mutable default that
-  Python 3.11 rejects with a `ValueError` when the module is imported.
-
-Their models can still be audited from a checkout with a plugin of one's own (docs/plugins.md;
-`aiayn scaffold` writes a first one).
+  Python 3.11 rejects with a `ValueError` when the module is imported. `fairseq` wraps fairseq-fixed 0.12.3.1, a
+  maintained fork of 0.12 for Python 3.11, built from its source distribution with `READTHEDOCS=1` (fairseq's own
+  switch that builds none of its C++ and Cython extensions): 17 s instead of the full build's 12 min 47 s on a
+  two-core machine. What the model, its generator and its recipe import is plain Python; fairseq-train's
+  token-bucket batching needs the Cython module that is not built (see the `fairseq` section).
 """
 
 

@@ -12,6 +12,8 @@ failed, 2 for usage errors (an unknown name, an implementation that documents no
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import shlex
 import subprocess
 import sys
@@ -31,17 +33,29 @@ def _say(message: str) -> None:
     print(f"aiayn install: {message}", file=sys.stderr, flush=True)
 
 
-def steps(command: str) -> list[list[str]]:
-    """The argv of each ``&&``-joined step of ``command``, ``pip`` run as this interpreter's ``-m pip``."""
+ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def steps(command: str) -> list[tuple[dict[str, str], list[str]]]:
+    """``(environment, argv)`` of each ``&&``-joined step of ``command``: leading ``VAR=value`` words are set in the
+    step's environment, as a shell would (``READTHEDOCS=1 pip install ...``), and ``pip`` runs as this interpreter's
+    ``-m pip``."""
     out = []
     for part in command.split("&&"):
         argv = shlex.split(part)
+        env: dict[str, str] = {}
+        while argv and ASSIGNMENT.match(argv[0]):
+            name, value = argv.pop(0).split("=", 1)
+            env[name] = value
+        if env and not argv:
+            raise ValueError(f"`{part.strip()}` sets {', '.join(env)} but runs nothing; accepted: VAR=value before "
+                             "a command")
         if argv[:1] in (["pip"], ["pip3"]):
             argv = [sys.executable, "-m", "pip", *argv[1:]]
         elif argv[:3] in (["python3", "-m", "pip"], ["python", "-m", "pip"]):
             argv = [sys.executable, *argv[1:]]
         if argv:
-            out.append(argv)
+            out.append((env, argv))
     return out
 
 
@@ -69,11 +83,17 @@ def run(args: argparse.Namespace) -> int:
     for command in commands:
         names = ", ".join(i.name for i in chosen if i.install == command)
         _say(f"{names}: {command}")
+        try:
+            parsed = steps(command)
+        except ValueError as exc:
+            _say(f"{names}: {exc}")
+            return 2
         if args.dry_run:
             continue
-        for argv in steps(command):
-            result = subprocess.run(argv)
+        for env, argv in parsed:
+            result = subprocess.run(argv, env={**os.environ, **env} if env else None)
             if result.returncode != 0:
-                _say(f"{names}: `{shlex.join(argv)}` failed with exit status {result.returncode}")
+                shown = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), shlex.join(argv)])
+                _say(f"{names}: `{shown}` failed with exit status {result.returncode}")
                 return 1
     return 0

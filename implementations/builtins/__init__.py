@@ -17,7 +17,7 @@ the project's tests read the built-ins' names from the registry.
 PLUGINS: tuple[str, ...] = (
     "reference", "building_blocks", "sections_notebook", "annotated_notebook", "jadore801120", "hyunwoongko",
     "torch_nn", "prenorm", "fused", "hf_marian", "hf_fsmt", "hf_bart", "x_transformers", "components",
-    "tk_opennmt", "tk_opennmt_defaults", "tk_joeynmt", "tk_joeynmt_defaults",
+    "tk_opennmt", "tk_opennmt_defaults", "tk_joeynmt", "tk_joeynmt_defaults", "tk_fairseq", "tk_fairseq_defaults",
     "tk_sockeye", "tk_sockeye_defaults",
 )
 """The built-in plugin modules of this package, in registration order."""
