@@ -176,10 +176,8 @@ def search_tokens(result: Hypotheses | Tensor) -> Tensor:
 def gnmt_length_penalty(length: Tensor, alpha: float) -> Tensor:
     """§6.1 citing GNMT (Wu et al. 2016, Eq. 14): lp(Y) = ((5 + |Y|) / 6)^α.
 
-    |Y| counts the output tokens y_1 .. y_m, the end symbol included and the
-    start symbol excluded, as tensor2tensor does: at loop step i it divides by
-    ((5 + (i + 1)) / 6)^α, the hypothesis then holding i + 1 tokens after the
-    start, its EOS included. lp(1) = 1; α = 0 gives lp = 1 (no penalty).
+    |Y| counts the output tokens y_1 .. y_m, the end symbol included and the start symbol excluded,
+    as tensor2tensor does. lp(1) = 1; α = 0 gives lp = 1 (no penalty).
     """
     return ((5.0 + length.to(torch.float32)) / 6.0) ** alpha
 
