@@ -321,14 +321,11 @@ class Models:
     """One vocabulary's model in every runtime: the exports are written once into ``tmp``, and each decoder runs
     alone in its own worker process (``Isolated``), made per thread count on demand.
 
-    Why processes: at 2 threads on this project's 2-core machine, runtimes sharing one process slowed each other
-    by 1.5-2x, in whichever direction the order gave (CTranslate2 decoded one source greedily in 0.50-0.69 s
-    inside the benchmark's process and in 0.28-0.33 s alone; ``fused`` took 0.43 s before CTranslate2 had run in
-    its process and 0.81 s after): each runtime brings its own thread pool (PyTorch's OpenMP threads,
-    CTranslate2's, onnxruntime's), and pools of one process contend for the same two cores. One process per
-    decoder, run one at a time in the rotating order, keeps the interleaving (load that comes and goes falls on
-    every decoder alike) without that contention. ``local`` builds the same decoders in this process
-    (``--profile``, the tests).
+    Why processes: each runtime brings its own thread pool (PyTorch's OpenMP threads, CTranslate2's,
+    onnxruntime's), and at 2 threads on a 2-core machine the pools of one process slowed each other by
+    1.5-2x (BENCHMARKS.md has the measurements). One process per decoder, run one at a time in the rotating
+    order, keeps the interleaving without that contention. ``local`` builds the same decoders in this
+    process (``--profile``, the tests).
     """
 
     def __init__(self, cfg: Any, tmp: Path, names: Sequence[str], new_tokens: int):

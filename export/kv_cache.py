@@ -78,15 +78,12 @@ class CachedStep(nn.Module):
     """One decoder step over a time-major key/value cache: the new position only, computed from the reference's
     weights (§3.2.2, §3.3, §3.4) and arranged for a CPU runtime.
 
-    ``past_keys[i]`` / ``past_values[i]`` (t, N, h, d_k) hold positions 0..t-1 of layer i (time-major, so the
-    runtime can keep them in preallocated buffers and pass the filled prefix as a contiguous slice). The step
-    returns the logits and only the new position's keys and values (N, h, d_k), which the caller writes at
-    position t: no graph copies the cache. Eq. (1)'s 1/sqrt(d_k) is folded into W^Q (self- and cross-attention;
-    exact in float32 when it is a power of two, as at the paper's d_k = 64), Q, K and V come from one product with
-    the three matrices side by side, self-attention is computed with elementwise products and sums over the
-    cached positions (the softmax over the past and the new position together), cross-attention with batched
-    products. The same float32 function as ``reference.decoding.decode_step`` in another order
-    (``verify_cached_generation`` compares every step's log-probabilities).
+    ``past_keys[i]`` / ``past_values[i]`` (t, N, h, d_k) hold positions 0..t-1 of layer i, time-major so that
+    the runtime can pass the filled prefix of preallocated buffers; the step returns the logits and only the
+    new position's keys and values (N, h, d_k), which the caller writes at position t. The same float32
+    function as ``reference.decoding.decode_step`` in another order: 1/sqrt(d_k) folded into W^Q (exact when
+    it is a power of two, as at d_k = 64), Q|K|V from one product, self-attention as elementwise products and
+    sums over the cached positions, cross-attention as batched products.
     """
 
     def __init__(self, model: nn.Module):

@@ -86,14 +86,11 @@ def init_cache(model: Transformer, src: Tensor) -> KVCache:
 def decode_step(model: Transformer, cache: KVCache, tokens: Tensor) -> tuple[Tensor, KVCache]:
     """One decoder step: the next-token logits (N, V) after feeding ``tokens`` (N,) at position t.
 
-    Equal to ``model(src, prefix + tokens)[:, -1]`` (the full forward on the
-    same prefix) for every row whose prefix holds no padding. Each layer
-    appends its keys/values of the new token to the self-attention cache
-    (queries see positions 0..t, so no causal mask is needed) and reads the
-    cross-attention keys/values computed once by ``init_cache``. Returns the
-    logits and a new cache; the argument is not modified. A pure function of
-    (model, cache, tokens), so an exporter can wrap it with past keys/values
-    as inputs and present keys/values as outputs.
+    Equal to ``model(src, prefix + tokens)[:, -1]`` for every row whose prefix holds no padding. Each
+    layer appends the new token's keys/values to its self-attention cache (the query sees 0..t, so no
+    causal mask is needed) and reads the cross-attention keys/values of ``init_cache``. Returns the logits
+    and a new cache, the argument unmodified: a pure function of (model, cache, tokens), so an exporter
+    can wrap it with past keys/values as inputs and present keys/values as outputs.
     """
     t = cache.length
     y = model.embed(tokens[:, None], model.tgt_embed, start=t)  # (N, 1, d_model), position t
