@@ -9,24 +9,11 @@
     def test_paper_conformance(check):
         check()
 
-``parametrize_with_checks`` parametrizes the test over (implementation, clause): ids such as
-``mine-attention.scale``. The first ``check()`` of an implementation runs the conformance suite on it
-once, in a subprocess (the same run as ``aiayn audit``: ``--results-json``, the statuses folded per
-clause); every ``check()`` of it then reports its own clause from that run:
-
-* ``pass``: returns;
-* ``fail``, ``error`` (the model crashed, returned NaN, timed out) and ``unexpected-pass`` (a declared
-  deviation no check observed): ``pytest.fail`` with the suite's diagnostic (clause, section, measured
-  against expected, the call, a hint);
-* ``deviation`` (declared and observed): ``pytest.xfail`` with the declared reason;
-* ``skip``, or no check of the clause ran for the implementation: ``pytest.skip`` with the reason.
-
-Under pytest-xdist every worker that draws a clause would run the suite; each parameter carries
-``pytest.mark.xdist_group(NAME)`` (when pytest-xdist is installed), so ``-n N --dist loadgroup`` gives
-all of an implementation's clauses to one worker: the suite runs once per implementation, the
-implementations on different workers at once. Caveat: pytest-xdist 3.8 ignores the groups under pytest 9
-(it rewrites a node id attribute pytest 9 no longer reads); the results stay right, but each worker that draws
-one of an implementation's clauses runs the suite on it.
+The first ``check()`` of an implementation runs the conformance suite on it once, in a subprocess (the
+run ``aiayn audit`` makes); every ``check()`` of it then reports its own clause from that run: a pass
+returns; ``fail``, ``error`` and ``unexpected-pass`` call ``pytest.fail`` with the suite's diagnostic; an
+observed declared deviation is an xfail; the rest (not judged, not applicable, no check ran, unavailable) skip.
+docs/ci.md has the details and the use with pytest-xdist.
 """
 
 from __future__ import annotations
@@ -122,6 +109,9 @@ def parametrize_with_checks(impls: str | Sequence[str], *, plugins: Sequence[str
     clause_ids = list(CLAUSES) if clauses is None else \
         parse_clause_ids(clauses if isinstance(clauses, str) else ",".join(clauses))
     runs = {name: _SuiteRun(name, tuple(plugins), tuple(clause_ids), timeout) for name in selected}
+    # With pytest-xdist, --dist loadgroup gives all of an implementation's clauses to one worker, so the suite
+    # runs once per implementation. pytest-xdist 3.8 ignores the groups under pytest 9 (it rewrites a node id
+    # attribute pytest 9 no longer reads): the results stay right, but each worker drawing a clause runs the suite.
     grouped = importlib.util.find_spec("xdist") is not None  # the mark is unknown (a warning) without xdist
     params = [pytest.param(ClauseCheck(name, clause, runs[name]), id=f"{name}-{clause}",
                            marks=[pytest.mark.xdist_group(name)] if grouped else [])

@@ -1,37 +1,16 @@
 """Decoding speed (§6.1): cached vs recomputed prefix, eager PyTorch vs onnxruntime vs CTranslate2, beam 4 vs greedy.
 
-One model (the reference at the base preset, Table 3, random weights, seed 0) and one set of
-sources (batch 1 and batch 8, source length 32, no padding) for every decoder. Each decode
-produces exactly ``--new-tokens`` (50) tokens per source: no end symbol can stop it (the end
-symbol is an id no token has, CTranslate2's is the suppressed padding token) and the limit is 50.
-Random weights are fine: the work per step does not depend on the values.
+Every decoder decodes the same sources (batch 1 and 8, length 32, no padding) with the same weights (the
+reference at the base preset, random weights, seed 0), exactly ``--new-tokens`` tokens each, since no end
+symbol can stop them: the eager key/value cache, the recomputed prefix (``reference.decoding.PrefixDecoding``,
+what the suite runs for a model without step decoding) and its encoder-once variant
+(``export.decoders.MemoryPrefix``), the onnxruntime graphs of ``aiayn export --generation`` with and without
+the cache, CTranslate2 in a worker process of its own, and the ``fused`` implementation's step decoding.
+Tokens per second = batch x new tokens / median wall time of the whole decode; "same tokens" compares each
+output with eager cached's.
 
-Decoders (all at the same thread count, torch's):
-
-* ``eager cached``: the reference's key/value cache (``reference.decoding``), under
-  ``torch.inference_mode``;
-* ``eager recompute``: no cache, the model's ``forward(src, prefix)`` at every step
-  (``reference.decoding.PrefixDecoding``, what the suite runs for a model without step decoding):
-  encoder, decoder over the whole prefix and the projection of every position;
-* ``eager recompute, encoder once``: no cache, the encoder output reused and the decoder rerun over
-  the prefix, only the last position projected (``export.decoders.MemoryPrefix``);
-* ``onnxruntime cached`` / ``onnxruntime recompute, encoder once``: the ``aiayn export --generation``
-  and ``--generation --no-cache`` graphs, the search loop being the reference's
-  (``export.kv_cache.OrtCachedDecoder`` / ``OrtPrefixDecoder``);
-* ``ctranslate2``: the same weights converted by ``aiayn export --format ctranslate2``, float32,
-  its own greedy and beam search (``translate_batch``), in a worker process of its own
-  (``benchmarks.decode_interleaved.Isolated``: in one process with the others it ran 1.5-2x slower at 2 threads);
-* ``fused cached``: the ``fused`` implementation's own step decoding with the same weights, when it
-  has one.
-
-Greedy and beam search (K = 4, α = 0.6) run with the reference's rules; beam search is timed for the
-cached decoders. Tokens per second = batch x new tokens / median wall time of the whole decode
-(encoder included). "same tokens" compares each decoder's output with eager cached's.
-
-Targets (issue: decoding): cached >= 4x faster than recomputing at 50 tokens in eager (judged against
-``eager recompute``; the encoder-once figure is printed beside it); onnxruntime
-cached <= 0.7x eager cached latency at batch 1; beam 4 <= 4.5x greedy; our best cached decoder within
-2x of CTranslate2 float32 (its time / ours >= 0.5).
+Targets: cached >= 4x faster than recomputing in eager; onnxruntime cached <= 0.7x eager cached latency at
+batch 1; beam 4 <= 4.5x greedy; our best cached decoder within 2x of CTranslate2 float32.
 
 Usage: ``python -m benchmarks.decode_bench [--preset base] [--batches 1,8] [--repeats N]
 [--new-tokens 50] [--skip-ctranslate2]``.

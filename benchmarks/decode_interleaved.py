@@ -1,59 +1,19 @@
 """Cached CPU decoders against CTranslate2, measured interleaved: is each at least 1.5x as fast?
 
-One model per vocabulary (the reference at the base preset, Table 3, random weights, seed 0; the
-vocabulary 8000 and 37000, shared), one set of sources per batch size (source length 32, no padding).
-Every decode produces exactly ``--new-tokens`` (50) tokens per source: no end symbol can stop it (the
-end symbol is an id no token has; CTranslate2's is the suppressed padding token). Random weights are
-fine: the work per step does not depend on the values.
-
-Decoders, all on the same weights and at the cell's thread count:
-
-* ``ctranslate2``: the weights converted by ``aiayn export --format ctranslate2``, float32, its own
-  greedy and beam search (``translate_batch``), the baseline of every ratio;
-* ``eager cached``: the reference's key/value cache (``reference.decoding``), the slowest, measured on request
-  (``--decoders eager cached,fused cached,onnxruntime cached``) so that the default grid stays within ~6 minutes;
-* ``fused cached``: the ``fused`` implementation's own step decoding;
-* ``onnxruntime cached``: the ``aiayn export --generation`` graphs (``export.kv_cache.OrtCachedDecoder``).
-
-The PyTorch and onnxruntime decoders run ``reference.decoding``'s greedy and beam search (K = 4,
-α = 0.6) under ``torch.inference_mode``; CTranslate2 runs its own.
-
-Beside them, timed in the same rotation, ``products only (onnxruntime)`` (``ProductFloor``) is not a decoder: it
-runs only the matrix products by the model's weights that any exact float32 decode of the cell must compute, in
-onnxruntime (MLAS, the fastest CPU kernels measured on this project's machine) at the cell's thread count: the
-encoder's and the cross-attention keys/values' products once over every source token, then per step each decoder
-layer's (Q|K|V, W^O, cross-attention W^Q and W^O, W_1, W_2) and the vocabulary projection, at B rows for the first
-step and B * K for the other steps. Its ratio is a floor for any decoder built on those kernels: a cell whose
-floor exceeds the target cannot meet it with them (the report says so), whatever the rest of the decoder does.
-``products only (PyTorch)`` (``TorchProductFloor``) is the same floor on the kernels the ``fused`` path
-multiplies with; the report names the cells where it alone takes longer than CTranslate2's whole decode.
-
-``products at machine rates`` is computed, not run: the same products, each taking the longer of its weights read
-at the machine's memory streaming rate and its FLOPs at the machine's float32 GEMM rate, both measured before each
-thread count's cells (``MachineRates``: ``threads`` threads reading disjoint parts of a 256 MiB array with np.dot
-on one BLAS thread each; ``benchmarks.perf.matmul_peak``). An estimate of what better kernels could reach on this
-machine, not a strict bound: weights that stay in cache read faster, and a GEMM can beat MKL's square one. A floor
-far above it says the kernels, not the machine, hold the cell back.
-
-A *cell* is (vocabulary, threads, batch, search). Within a cell every decoder runs once untimed (the
-warm-up, whose tokens are compared with CTranslate2's), then ``--rounds`` (5) rounds in which each
-decoder runs once, the order rotating by one decoder per round, so that load which comes and goes
-falls on every decoder alike. Each decoder (CTranslate2 and the floors included) runs in a worker process of its
-own, one at a time, so that no runtime's thread pool shares a process with another's (``Models`` says what
-sharing one did at 2 threads); the time is taken around the call in this process, the pipe's share included.
-A decoder's time is the median of its rounds; its ratio is that median
-over CTranslate2's median *in the same cell* (below 1 = faster than CTranslate2). Medians are never
-compared across cells. The target: at least 1.5x CTranslate2's tokens per second, i.e. a
-time ratio of at most 0.67, in every cell.
+The decoders (``ctranslate2``, the baseline; ``fused cached``; ``onnxruntime cached``; ``eager cached`` on
+request) decode the same sources with the same weights (the reference at the base preset, random weights,
+seed 0), exactly ``--new-tokens`` tokens each, since no end symbol can stop them. A *cell* is (vocabulary,
+threads, batch, search). In a cell every decoder runs once untimed, its tokens compared with CTranslate2's,
+then once per round in an order that rotates each round, each in a worker process of its own (``Models``
+says why), so that load which comes and goes falls on every decoder alike. A decoder's ratio is its median
+over CTranslate2's median in the same cell; the target is at most 0.67 (1.5x the tokens per second) in
+every cell. Two floors (``ProductFloor``, ``TorchProductFloor``) and an estimate at the machine's rates
+(``MachineRates``) say how much of a ratio the matrix products alone take. BENCHMARKS.md has the results.
 
 Usage: ``python3 -m benchmarks.decode_interleaved [--quick] [--preset base] [--vocabs 8000,37000]
 [--threads 1,2] [--batches 1,8] [--searches greedy,beam] [--rounds 5] [--new-tokens 50]
-[--decoders NAME,...]``. ``--quick`` is a smoke test: the tiny preset, small vocabularies, 8 new
-tokens, 2 rounds, one thread, the machine's rates measured on small arrays.
-
-Where the time goes inside one decode: ``python3 -m benchmarks.decode_interleaved --profile`` prints
-torch.profiler's operator table for the eager and fused decoders and cProfile's for onnxruntime's loop
-(vocabulary, batch, search and threads from the first value of each option).
+[--decoders NAME,...] [--profile]``. ``--quick`` is a smoke test (the tiny preset, small vocabularies, few
+tokens and rounds); ``--profile`` prints where the time goes inside one decode.
 """
 
 from __future__ import annotations
@@ -361,14 +321,11 @@ class Models:
     """One vocabulary's model in every runtime: the exports are written once into ``tmp``, and each decoder runs
     alone in its own worker process (``Isolated``), made per thread count on demand.
 
-    Why processes: at 2 threads on this project's 2-core machine, runtimes sharing one process slowed each other
-    by 1.5-2x, in whichever direction the order gave (CTranslate2 decoded one source greedily in 0.50-0.69 s
-    inside the benchmark's process and in 0.28-0.33 s alone; ``fused`` took 0.43 s before CTranslate2 had run in
-    its process and 0.81 s after): each runtime brings its own thread pool (PyTorch's OpenMP threads,
-    CTranslate2's, onnxruntime's), and pools of one process contend for the same two cores. One process per
-    decoder, run one at a time in the rotating order, keeps the interleaving (load that comes and goes falls on
-    every decoder alike) without that contention. ``local`` builds the same decoders in this process
-    (``--profile``, the tests).
+    Why processes: each runtime brings its own thread pool (PyTorch's OpenMP threads, CTranslate2's,
+    onnxruntime's), and at 2 threads on a 2-core machine the pools of one process slowed each other by
+    1.5-2x (BENCHMARKS.md has the measurements). One process per decoder, run one at a time in the rotating
+    order, keeps the interleaving without that contention. ``local`` builds the same decoders in this
+    process (``--profile``, the tests).
     """
 
     def __init__(self, cfg: Any, tmp: Path, names: Sequence[str], new_tokens: int):

@@ -1,44 +1,12 @@
 """Conversion of a conforming model to CTranslate2 (a ``TransformerSpec``), verified by greedy decoding.
 
-CTranslate2's Transformer holds the paper's model exactly:
-
-* post-norm layers (``pre_norm=False``: each sub-layer's ``layer_norm`` is
-  applied to x + Sublayer(x), and there is no final norm), ReLU (Eq. 2);
-* embeddings multiplied by sqrt(d_model) (``scale_embeddings``, §3.4);
-* the position table given as weights (``position_encodings.encodings``):
-  §3.5's interleaved sinusoids from ``reference.model.sinusoid_table``, for
-  ``max_len + extra_length`` positions. CTranslate2's built-in sinusoids are
-  laid out as concatenated halves (sin | cos), which is not the paper's table;
-  giving the table avoids them;
-* attention without biases: q|k|v fused in the self-attention's first linear,
-  k|v fused in the cross-attention's second, 1/sqrt(d_k) scaling (its default);
-* the pre-softmax projection ``decoder.projection`` without bias, and the
-  three-way shared embedding matrix when the config shares it (§3.4);
-* ``layer_norm_epsilon`` from the config (tensor2tensor's 1e-6 by default).
-
-Token ids. CTranslate2 reads and writes token *strings*; the vocabulary names
-id i ``t{i}``, except the padding id (``<blank>``), the start symbol (``<s>``,
-the decoder start token) and the end symbol (``</s>``) of the ``DecodeConfig``.
-``CT2Decoder`` maps ids to names and back, so callers stay in ids.
-
-Where CTranslate2's search differs from §6.1 (``reference.decoding``); see
-docs/export.md for the details and sources:
-
-* length penalty: a finished hypothesis scores log P / |Y|^length_penalty
-  (|Y| counts the end token only with ``return_end_token``), not GNMT's
-  ((5 + |Y|) / 6)^α; ``length_penalty`` defaults to 1;
-* early stop: a source is done once ``beam_size * patience`` hypotheses have
-  finished (or, with length_penalty = 0, once the best beam has finished), not
-  when no live hypothesis can beat the worst finished one (tensor2tensor);
-  at the last step the live beams join the finished ones;
-* maximum length: one ``max_decoding_length`` per call (default 256) for every
-  source, not each source's length + 50; ``min_decoding_length`` (default 1)
-  forbids an empty output; the padding token can be generated unless
-  suppressed.
-
-``CT2Decoder`` passes the §6.1 settings it can: per-source limits (one call
-per distinct limit), ``min_decoding_length=0``, the padding token suppressed,
-the end token returned.
+CTranslate2's Transformer holds the paper's model exactly (post-norm, ReLU, scaled embeddings, no attention
+biases); the position table is given as weights, because its built-in sinusoids concatenate the sin and cos
+halves instead of interleaving them (§3.5). CTranslate2 works in token strings: ``CT2Decoder`` maps ids to
+names (``t{i}``, ``<blank>``, ``<s>``, ``</s>``) and back, so callers stay in ids, and passes the §6.1
+settings it can (per-source limits, ``min_decoding_length=0``, the padding token suppressed, the end token
+returned). Greedy search is the verified form: CTranslate2's beam search departs from §6.1 in its length
+penalty, early stop and length limits. docs/export.md has the mapping table and the departures with sources.
 """
 
 from __future__ import annotations

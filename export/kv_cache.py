@@ -1,40 +1,13 @@
 """ONNX export of incremental decoding with a key/value cache, verified by decoding in onnxruntime.
 
-Two graphs and a manifest (``export_cached_generation``), for L decoder layers,
-h heads, d_k = d_model / h, N rows (sources, or sources x beams):
-
-``encoder_kv.onnx``
-    ``src`` [N, S] int64 -> ``cross_key.{i}``, ``cross_value.{i}`` [N, h, S, d_k]
-    for i < L: the encoder runs once per source and every decoder layer's
-    cross-attention keys and values of its output are computed there (§3.2.3).
-``decoder_step.onnx``
-    ``tokens`` [N] int64, ``src`` [N, S] int64 (for the source padding mask),
-    ``past_key.{i}`` / ``past_value.{i}`` [t, N, h, d_k] (the self-attention
-    keys/values of the t tokens fed so far, time-major; t = 0 at the first step),
-    ``cross_key.{i}`` / ``cross_value.{i}`` [N, h, S, d_k]
-    -> ``logits`` [N, V] (the next token's), ``new_key.{i}`` / ``new_value.{i}``
-    [N, h, d_k] (the new token's, which the caller stores at position t). The new
-    token sits at position t, read from the past's length, so positions continue (§3.5).
-``generation.json``
-    The layout above as data, the token ids and ``max_positions``: the position
-    table in the step graph covers ``max_len + extra_length`` positions, so the
-    §6.1 limit (a source's length + 50) holds for every source the model accepts.
-
-The step graph is ``CachedStep``: ``reference.decoding.decode_step``'s function on the
-reference model's weights, arranged for a CPU runtime: the past is read where
-it lies and only the new position's keys and values come out, so no graph copies the
-cache; ``OrtCachedDecoder`` keeps it in preallocated time-major buffers and passes their
-filled prefix. The encoder graph is ``reference.decoding.init_cache``.
-N, S and t are symbolic (exported at N = 2, S = 5, t = 3, and asserted
-symbolic in the saved file); the session is asserted to run on the CPU provider.
-
-``OrtCachedDecoder`` (these graphs) and ``OrtPrefixDecoder`` (the full-prefix
-graphs of ``export.onnx.export_generation``) are step decoders, so the
-reference's ``greedy_search`` and ``beam_search`` run the whole §6.1 search
-around onnxruntime sessions with the reference's rules.
-``verify_cached_generation`` decodes greedily (with and without an end symbol)
-and with beam search in onnxruntime and in PyTorch, compares the tokens and,
-step by step, the next-token log-probabilities.
+``export_cached_generation`` writes ``encoder_kv.onnx`` (``reference.decoding.init_cache``: the encoder and
+every layer's cross-attention keys and values, once per source), ``decoder_step.onnx`` (``CachedStep``: one
+step that reads the time-major past where it lies and returns only the new position's keys and values, so no
+graph copies the cache) and ``generation.json`` (the layout as data). N, S and t are symbolic; the session runs
+on the CPU provider. ``OrtCachedDecoder`` (these graphs) and ``OrtPrefixDecoder`` (the full-prefix graphs of
+``export.onnx.export_generation``) are step decoders, so the reference's ``greedy_search`` and ``beam_search``
+run the whole §6.1 search around onnxruntime sessions. ``verify_cached_generation`` compares tokens and
+per-step log-probabilities with PyTorch. docs/export.md gives the inputs, outputs and shapes of each graph.
 """
 
 from __future__ import annotations
@@ -105,15 +78,12 @@ class CachedStep(nn.Module):
     """One decoder step over a time-major key/value cache: the new position only, computed from the reference's
     weights (§3.2.2, §3.3, §3.4) and arranged for a CPU runtime.
 
-    ``past_keys[i]`` / ``past_values[i]`` (t, N, h, d_k) hold positions 0..t-1 of layer i (time-major, so the
-    runtime can keep them in preallocated buffers and pass the filled prefix as a contiguous slice). The step
-    returns the logits and only the new position's keys and values (N, h, d_k), which the caller writes at
-    position t: no graph copies the cache. Eq. (1)'s 1/sqrt(d_k) is folded into W^Q (self- and cross-attention;
-    exact in float32 when it is a power of two, as at the paper's d_k = 64), Q, K and V come from one product with
-    the three matrices side by side, self-attention is computed with elementwise products and sums over the
-    cached positions (the softmax over the past and the new position together), cross-attention with batched
-    products. The same float32 function as ``reference.decoding.decode_step`` in another order
-    (``verify_cached_generation`` compares every step's log-probabilities).
+    ``past_keys[i]`` / ``past_values[i]`` (t, N, h, d_k) hold positions 0..t-1 of layer i, time-major so that
+    the runtime can pass the filled prefix of preallocated buffers; the step returns the logits and only the
+    new position's keys and values (N, h, d_k), which the caller writes at position t. The same float32
+    function as ``reference.decoding.decode_step`` in another order: 1/sqrt(d_k) folded into W^Q (exact when
+    it is a power of two, as at d_k = 64), Q|K|V from one product, self-attention as elementwise products and
+    sums over the cached positions, cross-attention as batched products.
     """
 
     def __init__(self, model: nn.Module):

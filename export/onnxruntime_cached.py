@@ -7,11 +7,9 @@ imported when a model first decodes, never at registration: where the onnx extra
 registers as unavailable with the reason.
 
 The fastest conforming CPU decoder of this project (``benchmarks/decode_interleaved.py`` times it against
-CTranslate2) is not a PyTorch module but two ONNX graphs run by onnxruntime: ``export.kv_cache``'s ``encoder_kv``
-and ``decoder_step`` (the step reads a time-major past where it lies and returns only the new position's keys and
-values; 1/sqrt(d_k) folded into W^Q; Q|K|V one product) driven by ``export.OrtCachedDecoder`` over preallocated
-buffers (the new position written in place, beams reordered by index into spare buffers). This plugin puts that
-decoder behind the adapter contract, so the ``decode.*`` clauses judge it like any implementation's decoder.
+CTranslate2) is not a PyTorch module but ``export.kv_cache``'s two graphs driven by ``export.OrtCachedDecoder``.
+This plugin puts that decoder behind the adapter contract, so the ``decode.*`` clauses judge it like any
+implementation's decoder.
 
 The adapter is the reference ``Transformer``: ``forward``, ``encode``, ``positional_encoding`` and
 ``load_reference_state`` are the reference's, in PyTorch (the graphs hold no full forward). ``begin_decoding``,

@@ -56,11 +56,8 @@ def register_implementations(register):
             ))
 
     ``build(config)`` receives a ``spec.ModelConfig`` and returns an adapter
-    meeting ``spec.contract``: ``forward(src, tgt)`` with token ids [B, S] and
-    [B, T] (right-padded with ``config.pad_id``) returning [B, T, tgt_vocab];
-    optionally ``encode``, ``positional_encoding`` and ``load_reference_state``
-    (each unlocks more checks; ``spec.contract.has_capability`` says which an
-    adapter has, and ``spec.schema.load_canonical`` writes ``load_reference_state``).
+    meeting ``spec.contract`` (``forward(src, tgt)``, and optional methods that
+    each unlock more checks).
 
     ``deviations`` maps clause ids (``spec.CLAUSES``) to the reason the
     implementation departs from them. The suite expects those clauses to fail:
@@ -85,9 +82,7 @@ def register_components(register):
         k [B, h, Lk, d_k], v [B, h, Lk, d_v]; ``mask`` is None or a boolean tensor
         broadcastable to [B, h, Lq, Lk] where **True means "may attend"**; returns
         [B, h, Lq, d_v] = softmax(q k^T / sqrt(d_k)) v over the allowed keys
-        (§3.2.1, Eq. 1). A query with no allowed key returns zeros. A kernel that
-        cannot run here (a CUDA-only backend on a CPU machine) raises
-        ``implementations.ComponentUnavailable``; its checks then skip with that reason.
+        (§3.2.1, Eq. 1). A query with no allowed key returns zeros.
     ``positional_encoding``
         ``factory() -> fn`` with ``fn(length, d_model) -> [length, d_model]``, the
         table added to the scaled embeddings (§3.5).
@@ -111,11 +106,9 @@ def register_components(register):
         max_len, length_penalty)``. It drives any step decoder (``begin_decoding``,
         ``decode_step``, ``reorder_state``; ``spec.contract``) over ``src`` [B, S],
         ranks hypotheses with ``length_penalty`` (a ``length_penalty`` component's
-        ``fn``) and returns a ``reference.decoding.Hypotheses`` or just its tokens:
-        a LongTensor [B, L], each row y_1 .. y_m without the start symbol, ending
-        with ``eos_id`` when produced, right-padded with ``pad_id``. ``max_len`` is
-        an int, a LongTensor [B], or None for the search's own default, which §6.1
-        sets to each source's real (non-pad) length + 50.
+        ``fn``) and returns a ``reference.decoding.Hypotheses`` or just its tokens
+        [B, L], as ``spec.contract``'s ``generate`` returns them. ``max_len`` is an
+        int, a LongTensor [B], or None for §6.1's real source length + 50.
     ``optimizer``
         ``factory(params, train_config) -> torch.optim.Optimizer`` over ``params`` (an
         iterable of parameters); ``train_config`` is a ``spec.TrainConfig`` whose
@@ -132,18 +125,13 @@ def register_components(register):
         [N, vocab], labels [N]) -> scalar loss``; ``labels`` holds ``pad_id`` at padding
         positions (§5.4: label smoothing ``train_config.label_smoothing``, padding
         targets contributing nothing).
-    A factory that cannot run here (a library it wraps is not installed) raises
-    ``implementations.ComponentUnavailable``; its checks then skip with that reason.
+    A factory that cannot run here (a CUDA-only kernel on a CPU machine, a library
+    it wraps not installed) raises ``implementations.ComponentUnavailable``; its
+    checks then skip with that reason.
 
     Components are audited alone with ``pytest conformance/ --component=NAME``
     (``NAME``, ``KIND:NAME`` or ``all``) and, composed into the reference, as a
-    whole model: ``--impl 'reference+attention=NAME'`` (several parts chain:
-    ``reference+attention=a+layer_norm=b``). A composed implementation inherits
-    the deviations its components declare. A ``search`` or ``length_penalty``
-    component replaces the reference's beam search or GNMT penalty in the
-    composed model's ``generate`` for beam sizes above 1 (greedy decoding stays
-    the reference's): ``--impl 'reference+search=NAME'`` audits a beam search
-    driving the reference's key/value cache. An ``optimizer``, ``lr_schedule`` or
-    ``criterion`` component becomes the composed model's ``make_optimizer``,
-    ``make_scheduler`` or ``make_criterion`` (its training recipe, ``spec.contract``).
+    whole model: ``--impl 'reference+attention=NAME'``, which inherits the
+    deviations its components declare. docs/components.md says what each kind
+    replaces in the composed model.
     """

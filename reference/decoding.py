@@ -1,54 +1,17 @@
 """§6.1 decoding: incremental (cached) decoding, greedy search and beam search with GNMT's length penalty.
 
-§3: the decoder "is auto-regressive, consuming the previously generated symbols
-as additional input when generating the next". §6.1: "We used beam search with
-a beam size of 4 and length penalty α = 0.6 [GNMT]. ... We set the maximum
-output length during inference to input length + 50, but terminate early when
-possible." Where the paper is silent this file follows tensor2tensor's
-``utils/beam_search.py`` (the code the paper's results came from), and says so.
+§6.1: "We used beam search with a beam size of 4 and length penalty α = 0.6 [GNMT]. ... We set the maximum
+output length during inference to input length + 50, but terminate early when possible." Where the paper is
+silent this file follows tensor2tensor's ``utils/beam_search.py`` (the code the paper's results came from),
+and says so.
 
-Shape legend (as in ``reference/model.py``)
-    B  sources in the batch     K  beam size       V  target vocabulary
-    S  source length            t  prefix length (tokens fed to the decoder so far)
-    h  heads                    d_k = d_v = d_model / h
-    N  rows of a decoder state: B, or B * K in beam search (beam k of source b is row b * K + k)
+The searches drive any step decoder (``spec.contract``): the reference ``Transformer`` with its key/value
+cache (``init_cache``, ``decode_step``, ``reorder``), or any ``forward(src, tgt)`` through ``PrefixDecoding``.
+They run batched on the source's device; the only Python loop is over time steps. An output is y_1 .. y_m:
+no start symbol, the end symbol last when produced, right-padded with ``pad_id``, which is never generated.
 
-Mask polarity: True means "may attend", as everywhere in this project.
-
-Incremental decoding (``init_cache``, ``decode_step``, ``reorder``)
-    The state is a ``KVCache`` of plain tensors: per decoder layer the
-    self-attention keys and values of the prefix, (N, h, t, d_k), appended one
-    position per step, and the cross-attention keys and values of the encoder
-    output, (N, h, S, d_k), computed once per source; plus the source key mask
-    (N, 1, 1, S). The new token is embedded at position t, the prefix length,
-    so positions continue where the prefix ends (§3.5). ``decode_step`` is a
-    pure function of (model, cache, tokens) built from the reference model's
-    own modules, so an exporter can wrap it with past keys/values as inputs and
-    present keys/values as outputs.
-
-Searches (``greedy_search``, ``beam_search``, ``generate``)
-    They drive any *step decoder*: an object with ``begin_decoding(src) ->
-    state``, ``decode_step(state, tokens [N]) -> (scores [N, V], state)`` and
-    ``reorder_state(state, indices [N']) -> state`` (``spec.contract``). The
-    reference ``Transformer`` is one (its KV cache), ``PrefixDecoding`` makes
-    any ``forward(src, tgt)`` one by recomputing the prefix. Scores are logits
-    or log-probabilities (a log-softmax is applied; it leaves log-probabilities
-    unchanged). Everything runs batched on the source's device; the only Python
-    loop is over time steps.
-
-Conventions shared by both searches
-    * The output of a source is y_1 .. y_m: the start symbol is not part of it;
-      the end symbol, when produced, is its last token. Outputs are right-padded
-      with ``pad_id`` to the longest one in the batch.
-    * ``pad_id`` is never generated (its log-probability is set to -inf, as
-      fairseq does): the reference masks padded target keys, so a generated pad
-      would be invisible to later steps, and the padding of the output would be
-      ambiguous.
-    * The maximum output length (tokens y_1 .. y_m, the end symbol included) is
-      each source's own real (non-pad) length plus ``extra_length`` (50, §6.1),
-      unless ``max_len`` gives it: an int for every source, or a LongTensor [B].
-      tensor2tensor adds ``extra_length = 100`` to the padded batch width; the
-      paper's rule is per input, so this file counts each source's real tokens.
+Shapes as in ``reference/model.py``; N rows of a decoder state are B, or B * K in beam search (beam k of
+source b is row b * K + k), and t is the prefix length. Masks are True where attention is allowed.
 """
 
 from __future__ import annotations
@@ -123,12 +86,11 @@ def init_cache(model: Transformer, src: Tensor) -> KVCache:
 def decode_step(model: Transformer, cache: KVCache, tokens: Tensor) -> tuple[Tensor, KVCache]:
     """One decoder step: the next-token logits (N, V) after feeding ``tokens`` (N,) at position t.
 
-    Equal to ``model(src, prefix + tokens)[:, -1]`` (the full forward on the
-    same prefix) for every row whose prefix holds no padding. Each layer
-    appends its keys/values of the new token to the self-attention cache
-    (queries see positions 0..t, so no causal mask is needed) and reads the
-    cross-attention keys/values computed once by ``init_cache``. Returns the
-    logits and a new cache; the argument is not modified.
+    Equal to ``model(src, prefix + tokens)[:, -1]`` for every row whose prefix holds no padding. Each
+    layer appends the new token's keys/values to its self-attention cache (the query sees 0..t, so no
+    causal mask is needed) and reads the cross-attention keys/values of ``init_cache``. Returns the logits
+    and a new cache, the argument unmodified: a pure function of (model, cache, tokens), so an exporter
+    can wrap it with past keys/values as inputs and present keys/values as outputs.
     """
     t = cache.length
     y = model.embed(tokens[:, None], model.tgt_embed, start=t)  # (N, 1, d_model), position t
@@ -211,10 +173,8 @@ def search_tokens(result: Hypotheses | Tensor) -> Tensor:
 def gnmt_length_penalty(length: Tensor, alpha: float) -> Tensor:
     """§6.1 citing GNMT (Wu et al. 2016, Eq. 14): lp(Y) = ((5 + |Y|) / 6)^α.
 
-    |Y| counts the output tokens y_1 .. y_m, the end symbol included and the
-    start symbol excluded, as tensor2tensor does: at loop step i it divides by
-    ((5 + (i + 1)) / 6)^α, the hypothesis then holding i + 1 tokens after the
-    start, its EOS included. lp(1) = 1; α = 0 gives lp = 1 (no penalty).
+    |Y| counts the output tokens y_1 .. y_m, the end symbol included and the start symbol excluded,
+    as tensor2tensor does. lp(1) = 1; α = 0 gives lp = 1 (no penalty).
     """
     return ((5.0 + length.to(torch.float32)) / 6.0) ** alpha
 
@@ -223,7 +183,9 @@ def output_limits(src: Tensor, pad_id: int, *, max_len: int | Tensor | None = No
                   extra_length: int = TRANSLATION.extra_length) -> Tensor:
     """The maximum output length of each source (B,), the end symbol included.
 
-    Default (§6.1): the source's real length (its non-pad tokens) + ``extra_length``.
+    Default (§6.1): the source's real length (its non-pad tokens) + ``extra_length``. tensor2tensor adds 100
+    to the padded batch width; the paper's rule is per input, so each source's real tokens are counted.
+    ``max_len`` gives the limit instead: an int for every source, or a LongTensor [B].
     """
     B = src.size(0)
     if max_len is None:
@@ -241,7 +203,9 @@ def output_limits(src: Tensor, pad_id: int, *, max_len: int | Tensor | None = No
 def _log_probs(scores: Tensor, pad_id: int) -> Tensor:
     """Log-softmax over the vocabulary in float32, padding excluded. (N, V)."""
     logp = torch.log_softmax(scores.float(), dim=-1)
-    logp[:, pad_id] = float("-inf")  # padding is never generated
+    # Padding is never generated (as fairseq): the reference masks padded target keys, so a generated pad
+    # would be invisible to later steps, and the output's padding would be ambiguous.
+    logp[:, pad_id] = float("-inf")
     return logp
 
 

@@ -229,10 +229,8 @@ def sinusoid_table(length: int, d_model: int, *, dtype: torch.dtype = torch.floa
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     """Key-padding mask (B, 1, 1, L): True at real tokens, False at padding.
 
-    The paper never mentions padding (it defines the model on sequences; padding is batching).
-    Masking padded keys in encoder self-attention and cross-attention, as tensor2tensor does,
-    makes every output independent of the padding. The decoder masks padded target keys too;
-    with right padding the causal mask already hides them from every real position.
+    The paper never mentions padding. Masking padded keys, as tensor2tensor does, makes every output
+    independent of it; in the decoder the causal mask already hides right padding from real positions.
     """
     return (tokens != pad_id)[:, None, None, :]  # (B, 1, 1, L)
 

@@ -59,11 +59,9 @@ Whole search (``decode.greedy``, ``decode.beam``, ``decode.max-length``):
     ``None`` means the implementation's own default, which §6.1 sets to each
     source's real (non-pad) length + 50.
 
-Recipe capabilities (optional methods through which an implementation exposes
-its own training recipe, §5; each receives a ``spec.training.TrainConfig`` whose
-defaults are the paper's, the way ``build`` receives a ``ModelConfig``). A
-``train.*`` check whose capability is absent is skipped with a reason naming it,
-except ``train.learns``, which trains with the reference's piece instead:
+Recipe capabilities (the implementation's own training recipe, §5; each receives a
+``spec.training.TrainConfig`` whose defaults are the paper's). Where one is absent,
+``train.learns`` trains with the reference's piece instead:
 
 ``make_optimizer(params, train_config) -> torch.optim.Optimizer``
     The optimizer over ``params`` (an iterable of parameters), as the

@@ -149,11 +149,9 @@ def load_canonical(state: Mapping[str, torch.Tensor], mapping: Mapping[Canonical
 def copy_canonical(state: Mapping[str, torch.Tensor], param: torch.Tensor, *names: str) -> None:
     """Copy the canonical tensor ``names[0]`` (or several, concatenated along dim 0) into ``param``.
 
-    One copy of ``load_canonical``, with the same checks. Several names serve packed projections: with
-    ``p = "encoder.0.self_attn"``, ``copy_canonical(state, in_proj_weight, f"{p}.q.weight",
-    f"{p}.k.weight", f"{p}.v.weight")`` fills a fused [3*d_model, d_model] matrix in q|k|v order.
-    A name missing from ``state`` or a shape that differs from ``param`` raises a one-line
-    ValueError naming the tensor.
+    One copy of ``load_canonical``, with the same one-line ValueErrors. Several names fill a packed
+    projection: ``copy_canonical(state, in_proj_weight, f"{p}.q.weight", f"{p}.k.weight", f"{p}.v.weight")``
+    (``p = "encoder.0.self_attn"``) fills a fused [3*d_model, d_model] matrix in q|k|v order.
     """
     if not names:
         raise TypeError("copy_canonical() needs at least one canonical parameter name")

@@ -40,15 +40,11 @@ def cannot_build_wheels() -> str | None:
 def plugin_env(tmp_path_factory) -> dict[str, str]:
     """An environment for subprocesses of *this* interpreter in which the example plugin is installed.
 
-    The plugin is installed with this interpreter's pip, built by this interpreter's setuptools
-    (``--no-build-isolation``, ``--no-index``: offline), into a ``--target`` directory that the
-    subprocesses get as their only PYTHONPATH entry. Everything else they import (torch, pytest,
-    aiayn-conformance) is what this interpreter sees: the environment the README's install step
-    made. A separate virtual environment would take its packages and build backend from the *base*
-    interpreter instead (``system_site_packages`` means the base's site-packages, not those of the
-    venv the tests run in), so the test would pass or fail with whatever the base Python happens to
-    hold; entry points are read from every ``*.dist-info`` on ``sys.path``, so a target directory is
-    an installation as real as site-packages for what is tested here.
+    Built offline by this interpreter's pip and setuptools into a ``--target`` directory, the
+    subprocesses' only PYTHONPATH entry; everything else they import is what this interpreter sees.
+    Not a separate virtual environment: that would take its packages from the *base* interpreter.
+    Entry points are read from every ``*.dist-info`` on ``sys.path``, so the target directory is as
+    real an installation as site-packages.
     """
     if reason := cannot_build_wheels():
         pytest.skip(f"the example plugin cannot be built offline: {reason}")

@@ -22,7 +22,7 @@ Acceptance is modelled per axis (batch size, source length, target length): each
 other two held at a shape the model accepts (the base). An unprobed length lying between two accepted probed
 lengths (or beyond the longest probed one, when that one is accepted) counts as accepted; every length counts
 as accepted on an axis where every probed length is. A model whose build raises has no contract: its checks
-run, and report the build error, as before.
+run, and report the build error.
 
 The plugin makes the implementation of each test the one under test (:func:`under_test`), as it makes the
 test's clause the clause under test; helpers read its contract with :func:`current`.

@@ -79,12 +79,6 @@ Completions (cells left as ``...`` or never shown; they follow the paper, §3, a
   ``(src != pad).unsqueeze(-2)`` [B, 1, S]; ``tgt_mask`` = ``(tgt != pad).unsqueeze(-2) & forward_mask(T)``
   [B, T, T]. ``forward_mask`` still builds its mask on the CPU; the completion moves it to the input's device
   (the file's ``type_as``), so the model runs on accelerators.
-
-Canonical schema (``load_reference_state``): ``src_embed``/``tgt_embed`` -> the ``lut`` of each
-``Embeddings``; attention ``q, k, v, o`` -> ``linears[0..3].weight`` (their biases 0); ``normK`` -> the
-``layernorm`` (gamma, beta) of the K-th ``Sublayer`` of its layer, which with pre-norm normalizes that
-sub-layer's INPUT; ``ffn.w1/w2`` -> ``feed_forward.w_1/w_2``; ``generator`` -> ``generator.linear.weight``
-(its bias 0).
 """
 
 from __future__ import annotations
@@ -383,7 +377,10 @@ class AnnotatedNotebookTransformer(nn.Module):
         return sinusoids(length, self.config.d_model, device=pe.device)
 
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
-        """Load a canonical-schema state dict; the attention and generator biases (absent in the paper) get 0."""
+        """Load a canonical-schema state dict; the attention and generator biases (absent in the paper) get 0.
+
+        ``normK`` goes to the ``layernorm`` of the K-th ``Sublayer``, which with pre-norm normalizes that
+        sub-layer's input."""
         get = self.get_parameter
         mapping: dict[CanonicalKey, Target] = {"src_embed.weight": get("model.src_embeddings.0.lut.weight"),
                                                "tgt_embed.weight": get("model.tgt_embeddings.0.lut.weight"),

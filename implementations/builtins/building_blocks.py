@@ -61,14 +61,6 @@ Completions and adaptations (where the code is silent or its interface differs f
   ``layers_num``, ``dropout`` from the config.
 - Initialization: the code shows none; PyTorch's defaults (``nn.Linear``, ``nn.Embedding``).
 - ``encode(src)`` runs the encoder with its source mask (transformer.py:54, :56).
-
-Canonical schema (``load_reference_state``): ``src_embed`` -> ``encoder.embedding.embedding``,
-``tgt_embed`` -> ``decoder.embedding.embedding``, ``generator`` -> ``decoder.linear`` (its bias set to 0);
-attention ``q, k, v, o`` -> ``w_q, w_k, w_v, w_o`` (biases set to 0); ``ffn.w1/w2`` -> ``point_wise_ff[0]/[2]``;
-encoder ``norm1/norm2`` -> ``attention_layer_norm/ff_layer_norm``; decoder ``norm1`` -> ``attention_layer_norm``
-(which also serves the cross-attention sub-layer), ``norm2`` -> ``enc_dec_att_layer_norm`` (loaded, never
-used), ``norm3`` -> ``ff_layer_norm``. The embeddings are never tied, so with ``share_embeddings`` the same
-canonical matrix is copied into all three.
 """
 
 from __future__ import annotations
@@ -303,7 +295,8 @@ class Transformer(nn.Module):
         return table[:length]
 
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
-        """Load a canonical-schema state dict; attention and generator biases get 0. Decoder ``norm2`` goes to
+        """Load a canonical-schema state dict; attention and generator biases get 0. Decoder ``norm1`` goes to
+        ``attention_layer_norm``, which also serves the cross-attention sub-layer, and ``norm2`` to
         ``enc_dec_att_layer_norm``, which is built but never used; the embeddings are never tied, so with
         ``share_embeddings`` the one canonical matrix is copied into all three."""
         get = self.get_parameter

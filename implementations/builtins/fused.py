@@ -1,46 +1,16 @@
 """Built-in plugin ``fused``: the paper's Transformer written for speed, conforming to every clause.
 
-The function is the reference model's (post-norm §3.1, Eq. (1) attention with
-1/sqrt(d_k), bias-free projections §3.2.2, Eq. (2) FFN, §3.4 tied embeddings
-scaled by sqrt(d_model), §3.5 interleaved sinusoids, §5.4 dropout sites); only
-the arithmetic is arranged differently:
+The function is the reference model's (post-norm §3.1, Eq. (1) attention with 1/sqrt(d_k), bias-free
+projections §3.2.2, Eq. (2) FFN, §3.4 tied embeddings scaled by sqrt(d_model), §3.5 interleaved sinusoids,
+§5.4 dropout sites); only the arithmetic is arranged differently: one fused Q|K|V product per self-attention
+and one K|V product per cross-attention, attention in ``F.scaled_dot_product_attention`` (True = may attend,
+SDPA's convention and this project's), ``F.layer_norm``, a precomputed positional buffer, and every mask
+built once per forward. No data-dependent Python branch is taken, so the model traces and exports as it runs.
 
-* self-attention computes Q, K and V with one matmul against a fused
-  ``[3*d_model, d_model]`` weight; cross-attention computes K and V of the
-  encoder output with one ``[2*d_model, d_model]`` matmul;
-* attention runs in ``torch.nn.functional.scaled_dot_product_attention``
-  (boolean ``attn_mask``: True means "may attend", SDPA's convention and this
-  project's); its default scale is 1/sqrt(d_k) of the per-head size;
-* layer norms use ``torch.nn.functional.layer_norm`` (biased variance, epsilon
-  inside the square root, §3.1);
-* the positional table is a precomputed non-persistent buffer;
-* every mask is built once per forward, not once per layer.
-
-Fully masked queries (a fully padded source sequence) attend to nothing and
-return zeros, like the reference. SDPA's result on an all-False row differs
-between backends (zeros on some, NaN on others), so the kernel never sees
-one: such rows are opened to every key, which keeps the softmax finite, and
-their output is multiplied by 0 afterwards. No data-dependent Python branch
-is taken, so the model traces and exports as it runs.
-
-Incremental decoding (``begin_decoding``, ``decode_step``, ``reorder_state``,
-``generate``), written for CPU speed (``benchmarks/decode_interleaved.py``
-measures it against CTranslate2): a preallocated key/value cache (``FusedCache``):
-per decoder layer the self-attention keys/values of the prefix in time-major
-buffers (capacity, N, h, d_k), written in place at position t (no concatenation
-per step), reordered for beams by ``index_select`` into spare buffers of the same
-size; the cross-attention keys/values (B, h, S, d_k), one fused K|V matmul per
-source and shared by that source's beams (never expanded or copied per beam). A
-step computes only the new position and projects only it to the vocabulary; on the
-CPU in float32 inference its matrix products run through oneDNN with the weights
-packed once (``_step_weights``; one row on one thread through BLAS on W^T).
-``generate`` runs ``reference.decoding``'s searches (§6.1 beam search, greedy
-search) over this cache.
-
-Decoder self-attention uses SDPA's ``is_causal`` path without a target
-padding mask: inputs are right-padded (``spec.contract``), so every key a
-real query i may see (0..i) is a real token, and the padding mask would only
-change outputs at padded positions, which are unspecified.
+Incremental decoding (``begin_decoding``, ``decode_step``, ``reorder_state``, ``generate``) is written for CPU
+speed over a preallocated key/value cache (``FusedCache``); a step computes and projects only the new
+position. ``generate`` runs ``reference.decoding``'s searches over it. ``benchmarks/decode_interleaved.py``
+measures it against CTranslate2.
 """
 
 from __future__ import annotations
@@ -173,6 +143,8 @@ class DecoderLayer(nn.Module):
         self.p = cfg.dropout
 
     def forward(self, y: Tensor, memory: Tensor, src_mask: Tensor, src_gate: Tensor) -> Tensor:
+        # Causal self-attention without a target padding mask: inputs are right-padded (spec.contract), so every
+        # key a real query i may see (0..i) is real; the mask would change only the unspecified padded outputs.
         n1, n2, n3, p, train = self.norm1, self.norm2, self.norm3, self.p, self.training
         y = F.layer_norm(y + F.dropout(self.self_attn(y, None, None, causal=True), p, train),
                          n1.normalized_shape, n1.weight, n1.bias, n1.eps)  # (B, T, d_model)
@@ -396,8 +368,9 @@ class FusedTransformer(PaperRecipe, nn.Module):
     def _source_masks(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """Key mask (B, 1, 1, S), True = may attend, and query gate (B, 1, 1), 0 for a fully padded source.
 
-        A fully padded source row is opened to every key (finite softmax) and
-        its attention output gated to 0: it attends to nothing.
+        A fully padded source row attends to nothing, like the reference. SDPA's result on an all-False row
+        differs between backends (zeros on some, NaN on others), so the kernel never sees one: the row is
+        opened to every key (finite softmax) and its attention output gated to 0.
         """
         keep = src != self.config.pad_id  # (B, S)
         has_key = keep.any(dim=1, keepdim=True)  # (B, 1)

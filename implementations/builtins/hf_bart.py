@@ -1,9 +1,7 @@
 """Built-in plugin ``hf-bart``: Hugging Face transformers' ``BartForConditionalGeneration``.
 
-Source: the installed ``transformers`` package; the reasons below cite ``transformers 5.24.0``
-(``WRITTEN_FOR``) as ``transformers/models/bart/modeling_bart.py:N`` (a line of that file in that release,
-under ``site-packages``; ``configuration_bart.py`` likewise). tests/test_library_plugins.py checks every cited
-line against the installed file when that release is installed.
+Source: the installed ``transformers``; the reasons cite ``transformers/models/bart/modeling_bart.py:N`` in the
+release ``WRITTEN_FOR`` (docs/plugins.md, "The version tie").
 
 Configuration (``BartConfig``, random weights, nothing downloaded): ``vocab_size``, ``d_model``,
 ``encoder_layers = decoder_layers = N``, ``h`` heads, ``d_ff``, ``max_position_embeddings = max_len``, and
@@ -12,10 +10,8 @@ toward the paper: ``activation_function="relu"`` (default GELU), ``scale_embeddi
 share_embeddings``, ``pad_token_id = pad_id``. Post-norm is BART's only layout; the attention kernel is the
 library's default (``sdpa``).
 
-What the class cannot be told (the declared deviations): a LayerNorm on the embeddings of each stack
-(``layernorm_embedding``); learned positional embeddings (no sinusoidal option), read at an offset of 2;
-biases on every attention projection; PyTorch's layer-norm epsilon 1e-5; and one ``vocab_size`` for both
-stacks, so a configuration with ``src_vocab != tgt_vocab`` cannot be built (``build`` says so in one line).
+What the class cannot be told is declared in ``DEVIATIONS``. One ``vocab_size`` serves both stacks, so a
+configuration with ``src_vocab != tgt_vocab`` cannot be built (``build`` says so in one line).
 
 The calling convention, hidden in the adapter: ``input_ids = src``, ``attention_mask = (src != pad)``,
 ``decoder_input_ids = tgt`` (already shifted right: BART would otherwise shift ``input_ids`` itself),

@@ -1,10 +1,8 @@
 """Built-in plugin ``hf-fsmt``: Hugging Face transformers' ``FSMTForConditionalGeneration`` (the port of
 fairseq's WMT19 Transformer, the ``facebook/wmt19-*`` models).
 
-Source: the installed ``transformers`` package; the reasons below cite ``transformers 5.24.0``
-(``WRITTEN_FOR``) as ``transformers/models/fsmt/modeling_fsmt.py:N`` (a line of that file in that release,
-under ``site-packages``). tests/test_library_plugins.py checks every cited line against the installed file
-when that release is installed.
+Source: the installed ``transformers``; the reasons cite ``transformers/models/fsmt/modeling_fsmt.py:N`` in the
+release ``WRITTEN_FOR`` (docs/plugins.md, "The version tie").
 
 Configuration (``FSMTConfig``, random weights, nothing downloaded): ``langs=["src", "tgt"]``,
 ``src_vocab_size``/``tgt_vocab_size``, ``d_model``, ``encoder_layers = decoder_layers = N``, ``h`` heads,
@@ -13,10 +11,7 @@ Configuration (``FSMTConfig``, random weights, nothing downloaded): ``langs=["sr
 ``tie_word_embeddings = share_embeddings`` (one matrix for both embeddings and the output projection; the
 default is untied), ``pad_token_id = pad_id``. Post-norm is FSMT's only layout; attention is its own eager code.
 
-What the class cannot be told (the declared deviations): fairseq's sinusoidal table (sines then cosines, a
-frequency step of log(10000)/(d_model/2 - 1), positions numbered from ``pad_id + 1``); biases on every
-attention projection; PyTorch's layer-norm epsilon 1e-5; and, a bug, a causal mask that cannot be built in
-float64.
+What the class cannot be told is declared in ``DEVIATIONS``.
 
 The calling convention, hidden in the adapter: the model is called the way its users train it and the way they
 generate. ``forward`` is the teacher-forced call of the training path,

@@ -1,9 +1,7 @@
 """Built-in plugin ``hf-marian``: Hugging Face transformers' ``MarianMTModel`` (the OPUS-MT translation models).
 
-Source: the installed ``transformers`` package; the reasons below cite ``transformers 5.24.0``
-(``WRITTEN_FOR``) as ``transformers/models/marian/modeling_marian.py:N`` (a line of that file in that release,
-under ``site-packages``; ``configuration_marian.py`` likewise). tests/test_library_plugins.py checks every cited
-line against the installed file when that release is installed.
+Source: the installed ``transformers``; the reasons cite ``transformers/models/marian/modeling_marian.py:N`` in
+the release ``WRITTEN_FOR`` (docs/plugins.md, "The version tie").
 
 Configuration (``MarianConfig``, built with random weights; nothing is downloaded): ``d_model``,
 ``encoder_layers = decoder_layers = N``, ``encoder_attention_heads = decoder_attention_heads = h``,
@@ -16,9 +14,7 @@ source vocabulary and ``decoder_vocab_size`` the target's, three matrices), ``pa
 Marian does, the pad id as ``decoder_start_token_id``. The attention kernel is the library's default
 (``sdpa``). Post-norm is Marian's only layout.
 
-What the class cannot be told (the declared deviations): a sinusoidal table with the sines in the first half
-of the features and the cosines in the second, not interleaved; biases on every attention projection; the
-layer-norm epsilon fixed at PyTorch's 1e-5; a final-logits bias buffer.
+What the class cannot be told is declared in ``DEVIATIONS``.
 
 The calling convention, hidden in the adapter: ``input_ids = src`` with ``attention_mask = (src != pad)``,
 ``decoder_input_ids = tgt`` (already shifted right, so no ``labels`` and no ``shift_tokens_right``) with

@@ -65,12 +65,6 @@ fa789730f18a (``train.py:N`` is a line of that file at that commit):
   ``init_token='<sos>'``, ``eos_token='<eos>'``); the loop feeds ``trg[:, :-1]`` and scores against
   ``trg[:, 1:]`` (train.py:63, :65), i.e. BOS + target[:-1] and the target.
 - Not exposed (no capability, and the paper is silent): gradient clipping at norm ``clip`` = 1 (train.py:69).
-
-Canonical schema (``load_reference_state``): ``src_embed`` -> ``encoder.emb.tok_emb``,
-``tgt_embed`` -> ``decoder.emb.tok_emb``, ``generator`` -> ``decoder.linear`` (its bias set to 0); attention
-``q, k, v, o`` -> ``w_q, w_k, w_v, w_concat`` (biases set to 0); ``ffn.w1/w2`` -> ``ffn.linear1/linear2``;
-``normK.weight/bias`` -> ``normK.gamma/beta``. The embeddings are never tied, so with
-``share_embeddings`` the same canonical matrix is copied into all three.
 """
 
 from __future__ import annotations
@@ -326,7 +320,8 @@ class Transformer(nn.Module):
         return table[:length]
 
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
-        """Load a canonical-schema state dict; attention and generator biases get 0."""
+        """Load a canonical-schema state dict; attention and generator biases get 0. The embeddings are never
+        tied, so with ``share_embeddings`` the one canonical matrix is copied into all three."""
         get = self.get_parameter
         mapping: dict[CanonicalKey, Target] = {"src_embed.weight": get("encoder.emb.tok_emb.weight"),
                                                "tgt_embed.weight": get("decoder.emb.tok_emb.weight"),

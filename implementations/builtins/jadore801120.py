@@ -49,12 +49,6 @@ Completions (the review shows no ``Transformer`` class and no mask helpers; they
   padding row zeroed).
 
 Repairs: none; every class shown runs as written (``numpy`` is imported when the table is built).
-
-Canonical schema (``load_reference_state``): ``src_embed`` -> ``encoder.src_word_emb``, ``tgt_embed`` ->
-``decoder.trg_word_emb``, ``generator`` -> ``trg_word_prj``; attention ``q, k, v, o`` -> ``w_qs, w_ks, w_vs, fc``;
-each layer's ``norm1``/``norm2``(/``norm3``) -> the ``layer_norm`` of its 1st/2nd(/3rd) sub-layer module;
-``ffn.w1/w2`` -> ``pos_ffn.w_1/w_2``; the extra embedding norms ``encoder.layer_norm`` and ``decoder.layer_norm``
-get gain 1 and bias 0.
 """
 
 from __future__ import annotations

@@ -70,11 +70,6 @@ Completions (not in the notebook; they follow the paper):
 - One ``PositionalEncoding`` per stack (seq_len = ``config.max_len``, dropout = ``config.dropout``).
 - Initialization (the paper is silent): the reference's, N(0, d_model^-0.5) embeddings, Xavier-uniform
   matrices, zero biases.
-
-Canonical schema (``load_reference_state``): ``src_embed``/``tgt_embed`` -> ``*.embedding``,
-``generator`` -> ``projection.proj``; attention ``q, k, v, o`` -> ``w_q, w_k, w_v, w_o`` (biases 0);
-``ffn.w1/w2`` -> ``Linear_1/Linear_2``. A norm's per-feature gain and bias cannot be held by the scalar
-``alpha`` and ``bias``: each gets the mean of its vector (exact when the vector is constant).
 """
 
 from __future__ import annotations
@@ -307,7 +302,7 @@ class SectionsNotebookTransformer(nn.Module):
     # -- adapter contract ------------------------------------------------------------------------------------------
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
         """Load a canonical-schema state dict; attention biases 0, each norm's gain and bias as their means
-        (a scalar gain and bias are the best this layer norm can hold)."""
+        (a scalar gain and bias are the best this layer norm can hold; exact when the vector is constant)."""
         get = self.get_parameter
         mapping: dict[CanonicalKey, Target] = {"src_embed.weight": get("src_embed.embedding.weight"),
                                                "tgt_embed.weight": get("tgt_embed.embedding.weight"),

@@ -1,34 +1,10 @@
 """Built-in plugin ``torch-nn``: PyTorch's own ``torch.nn.Transformer``, used as its documentation shows.
 
-``nn.Transformer(d_model, nhead, N, N, d_ff, dropout, layer_norm_eps=config.norm_eps,
-batch_first=True)`` (post-norm, ``norm_first=False``, ReLU, the default
-per-layer eval fast path; the encoder's nested-tensor conversion is turned
-off, see ``__init__``) wrapped in what the paper adds around the stacks: token embeddings
-multiplied by sqrt(d_model) (§3.4), the sinusoidal table of §3.5 as a buffer,
-dropout on their sum (§5.4) and a bias-free generator tied to the embeddings
-(§3.4).
-
-Mask conventions of ``nn.Transformer`` (the opposite of this project's):
-boolean masks are True where attention is NOT allowed. The adapter passes
-``src_key_padding_mask`` = ``memory_key_padding_mask`` = (src == pad),
-``tgt_key_padding_mask`` = (tgt == pad) and a boolean ``tgt_mask`` that is
-True above the diagonal (a causal mask).
-
-What the module adds to the paper (see the deviations registered below):
-a final LayerNorm on each stack (``encoder.norm``, ``decoder.norm``), always
-present, even post-norm; biases on the Q/K/V and output projections
-(``in_proj_bias``, ``out_proj.bias``), loaded as zeros; dropout on the
-attention weights and between the two FFN linears, both at ``dropout``.
-
-Decoding: the step-level interface only (``begin_decoding``, ``decode_step``,
-``reorder_state`` from ``reference.decoding.PrefixDecoding``), each step
-recomputing the whole prefix with ``forward``: PyTorch documents no decoder,
-so the adapter offers no search of its own (no ``generate``) and invents no cache.
-
-Canonical schema mapping (``load_reference_state``): ``in_proj_weight`` is
-cat(q, k, v) along the output rows, ``out_proj.weight`` is o, ``linear1`` and
-``linear2`` are the FFN's w1 and w2; the final stack norms get gain 1 and
-bias 0, the attention biases 0.
+``nn.Transformer`` (post-norm, ReLU, ``batch_first=True``, ``layer_norm_eps=config.norm_eps``) wrapped in what
+the paper adds around the stacks: token embeddings multiplied by sqrt(d_model) (§3.4), the §3.5 sinusoids as a
+buffer, dropout on their sum (§5.4) and a bias-free generator tied to the embeddings (§3.4). Its boolean masks
+are True where attention is NOT allowed, the opposite of this project's. What the module adds to the paper is
+declared in ``DEVIATIONS``; ``NOTES`` says why the adapter decodes only by recomputing the prefix.
 """
 
 from __future__ import annotations
@@ -117,7 +93,10 @@ class TorchNNTransformer(PrefixDecoding, nn.Module):
 
     # -- adapter contract ----------------------------------------------------------
     def load_reference_state(self, state: Mapping[str, Tensor]) -> None:
-        """Load a canonical-schema state dict; biases the paper lacks get 0, the final norms gain 1 and bias 0."""
+        """Load a canonical-schema state dict; biases the paper lacks get 0, the final norms gain 1 and bias 0.
+
+        ``in_proj_weight`` is cat(q, k, v) along the output rows, ``out_proj.weight`` is o, ``linear1`` and
+        ``linear2`` are the FFN's w1 and w2."""
         get = self.get_parameter
         mapping: dict[CanonicalKey, Target] = {name: get(name) for name in ("src_embed.weight", "tgt_embed.weight",
                                                                              "generator.weight")}

@@ -1,9 +1,7 @@
 """Built-in plugin ``x-transformers``: lucidrains' ``x_transformers.XTransformer`` (encoder-decoder).
 
-Source: the installed ``x-transformers`` package; the reasons below cite ``x-transformers 2.31.10``
-(``WRITTEN_FOR``) as ``x_transformers/x_transformers.py:N`` (a line of that file in that release, under
-``site-packages``). tests/test_library_plugins.py checks every cited line against the installed file when that
-release is installed.
+Source: the installed ``x-transformers``; the reasons cite ``x_transformers/x_transformers.py:N`` in the release
+``WRITTEN_FOR`` (docs/plugins.md, "The version tie").
 
 Configuration (keyword arguments of ``XTransformer``, random weights): ``dim = d_model``,
 ``enc_/dec_num_tokens`` = the vocabularies, ``enc_/dec_depth = N``, ``enc_/dec_heads = h``,
@@ -17,11 +15,7 @@ is pre-norm), ``enc_/dec_ff_custom_activation=nn.ReLU()`` (the default is GELU),
 ``enc_/dec_attn_sublayer_dropout`` and ``enc_/dec_ff_sublayer_dropout = P_drop`` (the paper's dropout sites;
 attention-weight and inner FFN dropout stay 0). Projections are bias-free and the FFN biased, as in the paper.
 
-What it cannot be told (the declared deviations): its LayerNorm has a gain and no bias and PyTorch's eps 1e-5;
-the token embeddings are not multiplied by sqrt(d_model), the sinusoids are scaled by a learned scalar
-(initialized to 1/sqrt(d_model)) instead, with sines and cosines in two halves; and the decoder's output matrix
-cannot be tied to the embeddings through ``XTransformer`` (``TransformerWrapper(tie_embedding=True)`` exists,
-but ``XTransformer`` forwards only a few keywords to the decoder's wrapper).
+What it cannot be told is declared in ``DEVIATIONS``.
 
 The calling convention, hidden in the adapter: ``XTransformer.forward`` returns the autoregressive wrapper's
 loss on ``tgt`` shifted by one, not logits; the adapter calls what it calls, the encoder
