@@ -79,7 +79,7 @@ def test_a_hugging_face_config_maps_to_the_audit_configuration(tmp_path):
     ("d_model=sixty", "d_model=sixty: not an int"),
     ("share_embeddings=maybe", "not a bool"),
     ("d_model=30", "must be divisible by n_heads"),
-    ("h=1", "the suite needs n_heads >= 2"),
+    ("h=0", "ModelConfig.n_heads must be positive, got 0"),
     ("max_len=8", "the suite needs max_len >= 12"),
     ("pad_id=1", "the suite needs a pad_id other than 1"),  # the decode witnesses' bos_id
     ("missing.toml", "missing.toml: no such file or directory"),
@@ -89,6 +89,19 @@ def test_bad_configs_are_one_line_naming_what_is_accepted(spec, needle):
     with pytest.raises(ConfigError) as exc:
         read_config(spec, TINY)
     assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_one_head_is_accepted():
+    """Table 3's row A audits h = 1 (attention.heads is then not applicable)."""
+    assert read_config("h=1", TINY).n_heads == 1
+
+
+def test_with_one_head_attention_heads_is_not_applicable_and_the_scale_still_judged(tmp_path):
+    res, records = suite(tmp_path, "--impl=reference", "--config=h=1", "--clause=attention.heads,attention.scale")
+    assert res.returncode == 0, res.stdout[-3000:]
+    heads = records["attention.heads"]
+    assert heads and all(r["outcome"] == "skipped" and "not applicable: h = 1" in r["detail"] for r in heads), heads
+    assert any(r["outcome"] == "passed" for r in records["attention.scale"]), records["attention.scale"]
 
 
 def test_derived_configurations_follow_the_audit_configuration():

@@ -34,7 +34,6 @@ ALIASES = {"h": "n_heads", "N": "n_layers"}  # the paper's symbols
 
 # What the suite's checks need of the audit configuration, and why (checked after the user's values apply).
 SUITE_NEEDS: tuple[tuple[str, int, str], ...] = (
-    ("n_heads", 1, "attention needs a head"),
     ("n_layers", 2, "layers.independent's witness of a layer reused N times needs N > 1"),
     ("max_len", 12, "the witness batches reach length 12"),
     ("src_vocab", 4, "the witnesses need a padding id and at least three other tokens"),
