@@ -104,6 +104,19 @@ def test_with_one_head_attention_heads_is_not_applicable_and_the_scale_still_jud
     assert any(r["outcome"] == "passed" for r in records["attention.scale"]), records["attention.scale"]
 
 
+def test_model_memos_keep_only_their_recent_entries_at_large_sizes():
+    """At the base model's sizes a memo of models keeps its most recently used entries only (each holds hundreds of
+    megabytes); at TINY nothing is dropped."""
+    from aiayn_conformance.conformance.helpers.settings import BOUNDED
+
+    big, tiny = AuditSettings(config=BASE).cache("transplanted"), AuditSettings().cache("transplanted")
+    for i in range(5):
+        big[i] = tiny[i] = i
+        assert big[0] == 0  # used: kept
+    assert BOUNDED["transplanted"] == 2 and list(big) == [4, 0] and list(tiny) == [0, 1, 2, 3, 4]
+    assert big.get(1) is None and big.get(4) == 4
+
+
 def test_derived_configurations_follow_the_audit_configuration():
     user, suite = AuditSettings(config=USER), AuditSettings()
     assert user.others["separate-vocabularies"].src_vocab == 44 and user.others["wider"].d_model == 96

@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from aiayn_conformance.spec.config import TINY, ModelConfig
+from aiayn_conformance.spec.schema import parameter_count
 
 if TYPE_CHECKING:
     from aiayn_conformance.implementations import Implementation
@@ -56,6 +58,35 @@ def others_for(config: ModelConfig) -> dict[str, ModelConfig]:
     }
 
 
+# Above LARGE parameters (the audit configuration's), the memos holding models or full canonical states keep only
+# their most recently used entries: at the base model's sizes each holds hundreds of megabytes, and the checks'
+# derived configurations (wider, separate vocabularies, one head, readout...) would otherwise all stay resident.
+LARGE = 5_000_000
+BOUNDED = {"built-models": 2, "transplanted": 2, "scratch-models": 2, "visible-states": 4, "decode-subjects": 2}
+
+
+class Recent(OrderedDict):
+    """A memo of at most ``size`` entries, the least recently used dropped first."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+
+    def __getitem__(self, key: Any) -> Any:
+        value = super().__getitem__(key)
+        self.move_to_end(key)
+        return value
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        while len(self) > self.size:
+            self.popitem(last=False)
+
+
 @dataclass(frozen=True, eq=False)
 class AuditSettings:
     """What one audit runs at. ``memo`` holds what the session computes once (built models, shape contracts)."""
@@ -72,8 +103,11 @@ class AuditSettings:
         return others_for(self.config)
 
     def cache(self, name: str) -> dict[Any, Any]:
-        """The session's memo called ``name``."""
-        return self.memo.setdefault(name, {})
+        """The session's memo called ``name`` (bounded to its most recent entries at large sizes: ``BOUNDED``)."""
+        if name not in self.memo:
+            bound = BOUNDED.get(name) if parameter_count(self.config) > LARGE else None
+            self.memo[name] = {} if bound is None else Recent(bound)
+        return self.memo[name]
 
     def config_change(self, config: ModelConfig) -> str:
         """How ``config`` differs from the audit configuration ("src_vocab=41, tgt_vocab=43"), dropout aside."""
