@@ -29,47 +29,18 @@ import torch
 
 pytest.importorskip("joeynmt")
 
-from aiayn_conformance.conformance.helpers.transplant import reference_twin, visible_state  # noqa: E402
+from toolkit_witness import CONFIGS, agree, batch, loaded  # noqa: E402
+
+from aiayn_conformance.conformance.helpers.transplant import visible_state  # noqa: E402
 from aiayn_conformance.implementations import get_registry  # noqa: E402
 from aiayn_conformance.implementations.builtins import tk_joeynmt as tk  # noqa: E402
 from aiayn_conformance.implementations.builtins import tk_joeynmt_defaults as tkd  # noqa: E402
 from aiayn_conformance.implementations.builtins.tk_citations import cited  # noqa: E402
-from aiayn_conformance.spec.config import TINY, ModelConfig  # noqa: E402
-from aiayn_conformance.spec.tolerance import compare  # noqa: E402
+from aiayn_conformance.spec.config import ModelConfig  # noqa: E402
 from aiayn_conformance.spec.training import TrainConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "toolkits" / "joeynmt"
-CONFIGS = {
-    "tied": TINY.replace(dropout=0.0),
-    "untied": TINY.replace(dropout=0.0, share_embeddings=False, src_vocab=41, tgt_vocab=43),
-    "pad-3": TINY.replace(dropout=0.0, pad_id=3, n_heads=2, n_layers=3),
-}
-SRC = torch.tensor([[5, 6, 7, 8, 9, 0, 0], [9, 10, 11, 12, 13, 14, 15], [4, 0, 0, 0, 0, 0, 0]])
-TGT = torch.tensor([[1, 2, 3, 0, 0], [4, 5, 6, 7, 8], [7, 8, 0, 0, 0]])
-
-
-def batch(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    def remap(x: torch.Tensor) -> torch.Tensor:
-        x = torch.where(x == cfg.pad_id, torch.full_like(x, 16), x)
-        return torch.where(x == 0, torch.full_like(x, cfg.pad_id), x)
-    return remap(SRC), remap(TGT)
-
-
-def agree(a: torch.nn.Module, b: torch.nn.Module, cfg: ModelConfig) -> bool:
-    src, tgt = batch(cfg)
-    with torch.no_grad():
-        real, keep = tgt != cfg.pad_id, src != cfg.pad_id
-        out = compare(a(src, tgt)[real].double(), b(src, tgt)[real].double(), dtype=torch.float32, scope="model")
-        enc = compare(a.encode(src)[keep].double(), b.encode(src)[keep].double(), dtype=torch.float32, scope="model")
-    return out.ok and enc.ok
-
-
-def loaded(build, cfg: ModelConfig, seed: int = 5):
-    state = visible_state(cfg, seed=seed)
-    model = build(cfg).eval()
-    model.load_reference_state(state)
-    return model, reference_twin(cfg, state)
 
 
 # -- 1. transplant ------------------------------------------------------------------------------------------------
