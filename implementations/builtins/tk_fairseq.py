@@ -45,13 +45,14 @@ import torch
 from torch import Tensor, nn
 
 from aiayn_conformance.spec.config import ModelConfig
-from aiayn_conformance.spec.schema import CanonicalKey, Target, load_canonical
+from aiayn_conformance.spec.schema import CanonicalKey, Target
 from aiayn_conformance.spec.training import TrainConfig
 
 from ..availability import unavailable_reason
 from ..declarations import Checkpoint, Implementation
 from ..hookspecs import hookimpl
 from .tk_citations import cited
+from .tk_common import load_with_extra_norms, read_torch_checkpoint
 
 __all__ = ["FairseqAdapter", "build", "build_paper", "build_defaults", "read_checkpoint", "DEVIATIONS", "NOTES",
            "CITED", "LINES", "SOURCE", "WRITTEN_FOR", "INSTALL", "fairseq_unavailable", "paper_options",
@@ -272,13 +273,7 @@ class FairseqAdapter(nn.Module):
                     for k, norm in enumerate(norms, start=1):
                         mapping[f"{ours}.norm{k}.{p}"] = params[f"{theirs}.{norm}.{p}"]
                         used.add(f"{theirs}.{norm}.{p}")
-        rest = {n: p for n, p in params.items() if n not in used and not any(p is params[u] for u in used)}
-        one = [p for n, p in rest.items() if n.endswith("layer_norm.weight")]
-        zero += [p for n, p in rest.items() if n.endswith("layer_norm.bias")]
-        left = sorted(n for n, p in rest.items() if not n.endswith(("layer_norm.weight", "layer_norm.bias")))
-        if left:
-            raise ValueError(f"the canonical schema has no place for {', '.join(left)}")
-        load_canonical(state, mapping, zero=zero, one=one)
+        load_with_extra_norms(state, mapping, params, used, zero)
 
     # -- decoding: the decoder's incremental state and SequenceGenerator ----------------------------------------
     def begin_decoding(self, src: Tensor) -> FairseqState:
@@ -459,13 +454,7 @@ ACCEPTED = ("accepted: a .pt saved by fairseq 0.12's fairseq-train (a dict with 
 
 
 def _load(path: str) -> Any:
-    try:
-        with torch.serialization.safe_globals([argparse.Namespace]):
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        text = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
-        raise ValueError(f"not a fairseq checkpoint (torch.load failed: {type(exc).__name__}: {text}); "
-                         f"{ACCEPTED}") from None
+    return read_torch_checkpoint(path, "a fairseq", ACCEPTED)
 
 
 def _model_args(saved: Mapping[str, Any]) -> argparse.Namespace:

@@ -40,13 +40,14 @@ import torch
 from torch import Tensor, nn
 
 from aiayn_conformance.spec.config import ModelConfig
-from aiayn_conformance.spec.schema import CanonicalKey, Target, load_canonical
+from aiayn_conformance.spec.schema import CanonicalKey, Target
 from aiayn_conformance.spec.training import TrainConfig
 
 from ..availability import unavailable_reason
 from ..declarations import Checkpoint, Implementation
 from ..hookspecs import hookimpl
 from .tk_citations import cited
+from .tk_common import load_with_extra_norms
 
 __all__ = ["JoeyAdapter", "build", "build_paper", "build_defaults", "read_checkpoint", "DEVIATIONS", "NOTES",
            "CITED", "LINES", "SOURCE", "WRITTEN_FOR", "INSTALL", "joeynmt_unavailable", "paper_config",
@@ -229,13 +230,7 @@ class JoeyAdapter(nn.Module):
                     for k, norm in enumerate(norms, start=1):
                         mapping[f"{ours}.norm{k}.{p}"] = params[f"{theirs}.{norm}.{p}"]
                         used.add(f"{theirs}.{norm}.{p}")
-        rest = {n: p for n, p in params.items() if n not in used and not any(p is params[u] for u in used)}
-        one = [p for n, p in rest.items() if n.endswith("layer_norm.weight")]
-        zero += [p for n, p in rest.items() if n.endswith("layer_norm.bias")]
-        left = sorted(n for n, p in rest.items() if not n.endswith(("layer_norm.weight", "layer_norm.bias")))
-        if left:
-            raise ValueError(f"the canonical schema has no place for {', '.join(left)}")
-        load_canonical(state, mapping, zero=zero, one=one)
+        load_with_extra_norms(state, mapping, params, used, zero)
 
     # -- decoding: JoeyNMT's step (the whole prefix, no cache) and its search ---------------------------------------
     def begin_decoding(self, src: Tensor) -> JoeyState:

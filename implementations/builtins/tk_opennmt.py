@@ -46,6 +46,7 @@ from ..availability import unavailable_reason
 from ..declarations import Checkpoint, Implementation
 from ..hookspecs import hookimpl
 from .tk_citations import cited
+from .tk_common import read_torch_checkpoint
 
 __all__ = ["OpenNMTAdapter", "build", "build_paper", "build_defaults", "read_checkpoint", "DEVIATIONS", "NOTES",
            "CITED", "LINES", "SOURCE", "WRITTEN_FOR", "INSTALL", "opennmt_unavailable", "paper_options",
@@ -387,13 +388,7 @@ ACCEPTED = ("accepted: a .pt saved by OpenNMT-py 3.x's onmt_train (a dict with '
 
 
 def _load(path: str) -> Any:
-    try:
-        with torch.serialization.safe_globals([argparse.Namespace]):
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        text = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
-        raise ValueError(f"not an OpenNMT-py checkpoint (torch.load failed: {type(exc).__name__}: {text}); "
-                         f"{ACCEPTED}") from None
+    return read_torch_checkpoint(path, "an OpenNMT-py", ACCEPTED)
 
 
 def checkpoint_config(opt: argparse.Namespace, vocab: Mapping[str, Any]) -> ModelConfig:
