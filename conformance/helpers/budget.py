@@ -8,6 +8,7 @@ remaining checks error at once.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
@@ -47,6 +48,7 @@ def timeout_of(config: pytest.Config) -> float:
     return float(value)
 
 
+@functools.lru_cache(maxsize=8)  # asked at every phase of every check
 def default_timeout(model: ModelConfig) -> float:
     """DEFAULT_TIMEOUT up to the paper's base model at a vocabulary of 37,000; above it, in proportion to the
     parameters (each check's work grows with the weights it reads: the big model gets about 3.4 times as long)."""
