@@ -22,6 +22,7 @@ Usage: ``python -m benchmarks.suite_time [--impl reference,fused,torch-nn] [--re
 from __future__ import annotations
 
 import argparse
+import shlex
 import statistics
 import subprocess
 import sys
@@ -39,7 +40,7 @@ TEST_COMMAND_TARGET_S = 600.0
 def readme_test_command() -> list[str]:
     """The pytest command of the README's second code block (after its ``pip install ... &&``), as argv."""
     blocks = (ROOT / "README.md").read_text().split("```")[1::2]
-    command = blocks[1].strip().split("&&")[-1].split()
+    command = shlex.split(blocks[1].strip().split("&&")[-1])
     if command[:3] != ["python3", "-m", "pytest"]:
         raise SystemExit(f"the README's second code block is not a pytest command: {' '.join(command)}")
     return [sys.executable, *command[1:]]

@@ -39,6 +39,8 @@ def pytest_unconfigure(config) -> None:
 
 @pytest.hookimpl(trylast=True)  # after the conformance plugin has set this worker's own count and header
 def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "slow: an end-to-end run (the suite or a command in a subprocess, a toolkit "
+                                       "trained and audited) that the README's test command leaves to CI's second run")
     workers = getattr(config, "workerinput", {}).get("workercount")
     if workers:  # the share of the worker count, as ``aiayn audit`` gives its concurrent runs (none if chosen)
         os.environ.update(threads.environment_for(int(workers)))

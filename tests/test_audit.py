@@ -258,6 +258,7 @@ def audited(tmp_path_factory):
     return res, json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_end_to_end_audit_statuses(audited):
     res, data = audited
     assert res.returncode == 0, res.stderr[-3000:]
@@ -283,6 +284,7 @@ def test_one_clause_with_full_detail():
     assert "test_norm.py" in res.stdout  # the suite's own verbose output came through
 
 
+@pytest.mark.slow
 def test_html_report_has_the_pictures_and_renders_in_a_browser(tmp_path):
     pytest.importorskip("matplotlib", reason="the report extra (matplotlib) is not installed")
     out = tmp_path / "audit.html"

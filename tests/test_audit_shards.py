@@ -269,6 +269,7 @@ def sharded(tmp_path_factory):
     return tmp, runs
 
 
+@pytest.mark.slow
 def test_the_merged_shards_equal_the_unsharded_audit(sharded, capsys):
     tmp, runs = sharded
     for name, run in runs.items():  # ci-unscaled (shard 2/2) fails a clause; the reference (1/2) none
@@ -289,6 +290,7 @@ def test_the_merged_shards_equal_the_unsharded_audit(sharded, capsys):
     assert [json.loads((tmp / f"shard{i}.json").read_text())["shard"] for i in (1, 2)] == ["1/2", "2/2"]
 
 
+@pytest.mark.slow
 def test_the_github_annotations_point_at_the_plugin_file(sharded, capsys):
     tmp, _ = sharded
     assert main(["audit", "--merge", str(tmp / "shard1.json"), str(tmp / "shard2.json"), "--format", "github"]) == 1
@@ -305,6 +307,7 @@ def test_the_github_annotations_point_at_the_plugin_file(sharded, capsys):
     assert CLAUSES["embedding.scale"].citation == "§3.4"
 
 
+@pytest.mark.slow
 def test_the_merged_html_shows_the_pictures_a_shard_drew(sharded):
     pytest.importorskip("matplotlib", reason="the report extra (matplotlib) is not installed")
     tmp, _ = sharded

@@ -84,6 +84,7 @@ def test_report_judges_each_cell_by_its_own_baseline():
 @pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("onnx", "onnxruntime", "onnxscript",
                                                                         "ctranslate2")),
                     reason="the onnx and ctranslate2 extras are needed for the smoke run")
+@pytest.mark.slow
 def test_quick_run_prints_a_full_table_with_equal_tokens():
     res = subprocess.run([sys.executable, "-m", "benchmarks.decode_interleaved", "--quick", "--vocabs", "40"],
                          cwd=ROOT, capture_output=True, text=True, timeout=600)

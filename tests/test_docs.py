@@ -1,5 +1,6 @@
 """Docs generated from code stay in sync with it."""
 
+import shlex
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,18 @@ def test_ci_does_what_a_newcomer_does():
     installs = [ln for ln in code if "pip install" in ln or "pip3 install" in ln]
     assert installs == [main_job, tests], f".ci/run installs something by hand: {installs}"
     assert code[-2:] == ["ruff check .", "python3 -m mypy"], ".ci/run must end with ruff and mypy, in its venv"
+    assert '-m "not slow"' in tests, f"the README's test command leaves the slow tier out: {tests}"
+    assert SLOW_TIER in code and code.index(SLOW_TIER) > code.index(tests), \
+        f".ci/run must run the slow tier the README's test command leaves out, after it: {SLOW_TIER}"
+
+
+SLOW_TIER = "python3 -m pytest tests/ -m slow -n auto --dist loadscope"
+
+
+def test_the_slow_tier_is_named_where_the_readme_says():
+    """The README and docs/contributing.md name the command of the tier the test command leaves out."""
+    for doc in ("README.md", "docs/contributing.md"):
+        assert SLOW_TIER in (ROOT / doc).read_text(), f"{doc} does not name the slow tier's command {SLOW_TIER!r}"
 
 
 def test_dev_extra_holds_the_ci_tools():
@@ -127,4 +140,4 @@ def test_suite_time_times_the_readme_test_command():
     """benchmarks.suite_time --test-command prints the figure of the command the README gives, not another."""
     from benchmarks.suite_time import readme_test_command
 
-    assert ["python3", *readme_test_command()[1:]] == readme_commands()[1].split("&&")[-1].split()
+    assert ["python3", *readme_test_command()[1:]] == shlex.split(readme_commands()[1].split("&&")[-1])

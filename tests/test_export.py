@@ -63,6 +63,7 @@ def cli(*args):
                           text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_cli_export_and_verify(tmp_path):
     res = cli("--impl", "reference", "--preset", "tiny", "--out", str(tmp_path / "m.onnx"), "--verify")
     assert res.returncode == 0, res.stderr

@@ -34,6 +34,7 @@ def exported(tmp_path_factory):
     return out, res.stdout, model
 
 
+@pytest.mark.slow
 def test_cli_writes_cached_graphs_and_verifies_greedy_and_beam(exported):
     out, stdout, _ = exported
     assert {p.name for p in out.iterdir()} == {"encoder_kv.onnx", "decoder_step.onnx", "generation.json"}
@@ -45,6 +46,7 @@ def test_cli_writes_cached_graphs_and_verifies_greedy_and_beam(exported):
     assert all("worst per-step |Δ log p| = " in ln for ln in lines)
 
 
+@pytest.mark.slow
 def test_graph_axes_stay_symbolic_and_the_manifest_describes_them(exported):
     import onnx
 
@@ -70,6 +72,7 @@ def test_graph_axes_stay_symbolic_and_the_manifest_describes_them(exported):
     assert encoder["cross_key.1"] == ["rows", h, "src_len", d_k]
 
 
+@pytest.mark.slow
 def test_sessions_do_not_spin_between_runs(exported):
     """A step decoder's sessions leave the cores to the search between steps: onnxruntime's intra-op threads spin
     after each run unless told not to (BENCHMARKS.md: 0.95 against 0.56 of CTranslate2's time, 2 threads)."""
@@ -83,6 +86,7 @@ def test_sessions_do_not_spin_between_runs(exported):
         assert options.intra_op_num_threads == 2
 
 
+@pytest.mark.slow
 def test_onnxruntime_decodes_other_shapes_and_refuses_positions_beyond_the_table(exported):
     from aiayn_conformance.export import ExportError, OrtCachedDecoder
     from aiayn_conformance.reference.decoding import beam_search, greedy_search
@@ -106,6 +110,7 @@ def test_onnxruntime_decodes_other_shapes_and_refuses_positions_beyond_the_table
         greedy_search(ort, src, bos_id=1, eos_id=-1, pad_id=0, max_len=ort.max_positions + 1)
 
 
+@pytest.mark.slow
 def test_verify_catches_a_step_whose_positions_restart_at_zero(exported, tmp_path, monkeypatch):
     from aiayn_conformance.export import verify_cached_generation
     from aiayn_conformance.export.kv_cache import export_cached_step

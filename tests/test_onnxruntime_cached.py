@@ -29,6 +29,7 @@ def first_scores(decoder, src: torch.Tensor) -> torch.Tensor:
     return torch.stack([first, second])
 
 
+@pytest.mark.slow
 def test_decodes_in_onnxruntime_exports_again_after_a_weight_change_and_refuses_long_sources():
     from aiayn_conformance.export import ExportError, OrtCachedDecoder
     from aiayn_conformance.export.kv_cache import OrtCache

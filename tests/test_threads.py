@@ -65,6 +65,7 @@ def _run_probe(tmp_path, *args, env=None):
                           cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**base, **(env or {})})
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAVE_XDIST, reason="pytest-xdist is not installed")
 def test_xdist_workers_take_their_share(tmp_path):
     cpus = threads.available_cpus()

@@ -228,6 +228,7 @@ def verdicts(records: dict[str, list[dict]]) -> dict[str, str]:
     return out
 
 
+@pytest.mark.slow
 def test_the_checkpoint_is_audited_as_saved(trained, tmp_path):
     """Every clause judged on the trained weights gets the verdict the built-in gets at the checkpoint's sizes."""
     ck = tk.read_checkpoint(str(trained))

@@ -48,6 +48,7 @@ def test_the_suite_runs_from_the_installed_package(tmp_path):
     assert by_impl == {"reference": {"passed"}, "ci-unscaled": {"failure"}}, outcomes
 
 
+@pytest.mark.slow
 def test_parametrize_with_checks_gives_one_test_per_clause(tmp_path):
     (tmp_path / "test_mine.py").write_text(textwrap.dedent(f"""
         from aiayn_conformance.checks import parametrize_with_checks
