@@ -31,6 +31,7 @@ from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import has_capability
 from aiayn_conformance.spec.training import TrainConfig
 
+from . import settings
 from .harness import as_log_probs, build_model, seeded
 from .inputs import ordinary_tokens, target_tokens
 from .recipe import Recipe, recipe_for
@@ -282,11 +283,17 @@ def lockstep_batches(config: ModelConfig, k: int = LOCKSTEP_UPDATES) -> list[tup
 
 def reference_initial_state(config: ModelConfig, seed: int = 0) -> dict[str, Tensor]:
     """The reference's initial state for ``config`` (its own initialisation, ``seed``) in the canonical schema: the
-    state a model that loads canonical weights starts ``train.learns`` and ``train.equivalence`` from."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        reference = Transformer(config)
-    return {k: v.detach() for k, v in reference.state_dict().items()}
+    state a model that loads canonical weights starts ``train.learns`` and ``train.equivalence`` from. Built once per
+    session, configuration and seed (a base model's initialisation takes seconds): callers copy the dict and never
+    change a tensor in place (``transplant.load_into`` gives copies to an adapter that would)."""
+    built = settings.current().cache("initial-states")
+    key = (config, seed)
+    if key not in built:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            reference = Transformer(config)
+        built[key] = {k: v.detach() for k, v in reference.state_dict().items()}
+    return dict(built[key])
 
 
 def parameters_outside_the_schema(model: nn.Module, state: dict[str, Tensor],

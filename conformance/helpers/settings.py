@@ -62,7 +62,8 @@ def others_for(config: ModelConfig) -> dict[str, ModelConfig]:
 # their most recently used entries: at the base model's sizes each holds hundreds of megabytes, and the checks'
 # derived configurations (wider, separate vocabularies, one head, readout...) would otherwise all stay resident.
 LARGE = 5_000_000
-BOUNDED = {"built-models": 2, "transplanted": 2, "scratch-models": 2, "visible-states": 4, "decode-subjects": 2}
+BOUNDED = {"built-models": 2, "transplanted": 2, "scratch-models": 2, "visible-states": 4, "decode-subjects": 2,
+           "initial-states": 1}
 
 
 class Recent(OrderedDict):
