@@ -747,6 +747,16 @@ class SharedHeadsMHA(MultiHeadAttention):
         return self.o(heads.transpose(1, 2).reshape(B, Lq, self.h * self.d_k))
 
 
+class HiddenTable(Transformer):
+    """The table added but not exposed (no positional_encoding to read it back), as most models keep it."""
+
+    positional_encoding = None  # type: ignore[assignment]
+
+    def embed(self, tokens, embedding, start=0):
+        x = embedding(tokens) * math.sqrt(self.config.d_model)
+        return self.dropout(x + self.pe[start:start + tokens.size(1)].to(dtype=x.dtype))
+
+
 def shared_heads_scale_d_model(cfg: ModelConfig) -> Transformer:
     model = Transformer(cfg, attention=partial(_attend, scale=math.sqrt(cfg.d_model)))  # BUG: sqrt(d_model)
     for layer in [*model.encoder, *model.decoder]:
@@ -918,6 +928,8 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
     "learned-positions-unscaled": (with_parts(LearnedPositionsUnscaled), "logits",
                                    "a learned positional table (not exposed) and unscaled embeddings", {
         "config.parameters": "two max_len x d_model tables beyond the schema",
+        "embedding.scale": "the traced stack inputs are 1 x E + P (own weights: no transplant needed)",
+        "position.formula": "the traced per-position term is the learned table, no sinusoid",
         EQ: "another table and another input scale"}),
     "decoder-own-table": (with_parts(DecoderOwnTable), "logits", "the decoder adds a learned table of its own", {
         "config.parameters": "a max_len x d_model table beyond the schema", EQ: "another decoder input"}),
@@ -962,6 +974,9 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
     "no-transplant-causal-without-diagonal": (no_transplant(with_parts(CausalWithoutDiagonal)), "logits",
                                               "causal mask off by one (excludes position i), no load_reference_state", {
         "mask.causal": "every real query gives its own position a weight of 0"}),
+    "no-transplant-concat-pe": (no_transplant(with_parts(HiddenTable, positional_encoding=concat_table)), "logits",
+                                "sin and cos halves concatenated, the table not exposed, no load_reference_state", {
+        "position.formula": "the traced per-position term is the concatenated table"}),
     "no-transplant-no-embedding-scale": (no_transplant(with_parts(NoEmbeddingScale)), "logits",
                                          "embeddings not multiplied by sqrt(d_model), no load_reference_state", {
         "embedding.scale": "the traced stack input is 1 x E + PE"}),

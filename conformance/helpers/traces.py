@@ -42,11 +42,17 @@ from .inputs import fitted, random_tokens
 if TYPE_CHECKING:
     from aiayn_conformance.implementations import Implementation
 
-__all__ = ["Trace", "Attention", "Scale", "Lookup", "observed", "trace_of", "LEAK", "kind_name"]
+__all__ = ["Trace", "Attention", "Scale", "Lookup", "observed", "trace_of", "LEAK", "kind_name", "real_queries",
+           "padded_keys", "named_scale", "OWN_WEIGHTS"]
 
 # The witness: every row has the same real lengths, so a weight's query and key positions do not depend on the
-# batch layout; S != T tells the attentions apart: (S, S) encoder self, (T, S) cross, (T, T) decoder self.
-BATCH, SRC_LEN, SRC_REAL, TGT_LEN, TGT_REAL = 2, 7, 5, 5, 4
+# batch layout; four distinct lengths tell the attentions apart, also in a model that cuts the padding off the
+# batch (its attentions are then over the real length): (S, S) encoder self, (T, S) cross, (T, T) decoder self.
+BATCH, SRC_LEN, SRC_REAL, TGT_LEN, TGT_REAL = 2, 8, 6, 5, 4
+SIDE = {SRC_LEN: "source", SRC_REAL: "source", TGT_LEN: "target", TGT_REAL: "target"}
+REAL = {"source": SRC_REAL, "target": TGT_REAL}
+KINDS = {("source", "source"): "encoder self-attention", ("target", "source"): "cross-attention",
+         ("target", "target"): "decoder self-attention"}
 LEAK = 1e-6  # the most weight all masked keys of one query may get together ("exactly 0, or below resolution")
 FIT = 1e-4  # relative residual under which a tensor is a scaled copy (or permutation) of another
 
@@ -61,8 +67,12 @@ _OPAQUE = ("_native_multi_head_attention", "_transformer_encoder_layer_fwd", "_f
 
 
 def kind_name(lq: int, lk: int) -> str:
-    return {(SRC_LEN, SRC_LEN): "encoder self-attention", (TGT_LEN, SRC_LEN): "cross-attention",
-            (TGT_LEN, TGT_LEN): "decoder self-attention"}.get((lq, lk), f"attention [{lq}, {lk}]")
+    return KINDS.get((SIDE.get(lq, ""), SIDE.get(lk, "")), f"attention [{lq}, {lk}]")
+
+
+def is_attention(lq: int, lk: int) -> bool:
+    """Whether [.., lq, lk] is the shape of one of the witness's attentions (queries and keys of known sides)."""
+    return (SIDE.get(lq), SIDE.get(lk)) in KINDS
 
 
 @dataclasses.dataclass
@@ -111,6 +121,7 @@ class Lookup:
     stack: str  # "encoder" or "decoder"
     scale: float | None
     how: str
+    table: torch.Tensor | None = None  # P, float64 [L, d_model]: what is added per position
 
 
 @dataclasses.dataclass
@@ -122,8 +133,9 @@ class Trace:
     lookups: list[Lookup]
     opaque: list[str]  # fused attention kernels the trace cannot see into
 
-    def of_kind(self, lq: int, lk: int) -> list[Attention]:
-        return [a for a in self.attentions if (a.lq, a.lk) == (lq, lk)]
+    def of_kind(self, kind: str) -> list[Attention]:
+        """The attention calls of ``kind`` ("encoder self-attention", "cross-attention", "decoder self-attention")."""
+        return [a for a in self.attentions if a.kind == kind]
 
     def unseen(self, what: str) -> str:
         """A skip reason: no ``what`` was observed in the traced forward, and why that may be."""
@@ -209,11 +221,9 @@ def _sorted_scale(a: torch.Tensor, events: list[Event], before: int) -> tuple[fl
 
 def _allowed(lq: int, lk: int) -> torch.Tensor:
     """[Lq, Lk] True where the paper lets a real query attend: real keys, and keys up to the query in the decoder."""
-    q_real = SRC_REAL if lq == SRC_LEN else TGT_REAL
-    k_real = SRC_REAL if lk == SRC_LEN else TGT_REAL
     ok = torch.zeros(lq, lk, dtype=torch.bool)
-    ok[:q_real, :k_real] = True
-    if (lq, lk) == (TGT_LEN, TGT_LEN):
+    ok[:real_queries(lq), :real_queries(lk)] = True
+    if kind_name(lq, lk) == "decoder self-attention":
         ok &= torch.ones(lq, lk, dtype=torch.bool).tril()
     return ok
 
@@ -263,20 +273,19 @@ def _fused_weights(bound: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, t
 def _attentions(rec: _Recorder) -> tuple[list[Attention], list[Scale]]:
     """(the attention weights that reach the values, the scales of the scores every attention softmax normalizes)."""
     events = rec.events
-    shapes = {SRC_LEN, TGT_LEN}
     found: list[Attention] = []
     scales: list[Scale] = []
     for pos, ev in enumerate(events):
         if ev.op in _SOFTMAX and ev.out is not None and ev.out.dim() >= 2:
             lq, lk = ev.out.shape[-2:]
-            if lq in shapes and lk in shapes:
+            if is_attention(lq, lk):
                 scales.append(Scale(lq, lk, "softmax", *_scale_chain(events, pos, lq, lk)))
             continue
         if ev.op != "aten.bmm.default" or ev.param:
             continue
         w, v = ev.operands
         lq, lk = w.shape[-2:]
-        if lk not in shapes or lq not in shapes or v.size(-2) != lk:
+        if not is_attention(lq, lk) or v.size(-2) != lk:
             continue
         w = w.nan_to_num(0.0)
         sums = w.sum(-1)
@@ -287,7 +296,7 @@ def _attentions(rec: _Recorder) -> tuple[list[Attention], list[Scale]]:
         kernel = name.split(".")[1]
         q, k, w, c_s = _fused_weights(bound)
         lq, lk = w.shape[-2:]
-        if lq not in shapes or lk not in shapes:
+        if not is_attention(lq, lk):
             continue
         found.append(Attention(lq, lk, w.reshape(-1, lq, lk), kernel))
         before = next((i for i, e in enumerate(events) if e.index > at), len(events))
@@ -308,20 +317,22 @@ def _lookups(rec: _Recorder, src: torch.Tensor, tgt: torch.Tensor) -> list[Looku
     for pos, ev in enumerate(events):
         if ev.op != "aten.embedding.default" or ev.indices is None or ev.out is None:
             continue
-        ids = ev.indices
+        ids = ev.indices.reshape(ev.indices.shape[:2]) if ev.indices.dim() > 2 and ev.indices[0, 0].numel() == 1 \
+            else ev.indices  # OpenNMT-py's [L, B, 1] (one feature)
         stack, layout = "", ""
-        for name, tokens in (("encoder", src), ("decoder", tgt)):
-            if tuple(ids.shape) == tuple(tokens.shape) and torch.equal(ids, tokens):
-                stack, layout = name, "BL"
-            elif tuple(ids.shape) == tuple(tokens.t().shape) and torch.equal(ids, tokens.t()):
-                stack, layout = name, "LB"
-        if not stack:
+        for name, full, real in (("encoder", src, SRC_REAL), ("decoder", tgt, TGT_REAL)):
+            for tokens in (full, full[:, :real]):  # the batch as given, or cut to its real length
+                if tuple(ids.shape) == tuple(tokens.shape) and torch.equal(ids, tokens):
+                    stack, layout = name, "BL"
+                elif tuple(ids.shape) == tuple(tokens.t().shape) and torch.equal(ids, tokens.t()):
+                    stack, layout = name, "LB"
+        if not stack or ev.out.dim() != 3:
             continue
         e = ev.out if layout == "BL" else ev.out.transpose(0, 1)  # [B, L, d]
-        last: tuple[float, str] | None = None
+        sums: list[tuple[float, torch.Tensor]] = []  # (c, P [L, d]) of each result c x E + P(position), in order
         for later in events[pos + 1:]:
-            if later.op in _SOFTMAX or later.op == "aten.bmm.default":
-                break
+            if later.op in _SOFTMAX or later.op in _PRODUCTS and (later.param or later.op == "aten.bmm.default"):
+                break  # the stack's input is read by a projection or an attention
             if later.op not in _ELEMENTWISE or later.out is None or later.out.shape != ev.out.shape:
                 continue
             r = later.out if layout == "BL" else later.out.transpose(0, 1)
@@ -332,12 +343,18 @@ def _lookups(rec: _Recorder, src: torch.Tensor, tgt: torch.Tensor) -> list[Looku
             table = (r - c * e).mean(0, keepdim=True)
             if float((r - c * e - table).norm()) > FIT * max(float(r.norm()), 1e-30):
                 continue
-            last = (c, f"the sum after the {stack} embedding lookup is c x E + P(position) with c = {c:.6g}")
-        if last is None:
+            sums.append((c, table[0]))
+        # The first sum that adds something per position (later ones, such as x + x, are other clauses'), else the
+        # last scaled copy of E (a stack without positions).
+        added = [(c, t) for c, t in sums if float(t.abs().max()) > FIT * abs(c) * float(e.abs().max())]
+        chosen = added[0] if added else sums[-1] if sums else None
+        if chosen is None:
             found.append(Lookup(stack, None, f"no result after the {stack} embedding lookup is c x E + a per-position "
                                              "table"))
         else:
-            found.append(Lookup(stack, *last))
+            c, table = chosen
+            found.append(Lookup(stack, c, f"the sum after the {stack} embedding lookup is c x E + P(position) with c = "
+                                          f"{c:.6g}", table))
     return found
 
 
@@ -378,9 +395,17 @@ def observed(impl: Implementation, config: ModelConfig) -> Trace:
     return trace
 
 
-def real_queries(lq: int) -> int:
-    """How many leading query positions of an attention with Lq queries are real tokens in the witness."""
-    return SRC_REAL if lq == SRC_LEN else TGT_REAL
+def real_queries(length: int) -> int:
+    """How many leading positions of a witness sequence of ``length`` (as an attention sees it: padded, or cut to
+    its real length) are real tokens."""
+    return min(REAL[SIDE[length]], length)
+
+
+def padded_keys(a: Attention) -> torch.Tensor:
+    """[Lq, Lk] True at the padded keys of attention ``a``."""
+    pads = torch.zeros(a.lq, a.lk, dtype=torch.bool)
+    pads[:, real_queries(a.lk):] = True
+    return pads
 
 
 def named_scale(c: float, names: dict[float, str]) -> str:
