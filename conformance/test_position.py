@@ -121,7 +121,7 @@ def multiple_of(got: torch.Tensor, table: torch.Tensor) -> float | None:
 
 
 @pytest.mark.clause("position.formula")
-def test_table_added_on_own_weights(impl: Implementation, config: ModelConfig) -> None:
+def test_table_form_on_own_weights(impl: Implementation, config: ModelConfig) -> None:
     """§3.5 without a transplant: the per-position term P of each stack's traced input c E + P (own weights) is
     the sinusoid table, up to a factor (how many times it is added is position.added's, which this trace cannot
     judge: of the sums after the lookup it reads the first that adds something per position, since a later one
