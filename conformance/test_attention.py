@@ -32,6 +32,7 @@ from .helpers.harness import describe_call, not_applicable, run_forward, seeded,
 from .helpers.inputs import witness_batch
 from .helpers.outputs import compare_real, log_probs
 from .helpers.settings import AuditSettings
+from .helpers.traces import OWN_WEIGHTS, named_scale, observed
 from .helpers.transplant import STATE_SEED, transplanted, visible_state
 
 
@@ -67,6 +68,34 @@ def test_cross_source_variant(impl: Implementation, config: ModelConfig) -> None
         impl, config, hint="pass the output of the self-attention sub-layer (after its add & norm) as the query, and "
                            "the "
                    "output of the LAST encoder layer as memory")
+
+
+@pytest.mark.clause("attention.scale")
+def test_scale_on_own_weights(impl: Implementation, config: ModelConfig) -> None:
+    """§3.2.1, Eq. (1) without a transplant: in one traced forward at the model's own weights, the scores every
+    attention softmax (or fused kernel) normalizes are c * (q k^T) with q and k the projections' outputs (a head's
+    slice, reshaped); c, measured wherever it was applied (on the scores, on q, on q and k), is 1/sqrt(d_k)."""
+    trace = observed(impl, config)
+    measured = [s for s in trace.scales if s.value is not None]
+    if not measured:
+        why = "; ".join(sorted({s.how for s in trace.scales}))
+        pytest.skip(f"own-weights trace: the scale of no attention could be measured ({why})" if why
+                    else trace.unseen("attention softmax or fused attention kernel"))
+    d_k = config.d_model // config.n_heads
+    expected = d_k ** -0.5
+    bad = [s for s in measured if s.value is not None and abs(s.value / expected - 1) > 1e-3]
+    if bad:
+        c = bad[0].value or 0.0
+        names = {config.d_model ** -0.5: "1/sqrt(d_model)", 1.0: "1 (no scaling)", 1 / d_k: "1/d_k (no square root)",
+                 d_k ** 0.5: "sqrt(d_k) (the scale inverted)", config.d_model ** 0.5: "sqrt(d_model)"}
+        named = named_scale(c, names)
+        kinds = sorted({s.kind for s in bad})
+        violation(measured=f"scores = {c:.6g} x (q k^T){f' = {named}' if named else ''} in {len(bad)} of "
+                           f"{len(measured)} attention calls ({', '.join(kinds)}); {bad[0].how}",
+                  expected=f"1/sqrt(d_k) = {expected:.6g} with d_k = d_model / h = {config.d_model} / {config.n_heads}",
+                  call=OWN_WEIGHTS,
+                  hint="divide by math.sqrt(d_k) with d_k = d_model // h (the per-head size), not sqrt(d_model); "
+                       "multiply by d_k ** -0.5, do not divide by it")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from .helpers.diagnosis import fail_on_variant_departure
 from .helpers.harness import build_model, violation
 from .helpers.readout_probes import check_input_path
 from .helpers.settings import AuditSettings
+from .helpers.traces import OWN_WEIGHTS, named_scale, observed
 
 
 @pytest.mark.clause("embedding.scale")
@@ -33,6 +34,27 @@ def test_embedding_scale_variant(impl: Implementation, config: ModelConfig) -> N
 def test_embeddings_multiplied_by_sqrt_d_model(impl: Implementation, stack: str, config: ModelConfig) -> None:
     """Every sub-layer output zeroed, unit norms: the stack's input in closed form."""
     check_input_path(impl, config, stack, part="scale", hint="multiply the embedding lookup by sqrt(d_model) (§3.4)")
+
+
+@pytest.mark.clause("embedding.scale")
+def test_embedding_scale_on_own_weights(impl: Implementation, config: ModelConfig) -> None:
+    """§3.4 without a transplant: in one traced forward at the model's own weights, the first result after each
+    embedding lookup E that is the stack's input decomposes as c * E + P(position); c is sqrt(d_model)."""
+    trace = observed(impl, config)
+    measured = [lookup for lookup in trace.lookups if lookup.scale is not None]
+    if not measured:
+        why = "; ".join(lookup.how for lookup in trace.lookups) or "no embedding lookup of the source or target ids"
+        pytest.skip(f"own-weights trace: the embedding scale could not be read ({why})")
+    expected = config.d_model ** 0.5
+    bad = [lookup for lookup in measured if abs((lookup.scale or 0.0) / expected - 1) > 1e-3]
+    if bad:
+        c = bad[0].scale or 0.0
+        named = named_scale(c, {1.0: "1: not scaled", 1 / expected: "1/sqrt(d_model): divided instead",
+                                float(config.d_model): "d_model: the square root forgotten"})
+        violation(measured="; ".join(f"{lookup.stack} input = {lookup.scale:.6g} x E + P(position)" for lookup in bad)
+                           + (f" ({named})" if named else ""),
+                  expected=f"sqrt(d_model) = {expected:.6g} x E + PE", call=OWN_WEIGHTS,
+                  hint="x = embedding(tokens) * math.sqrt(d_model), in both stacks, before PE is added")
 
 
 def vocab_parameters(model: Any, vocab: int, d_model: int) -> dict[int, list[str]]:

@@ -10,6 +10,7 @@ every pattern. Mask polarity everywhere: True = "may attend".
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from .helpers.diagnosis import fail_on_variant_departure
 from .helpers.harness import build_model, describe_call, first_nonfinite, run_forward, violation
 from .helpers.inputs import fitted, other_token, random_tokens, shape_need, witness_batch
 from .helpers.outputs import compare_real, log_probs
+from .helpers.traces import LEAK, OWN_WEIGHTS, Attention, observed, padded_keys, real_queries
 from .helpers.transplant import STATE_SEED, load_into, sharp_or_own, transplanted, visible_state
 
 
@@ -248,6 +250,80 @@ def test_target_padding_with_scores_beyond_1e4(impl: Implementation, extreme: An
     """B02: with scores of order 1e5, appended target padding masked by a finite constant outscores the
     admissible keys of some queries."""
     check_target_padding(extreme, impl, config, 1, EXTREME, FINITE_FILL_HINT)
+
+
+# --------------------------------------------------------------------------------------------------
+# The attention weights themselves, at the model's own weights (no transplant: helpers.traces)
+# --------------------------------------------------------------------------------------------------
+def worst_leak(calls: list[Attention], keys: Callable[[Attention], torch.Tensor]) -> tuple[float, Attention, int]:
+    """(the most weight one real query of ``calls`` gives the keys where ``keys(call)`` [Lq, Lk] is True, the call,
+    that query's position)."""
+    worst: tuple[float, Attention, int] = (-1.0, calls[0], 0)
+    for a in calls:
+        real = real_queries(a.lq)
+        leak = (a.weights[:, :real] * keys(a)[:real]).sum(-1)  # (N, real queries)
+        if float(leak.max()) > worst[0]:
+            worst = (float(leak.max()), a, int(leak.argmax()) % real)
+    return worst
+
+
+def require_no_leak(calls: list[Attention], keys: Callable[[Attention], torch.Tensor], what: str, hint: str) -> None:
+    leak, a, q = worst_leak(calls, keys)
+    if leak > LEAK:
+        violation(measured=f"in {a.kind} (weights from {a.where}, [.., {a.lq}, {a.lk}]), real query {q} gives {what} "
+                           f"a total weight of {leak:.3g}",
+                  expected=f"no weight on {what} (below {LEAK:g}): masked scores are -inf before the softmax",
+                  call=OWN_WEIGHTS, hint=hint)
+
+
+def future_keys(a: Attention) -> torch.Tensor:
+    """[Lq, Lk] True above the diagonal."""
+    return torch.ones(a.lq, a.lk, dtype=torch.bool).triu(1)
+
+
+DECODER_SELF = "decoder self-attention"
+
+
+@pytest.mark.clause("mask.causal")
+def test_causal_weights_on_own_weights(impl: Implementation, config: ModelConfig) -> None:
+    """§3.2.3 without a transplant: every decoder self-attention gives real query i no weight on keys after i, and
+    keeps key i (a weight of exactly 0 on the diagonal of every real query, in every call, is a masked diagonal)."""
+    trace = observed(impl, config)
+    calls = trace.of_kind(DECODER_SELF)
+    if not calls:
+        pytest.skip(trace.unseen("decoder self-attention weights (over the target, applied to values)"))
+    require_no_leak(calls, future_keys, "later target positions",
+                    "the decoder self-attention sees future tokens: causal mask missing, filled with a small value "
+                    "such as 1e-9, built with triu/tril swapped or shifted by one")
+    diagonal = torch.cat([a.weights.diagonal(dim1=-2, dim2=-1)[:, :real_queries(a.lq)].reshape(-1) for a in calls])
+    if bool((diagonal == 0).all()):
+        violation(measured=f"every real query i of every decoder self-attention ({len(calls)} calls) gives key i a "
+                           "weight of exactly 0",
+                  expected="position i attends to positions up to and including i",
+                  call=OWN_WEIGHTS, hint="the causal mask excludes the diagonal (torch.triu(..., diagonal=0) / "
+                                         "tril(..., -1)); position 0 must be able to attend to itself")
+
+
+@pytest.mark.clause("mask.source-padding")
+def test_source_padding_weights_on_own_weights(impl: Implementation, config: ModelConfig) -> None:
+    """§3.2.3 without a transplant: encoder self-attention and cross-attention give padded source keys no weight."""
+    trace = observed(impl, config)
+    calls = trace.of_kind("encoder self-attention") + trace.of_kind("cross-attention")
+    if not calls:
+        pytest.skip(trace.unseen("attention weights over the source (applied to values)"))
+    require_no_leak(calls, padded_keys, "the padded source keys", SOURCE_HINT)
+
+
+@pytest.mark.clause("mask.target-padding")
+def test_target_padding_weights_on_own_weights(impl: Implementation, config: ModelConfig) -> None:
+    """§3.2.3 without a transplant: decoder self-attention gives padded target keys no weight from real queries."""
+    trace = observed(impl, config)
+    calls = trace.of_kind(DECODER_SELF)
+    if not calls:
+        pytest.skip(trace.unseen("decoder self-attention weights (over the target, applied to values)"))
+    require_no_leak(calls, padded_keys, "the padded target keys",
+                    "the target mask lets real positions see padding: the causal or padding mask is missing or "
+                    "filled with a small value such as 1e-9 instead of -inf")
 
 
 def require_finite(out: torch.Tensor, tgt: torch.Tensor, pad_id: int, call: str, hint: str) -> None:

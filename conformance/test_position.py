@@ -26,6 +26,7 @@ from .helpers.diagnosis import fail_on_variant_departure
 from .helpers.harness import CheckTimeout, build_model, could_not_check, violation
 from .helpers.readout_probes import check_input_path
 from .helpers.settings import AuditSettings
+from .helpers.traces import OWN_WEIGHTS, Lookup, observed
 
 MAX_OFFSET = 4  # offsets tried when the table is no named form (1 is the named positions-from-1)
 PE_EXPECTED = ("PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same), pos from 0 "
@@ -97,6 +98,51 @@ def test_positional_table_added_once(impl: Implementation, stack: str, config: M
     """Every sub-layer output zeroed, unit norms: the stack's input in closed form."""
     check_input_path(impl, config, stack, part="pe",
                      hint="add the positional table once, at the bottom of each stack (§3.5)")
+
+
+def traced_tables(impl: Implementation, config: ModelConfig) -> list[Lookup]:
+    """The stacks whose traced input (own weights, ``helpers.traces``) decomposes as c E + P(position) with P not
+    zero; skips when there is none."""
+    trace = observed(impl, config)
+    found = [lookup for lookup in trace.lookups if lookup.table is not None and float(lookup.table.abs().max()) > 1e-6]
+    if not found:
+        why = "; ".join(lookup.how for lookup in trace.lookups if lookup.table is None) or (
+            "no embedding lookup of the source or target ids" if not trace.lookups
+            else "the stack inputs are c x E with nothing added per position")
+        pytest.skip(f"own-weights trace: no per-position term added to the embeddings could be read ({why})")
+    return found
+
+
+def multiple_of(got: torch.Tensor, table: torch.Tensor) -> float | None:
+    """a when ``got`` = a x ``table`` (relative residual below 1e-3, a > 0), else None."""
+    a = float((got * table).sum() / (table * table).sum())
+    ok = a > 0 and float((got - a * table).norm()) <= 1e-3 * float(got.norm())
+    return a if ok else None
+
+
+@pytest.mark.clause("position.formula")
+def test_table_form_on_own_weights(impl: Implementation, config: ModelConfig) -> None:
+    """§3.5 without a transplant: the per-position term P of each stack's traced input c E + P (own weights) is
+    the sinusoid table, up to a factor (how many times it is added is position.added's, which this trace cannot
+    judge: of the sums after the lookup it reads the first that adds something per position, since a later one
+    such as x + x is another clause's)."""
+    for lookup in traced_tables(impl, config):
+        table = lookup.table
+        assert table is not None
+        length = table.size(0)
+        if multiple_of(table, oracles.pe_table(length, config.d_model)) is not None:
+            continue
+        named = [oracles.PE_FORMS[f] for f in oracles.PE_FORMS if f != "paper"
+                 and multiple_of(table, oracles.pe_table(length, config.d_model, form=f)) is not None]
+        offset = next((k for k in range(2, MAX_OFFSET + 1) if not named and multiple_of(
+            table, oracles.pe_table(length + k, config.d_model)[k:]) is not None), 0)
+        what = (f"the table {named[0]}" if named else f"the paper's table from position {offset} on" if offset
+                else "no multiple of the sinusoid table nor of a named variant (a learned or other table)")
+        violation(measured=f"the {lookup.stack} input is {lookup.scale:.4g} x E + P(position) with P {what}; "
+                           f"P[1, :4] = {[round(x, 4) for x in table[1, :4].tolist()] if length > 1 else []}",
+                  expected=PE_EXPECTED, call=OWN_WEIGHTS,
+                  hint="add the §3.5 sinusoids: sin on even and cos on odd dimensions, one frequency per pair, base "
+                       "10000, positions from 0")
 
 
 # --------------------------------------------------------------------------------------------------

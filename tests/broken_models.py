@@ -720,6 +720,52 @@ class BufferBias(Transformer):
         self.load_state_dict(state, strict=True)
 
 
+# -- models that cannot hold the canonical weights: judged on their own weights (conformance.helpers.traces) ---------
+def no_transplant(build: Callable[[ModelConfig], nn.Module]) -> Callable[[ModelConfig], nn.Module]:
+    """``build`` whose model offers no load_reference_state, as an adapter whose model cannot hold the canonical
+    weights (or whose author did not write one): every transplant-based check skips."""
+    def make(cfg: ModelConfig) -> nn.Module:
+        model = build(cfg)
+        model.load_reference_state = None
+        return model
+    return make
+
+
+class SharedHeadsMHA(MultiHeadAttention):
+    """One [d_k, d_k] projection for Q (and one for K, one for V) that every head applies to its own d_k slice of
+    the input: no per-head W_i^Q exists, so no adapter can load the canonical [d_model, d_model] matrices."""
+
+    def __init__(self, d_model, h, attention):
+        super().__init__(d_model, h, attention)
+        self.q, self.k, self.v = (nn.Linear(self.d_k, self.d_k, bias=False) for _ in range(3))
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (f(x.view(*x.shape[:2], self.h, self.d_k)).transpose(1, 2)
+                   for f, x in ((self.q, query), (self.k, key), (self.v, value)))  # (B, h, L, d_k)
+        heads = self.attention(q, k, v, mask)  # (B, h, Lq, d_v)
+        B, _, Lq, _ = heads.shape
+        return self.o(heads.transpose(1, 2).reshape(B, Lq, self.h * self.d_k))
+
+
+class HiddenTable(Transformer):
+    """The table added but not exposed (no positional_encoding to read it back), as most models keep it."""
+
+    positional_encoding = None  # type: ignore[assignment]
+
+    def embed(self, tokens, embedding, start=0):
+        x = embedding(tokens) * math.sqrt(self.config.d_model)
+        return self.dropout(x + self.pe[start:start + tokens.size(1)].to(dtype=x.dtype))
+
+
+def shared_heads_scale_d_model(cfg: ModelConfig) -> Transformer:
+    model = Transformer(cfg, attention=partial(_attend, scale=math.sqrt(cfg.d_model)))  # BUG: sqrt(d_model)
+    for layer in [*model.encoder, *model.decoder]:
+        for name in ("self_attn", "cross_attn"):
+            if hasattr(layer, name):
+                setattr(layer, name, SharedHeadsMHA(cfg.d_model, cfg.n_heads, getattr(layer, name).attention))
+    return model
+
+
 def with_parts(cls=Transformer, **parts) -> Callable[[ModelConfig], Transformer]:
     return lambda cfg: cls(cfg, **parts)
 
@@ -882,6 +928,8 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
     "learned-positions-unscaled": (with_parts(LearnedPositionsUnscaled), "logits",
                                    "a learned positional table (not exposed) and unscaled embeddings", {
         "config.parameters": "two max_len x d_model tables beyond the schema",
+        "embedding.scale": "the traced stack inputs are 1 x E + P (own weights: no transplant needed)",
+        "position.formula": "the traced per-position term is the learned table, no sinusoid",
         EQ: "another table and another input scale"}),
     "decoder-own-table": (with_parts(DecoderOwnTable), "logits", "the decoder adds a learned table of its own", {
         "config.parameters": "a max_len x d_model table beyond the schema", EQ: "another decoder input"}),
@@ -911,6 +959,27 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
         "model.shape": "with separate vocabularies of 41 and 43 tokens the scores are [B, T, 41]",
         "embedding.shared-weights": "with share_embeddings=False there are two source-sized matrices and no "
                                     "separate target projection"}),
+    # Models that cannot hold the canonical weights (no load_reference_state): the transplant-based checks skip,
+    # and the own-weights trace (conformance.helpers.traces) judges attention.scale, the masks and embedding.scale.
+    "no-transplant": (no_transplant(Transformer), "logits", "none: the paper's model without load_reference_state",
+                      {}),
+    "shared-heads-scale-d-model": (no_transplant(shared_heads_scale_d_model), "logits",
+                                   "one [d_k, d_k] projection shared by every head, scores divided by sqrt(d_model)", {
+        "attention.scale": "the traced scores are (q k^T) / sqrt(d_model) (no transplant needed to see it)",
+        "config.parameters": "3 [d_k, d_k] matrices per attention where the schema has [d_model, d_model]"}),
+    "no-transplant-fill-1e-9": (no_transplant(with_attention(fill=1e-9)), "logits",
+                                "masked scores filled with 1e-9, no load_reference_state", {
+        "mask.causal": "future keys get weight", "mask.source-padding": "padded source keys get weight",
+        "mask.target-padding": "padded target keys get weight"}),
+    "no-transplant-causal-without-diagonal": (no_transplant(with_parts(CausalWithoutDiagonal)), "logits",
+                                              "causal mask off by one (excludes position i), no load_reference_state", {
+        "mask.causal": "every real query gives its own position a weight of 0"}),
+    "no-transplant-concat-pe": (no_transplant(with_parts(HiddenTable, positional_encoding=concat_table)), "logits",
+                                "sin and cos halves concatenated, the table not exposed, no load_reference_state", {
+        "position.formula": "the traced per-position term is the concatenated table"}),
+    "no-transplant-no-embedding-scale": (no_transplant(with_parts(NoEmbeddingScale)), "logits",
+                                         "embeddings not multiplied by sqrt(d_model), no load_reference_state", {
+        "embedding.scale": "the traced stack input is 1 x E + PE"}),
 }
 
 
