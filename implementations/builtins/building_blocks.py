@@ -333,6 +333,12 @@ DEVIATIONS: dict[str, str] = {
         "paper's recipe from the reference's initial state, greedy decoding reproduces none of the held-out copies "
         "and 4% of the reversals after 150 updates"
     ),
+    "attention.scale": (
+        "the scores are divided by sqrt(d_model), not sqrt(d_k) (sublayers/scaled_dot_product_attention.py:17; the "
+        "module is built with d_model, sublayers/multihead_attention.py:24): an extra factor 1/sqrt(h). The "
+        "scores never reach the output (the einsum under attention.softmax-over-keys), so only the own-weights "
+        "trace, which reads the scores where the softmax takes them, sees it"
+    ),
     "attention.softmax-over-keys": (
         "the weighted sum is einsum('bhqk, bvhd->bqhd', softmax, v) (sublayers/scaled_dot_product_attention.py:23): "
         "the value operand has its own letter v, so the key axis of the weights and the position axis of the "
@@ -405,8 +411,9 @@ DEVIATIONS: dict[str, str] = {
 NOTES = (
     "The worst of the five transcriptions: its attention output `einsum(\"bhqk, bvhd->bqhd\", ...)` gives the value "
     "operand its own letter, so every query receives the sum of all value vectors and no score, scale or mask "
-    "reaches the output. The audit therefore cannot observe `attention.scale` or the cross-attention source (the "
-    "probes skip, saying the scores never reach the output), and fails every mask clause for that one reason. "
+    "reaches the output. The output-based probes therefore cannot observe `attention.scale` or the cross-attention "
+    "source (they skip, saying the scores never reach the output); the own-weights trace reads the scores where the "
+    "softmax takes them and finds the sqrt(d_model) scale. Every mask clause fails for the summing alone. "
     "The FFN residual is lost (`pwff + dropout(pwff)`), the cross-attention sub-layer reuses the self-attention "
     "norm, the positional table and the causal mask stay on the CPU."
 )
