@@ -311,6 +311,7 @@ def test_html_report_has_the_pictures_and_renders_in_a_browser(tmp_path):
         f"no screenshot written to {shot} (chromium exit {res.returncode}): {res.stderr[-1500:]}"
 
 
+@pytest.mark.slow
 def test_an_implementation_that_kills_its_process_costs_only_its_own_clauses(tmp_path):
     """Grouped into one suite process with the reference (--jobs 1), the dying implementation takes the
     group down; the audit re-runs each alone: the reference passes, the other is all errors."""

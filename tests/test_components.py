@@ -149,6 +149,7 @@ def test_inverted_polarity_kernel_is_caught_naming_the_polarity():
     assert "FAILED conformance/test_mask.py::test_kernel_key_padding_mask_semantics_and_polarity" in res.stdout
 
 
+@pytest.mark.slow
 def test_correct_kernel_passes_alone_and_composed_into_the_reference():
     alone = pytest_run(f"--plugin={GOOD}", "--component=attention:good-kernel")
     assert alone.returncode == 0, alone.stdout[-3000:]
@@ -158,6 +159,7 @@ def test_correct_kernel_passes_alone_and_composed_into_the_reference():
     assert " passed" in composed.stdout and "failed" not in composed.stdout
 
 
+@pytest.mark.slow
 def test_inverted_kernel_composed_fails_the_model_level_padding_clause():
     res = pytest_run(f"--plugin={INVERTED}", "--impl=reference+attention=inverted-kernel",
                      "--ignore=conformance/test_export.py", "-x")

@@ -54,6 +54,7 @@ def test_every_method_crosses_the_contract_as_on_the_cpu():
     assert [n for n, _ in wrapped.named_parameters()] == [f"model.{n}" for n, _ in inner.named_parameters()]
 
 
+@pytest.mark.slow
 def test_the_suite_judges_a_model_behind_on_device_as_the_reference(tmp_path):
     """Every check builds its models through OnDevice under --device: on the CPU it must change no verdict."""
     out = tmp_path / "results.json"

@@ -22,6 +22,7 @@ def tiny():
     return TINY
 
 
+@pytest.mark.slow
 def test_onnxruntime_greedy_decoding_equals_pytorch(tmp_path, tiny):
     from aiayn_conformance.export import export_generation, ort_greedy_decode, torch_greedy_decode, verify_generation
     from aiayn_conformance.reference.model import Transformer
@@ -44,6 +45,7 @@ def test_onnxruntime_greedy_decoding_equals_pytorch(tmp_path, tiny):
     assert not other.ok and other.max_logit_diff > 1e-2 and "DIFFERS FROM" in other.describe()
 
 
+@pytest.mark.slow
 def test_verify_reports_the_worst_error_and_catches_a_mismatch(tmp_path, tiny):
     from aiayn_conformance.export import export_onnx, verify
     from aiayn_conformance.reference.model import Transformer

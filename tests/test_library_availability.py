@@ -99,6 +99,7 @@ def test_list_shows_the_unavailable_libraries_with_the_install_command():
     assert listed["errors"] == []
 
 
+@pytest.mark.slow
 def test_suite_skips_them_with_the_reason_and_runs_the_rest():
     """``--impl=all`` still works (one clause, to keep it short); an explicit name is skipped, not an error; the
     header also shows a version note for a plugin written for another release."""

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 PLUGIN = '''
@@ -83,6 +85,7 @@ def test_without_a_recipe_the_recipe_checks_skip_naming_the_capability(tmp_path)
     assert "make_batch(target, bos_id)" in reasons["train.shift"]
 
 
+@pytest.mark.slow
 def test_a_model_that_cannot_load_weights_learns_from_its_own_init_and_the_message_says_so(tmp_path):
     """train.learns: without load_reference_state the model starts from its own initialisation (here the paper's
     model at N(0, 0.02), which measured 1-94% on copy and 2-3.5% on reversal), and the message names the

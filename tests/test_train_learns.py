@@ -20,6 +20,7 @@ def registry():
     return get_registry()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(20))
 def test_the_reference_learns_both_tasks_with_every_seed(registry, seed):
     impl = registry.get("reference")

@@ -96,6 +96,7 @@ def test_curves_with_a_nan_loss_still_serialize_and_draw(nan_at):
     assert learning_curves_figure("x", [c])
 
 
+@pytest.mark.slow
 def test_the_audit_collects_the_curves_of_train_learns(tmp_path):
     """A real suite run with --results-json records the curves; run_job folds them into the subject."""
     from aiayn_conformance.audit import Job, Progress, run_job
