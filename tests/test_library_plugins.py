@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from registered import library_module, library_plugins
+from toolkit_witness import CONFIGS, batch
 
 from aiayn_conformance.conformance.helpers.transplant import reference_twin, visible_state
 from aiayn_conformance.implementations.availability import installed_version, parse_written_for, version_note
@@ -27,22 +28,6 @@ from aiayn_conformance.spec.config import TINY, ModelConfig
 from aiayn_conformance.spec.tolerance import compare
 
 PLUGINS = library_plugins()  # name -> plugin module, read from the registry
-
-CONFIGS = {
-    "tied": TINY.replace(dropout=0.0),
-    "untied": TINY.replace(dropout=0.0, share_embeddings=False, src_vocab=41, tgt_vocab=43),
-    "pad-3": TINY.replace(dropout=0.0, pad_id=3, n_heads=2, n_layers=3),
-}
-SRC = torch.tensor([[5, 6, 7, 8, 9, 0, 0], [9, 10, 11, 12, 13, 14, 15], [4, 0, 0, 0, 0, 0, 0]])
-TGT = torch.tensor([[1, 2, 3, 0, 0], [4, 5, 6, 7, 8], [7, 8, 0, 0, 0]])
-
-
-def batch(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """SRC and TGT with the pad id of ``cfg`` (0 in the tensors above marks padding)."""
-    def remap(x: torch.Tensor) -> torch.Tensor:
-        x = torch.where(x == cfg.pad_id, torch.full_like(x, 16), x)  # a real token that was the pad id
-        return torch.where(x == 0, torch.full_like(x, cfg.pad_id), x)
-    return remap(SRC), remap(TGT)
 
 
 def adapter(name: str, cfg: ModelConfig):
