@@ -284,14 +284,20 @@ def future_keys(a: Attention) -> torch.Tensor:
 DECODER_SELF = "decoder self-attention"
 
 
-@pytest.mark.clause("mask.causal")
-def test_causal_weights_on_own_weights(impl: Implementation, config: ModelConfig) -> None:
-    """§3.2.3 without a transplant: every decoder self-attention gives real query i no weight on keys after i, and
-    keeps key i (a weight of exactly 0 on the diagonal of every real query, in every call, is a masked diagonal)."""
+def decoder_self_attention_weights(impl: Implementation, config: ModelConfig) -> list[Attention]:
+    """The decoder self-attention calls of the own-weights trace; skips, saying what was not seen, when none."""
     trace = observed(impl, config)
     calls = trace.of_kind(DECODER_SELF)
     if not calls:
         pytest.skip(trace.unseen("decoder self-attention weights (over the target, applied to values)"))
+    return calls
+
+
+@pytest.mark.clause("mask.causal")
+def test_causal_weights_on_own_weights(impl: Implementation, config: ModelConfig) -> None:
+    """§3.2.3 without a transplant: every decoder self-attention gives real query i no weight on keys after i, and
+    keeps key i (a weight of exactly 0 on the diagonal of every real query, in every call, is a masked diagonal)."""
+    calls = decoder_self_attention_weights(impl, config)
     require_no_leak(calls, future_keys, "later target positions",
                     "the decoder self-attention sees future tokens: causal mask missing, filled with a small value "
                     "such as 1e-9, built with triu/tril swapped or shifted by one")
@@ -317,10 +323,7 @@ def test_source_padding_weights_on_own_weights(impl: Implementation, config: Mod
 @pytest.mark.clause("mask.target-padding")
 def test_target_padding_weights_on_own_weights(impl: Implementation, config: ModelConfig) -> None:
     """§3.2.3 without a transplant: decoder self-attention gives padded target keys no weight from real queries."""
-    trace = observed(impl, config)
-    calls = trace.of_kind(DECODER_SELF)
-    if not calls:
-        pytest.skip(trace.unseen("decoder self-attention weights (over the target, applied to values)"))
+    calls = decoder_self_attention_weights(impl, config)
     require_no_leak(calls, padded_keys, "the padded target keys",
                     "the target mask lets real positions see padding: the causal or padding mask is missing or "
                     "filled with a small value such as 1e-9 instead of -inf")
