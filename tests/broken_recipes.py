@@ -277,6 +277,11 @@ BROKEN_RECIPES: dict[str, tuple[Callable[..., nn.Module], str, dict[str, str]]] 
 }
 
 
+# train.learns trains two tiny models per recipe (seconds each): it runs on the recipes that declare it and on these
+# controls, which depart elsewhere (or, eos-as-padding, not at all) and must still learn.
+LEARNS_CONTROLS = ("eos-as-padding", "adam-defaults", "no-smoothing")
+
+
 @hookimpl
 def register_implementations(register):
     # AIAYN_BROKEN_UNDECLARED=1 registers them without their declarations (the negative control).

@@ -271,6 +271,7 @@ def trained(tmp_path_factory) -> Path:
     return work / "checkpoints" / "checkpoint_last.pt"
 
 
+@pytest.mark.slow  # it pays for the module's training run, which the slow checkpoint audit shares
 def test_the_checkpoint_gives_its_sizes_and_weights(trained):
     ck = tk.read_checkpoint(str(trained))
     vocab = ck.config.src_vocab

@@ -210,6 +210,7 @@ def trained(tmp_path_factory) -> Path:
     return work / "run" / "latest.ckpt"
 
 
+@pytest.mark.slow  # it pays for the module's training run, which the slow checkpoint audit shares
 def test_the_checkpoint_gives_its_sizes_and_weights(trained):
     ck = tk.read_checkpoint(str(trained))
     vocab = len((trained.parent / "trg_vocab.txt").read_text().splitlines())

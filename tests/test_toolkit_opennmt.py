@@ -194,6 +194,7 @@ def trained(tmp_path_factory) -> Path:
     return work / "run" / "model_step_30.pt"
 
 
+@pytest.mark.slow  # it pays for the module's training run, which the slow checkpoint audit shares
 def test_the_checkpoint_gives_its_sizes_and_weights(trained):
     ck = tk.read_checkpoint(str(trained))
     assert ck.config == ModelConfig(src_vocab=ck.config.src_vocab, tgt_vocab=ck.config.src_vocab, d_model=32,

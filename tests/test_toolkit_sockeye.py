@@ -234,6 +234,7 @@ def trained(tmp_path_factory) -> Path:
     return work / "run" / "params.best"
 
 
+@pytest.mark.slow  # it pays for the module's training run, which the slow checkpoint audit shares
 def test_the_checkpoint_gives_its_sizes_options_and_weights(trained):
     ck = tk.read_checkpoint(str(trained))
     vocab = len(json.loads((trained.parent / "vocab.trg.0.json").read_text()))
