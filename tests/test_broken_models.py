@@ -340,6 +340,7 @@ def test_the_main_run_is_green(main_run):
     assert not _clauses_seen(table) & (LEARNS_CLAUSES | ONNX_CLAUSES), "the main run ran another run's clauses"
 
 
+@pytest.mark.slow  # twenty implementations trained on two tasks each; tests/test_train_learns.py has the fast proof
 class TestLearnsRun:
     """train.learns on the conforming models and on the broken models that must (or must not) fail it."""
 
