@@ -21,15 +21,18 @@ MISSING = [m for m in ("onnx", "onnxruntime", "onnxscript") if importlib.util.fi
 
 
 # Exporting traces every layer and writes every weight: at the base model's sizes it takes longer than the rest of
-# the audit. Above this many parameters the export runs on the audit's structure (N, h, its norm epsilon, tying and
-# padding id) at a small width and vocabulary, which exercise the same code paths, unless the model refuses them.
+# the audit, and tracing time grows with the layers traced. Above this many parameters the export runs on the
+# audit's structure (h, its norm epsilon, tying and padding id) at a small width and vocabulary, with at most two
+# layers per stack (a first and a last layer, which share their code with the layers between), which exercise the
+# same code paths, unless the model refuses them.
 EXPORT_AT_FULL_SIZE = 5_000_000
 
 
 def structural_twin(config: ModelConfig) -> ModelConfig:
-    """The audit's structure at a small width: d_k = 8, d_ff = 2 d_model, vocabularies of 64."""
+    """The audit's structure at a small size: d_k = 8, d_ff = 2 d_model, vocabularies of 64, N at most 2."""
     d_model = 8 * config.n_heads
-    return config.replace(d_model=d_model, d_ff=2 * d_model, src_vocab=64, tgt_vocab=64)
+    return config.replace(d_model=d_model, d_ff=2 * d_model, src_vocab=64, tgt_vocab=64,
+                          n_layers=min(config.n_layers, 2))
 
 
 def export_subject(impl: Implementation, config: ModelConfig) -> tuple[Any, ModelConfig, str]:
@@ -41,7 +44,7 @@ def export_subject(impl: Implementation, config: ModelConfig) -> tuple[Any, Mode
                 built = impl.build(small)
             if isinstance(built, torch.nn.Module):
                 return (built.eval(), small, f"the audit's structure at d_model {small.d_model}, d_ff {small.d_ff}, "
-                        f"vocabularies of {small.tgt_vocab}")
+                        f"N {small.n_layers}, vocabularies of {small.tgt_vocab}")
         except Exception:  # built at the audit's sizes instead
             pass
     return build_model(impl, config), config, "the audit configuration"

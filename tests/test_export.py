@@ -85,3 +85,22 @@ def test_cli_errors_are_one_line(args, message, code):
     assert res.returncode == code, res.stderr
     assert message in res.stderr
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("preset", ["base", "big"])
+def test_above_the_threshold_the_export_check_runs_on_a_small_twin_of_the_structure(preset):
+    """export.onnx at the paper's sizes exports the audit's structure (heads, epsilon, tying, padding id) at a small
+    width, vocabulary and depth, the first and last layer of each stack; TINY is exported as it is."""
+    from aiayn_conformance.conformance.test_export import EXPORT_AT_FULL_SIZE, structural_twin
+    from aiayn_conformance.spec.config import TINY
+    from aiayn_conformance.spec.config import preset as named
+    from aiayn_conformance.spec.schema import parameter_count
+
+    config = named(preset)
+    twin = structural_twin(config)
+    assert parameter_count(config) > EXPORT_AT_FULL_SIZE >= parameter_count(twin)
+    assert (twin.n_heads, twin.norm_eps, twin.share_embeddings, twin.pad_id, twin.max_len) == \
+        (config.n_heads, config.norm_eps, config.share_embeddings, config.pad_id, config.max_len)
+    assert (twin.d_model, twin.n_layers, twin.tgt_vocab) == (8 * config.n_heads, 2, 64)
+    assert structural_twin(config.replace(n_layers=1)).n_layers == 1
+    assert parameter_count(TINY) <= EXPORT_AT_FULL_SIZE
