@@ -401,3 +401,14 @@ def test_a_suite_run_that_cannot_audit_is_one_line_and_exit_2_not_a_departure_co
     assert last.startswith("aiayn audit: could not audit mine: the suite run ended with exit status"), last
     assert "needs a GPU library missing here" in last, last
     assert "nonconforming" not in res.stderr and not out.exists(), res.stderr[-2000:]
+
+
+@pytest.mark.parametrize("d", [32, 512, 1024, 4096])
+def test_the_unbiased_variance_mark_holds_at_every_width(d):
+    """The biased variance of unit-norm outputs is 1 in the paper's norm and (d-1)/d in one that divides by the
+    unbiased estimate: 1/d apart, under the old fixed margin of 1e-3 at the big model's d_model of 1024."""
+    from aiayn_conformance.conformance.test_norm import unbiased_variance
+
+    eps_effect = 1e-6  # the paper's epsilon lowers a unit variance by about this much
+    assert unbiased_variance(torch.full((2, 5), (d - 1) / d * (1 - eps_effect)), d)
+    assert not unbiased_variance(torch.full((2, 5), 1 - eps_effect), d)
