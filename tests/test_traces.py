@@ -76,3 +76,24 @@ def test_a_scale_applied_to_q_is_found_on_q():
     trace = traced("trace-q-scaled", lambda cfg: Transformer(cfg, attention=pre_scaled))
     assert all(s.value == pytest.approx(D_K ** -0.5, rel=1e-5) for s in trace.scales)
     assert all("q' = 0.353553" in s.how for s in trace.scales), [s.how for s in trace.scales]
+
+
+def test_a_recording_failure_is_named_and_no_reading_is_used(monkeypatch):
+    """Recording never changes the forward, but when it fails the trace is incomplete: every own-weights probe then
+    skips naming the operation and the exception, rather than reading "nothing observed"."""
+    from aiayn_conformance.conformance.helpers import traces
+
+    original = traces._Recorder.record
+
+    def failing(self, func, args, kwargs, out):
+        if str(func) == "aten.embedding.default":
+            raise ValueError("a recording bug")
+        return original(self, func, args, kwargs, out)
+
+    monkeypatch.setattr(traces._Recorder, "record", failing)
+    impl = Implementation(name="recording-fails", build=Transformer, output="logits", summary="",
+                          source="tests/test_traces.py")
+    with settings.using(settings.AuditSettings(config=TINY)), checking("attention.scale"):
+        reason = trace_of(impl, TINY)
+    assert isinstance(reason, str), reason
+    assert "aten.embedding.default: ValueError: a recording bug" in reason and "not a finding" in reason, reason
