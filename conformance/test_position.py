@@ -145,6 +145,29 @@ def test_table_form_on_own_weights(impl: Implementation, config: ModelConfig) ->
                        "10000, positions from 0")
 
 
+@pytest.mark.clause("position.added")
+def test_table_added_once_on_own_weights(impl: Implementation, config: ModelConfig) -> None:
+    """§3.5 without a transplant: what each stack's first layer reads (the last sum c' E + P' after the lookup,
+    before any projection or attention) is the first sum c E + P, or that sum scaled as a whole (a scale is
+    embedding.scale's): P' = (c' / c) P. A table added again (P' = 2 P) or the embeddings added again (c' = 2 c,
+    P' = P) departs."""
+    for lookup in traced_tables(impl, config):
+        assert lookup.table is not None and lookup.scale is not None and lookup.last is not None
+        c, table = lookup.scale, lookup.table
+        c_last, last = lookup.last
+        a = multiple_of(last, table)
+        if a is not None and c != 0 and abs(a / (c_last / c) - 1) < 1e-3:
+            continue
+        extra = last - (c_last / c) * table
+        what = (f"{a:.4g} x P" if a is not None else
+                f"P plus another per-position term of {float(extra.norm() / table.norm()):.3g} x |P|")
+        violation(measured=f"the first sum after the {lookup.stack} embedding lookup is {c:.4g} x E + P(position); "
+                           f"what the first {lookup.stack} layer reads is {c_last:.4g} x E + ({what}): the "
+                           f"positional term and the embeddings are not in the first sum's proportion",
+                  expected="the table added once: the stack's input is sqrt(d_model) x E + PE (§3.5)", call=OWN_WEIGHTS,
+                  hint="add the table once per stack (a module that returns x + PE must not be added to x again)")
+
+
 # --------------------------------------------------------------------------------------------------
 # Positional-encoding components alone (--component, kind positional_encoding)
 # --------------------------------------------------------------------------------------------------

@@ -757,6 +757,16 @@ class HiddenTable(Transformer):
         return self.dropout(x + self.pe[start:start + tokens.size(1)].to(dtype=x.dtype))
 
 
+class TableAddedTwice(HiddenTable):
+    """A positional module that returns x + PE, and a caller that adds PE to that again."""
+
+    def embed(self, tokens, embedding, start=0):
+        x = embedding(tokens) * math.sqrt(self.config.d_model)
+        pe = self.pe[start:start + tokens.size(1)].to(dtype=x.dtype)
+        x = x + pe
+        return self.dropout(x + pe)  # BUG: the table added a second time
+
+
 def shared_heads_scale_d_model(cfg: ModelConfig) -> Transformer:
     model = Transformer(cfg, attention=partial(_attend, scale=math.sqrt(cfg.d_model)))  # BUG: sqrt(d_model)
     for layer in [*model.encoder, *model.decoder]:
@@ -932,7 +942,8 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
         "position.formula": "the traced per-position term is the learned table, no sinusoid",
         EQ: "another table and another input scale"}),
     "decoder-own-table": (with_parts(DecoderOwnTable), "logits", "the decoder adds a learned table of its own", {
-        "config.parameters": "a max_len x d_model table beyond the schema", EQ: "another decoder input"}),
+        "config.parameters": "a max_len x d_model table beyond the schema", EQ: "another decoder input",
+        "position.added": "the traced decoder input is sqrt(d_model) E + PE + 0.2 T: a second per-position term"}),
     "fixed-length-unscaled": (with_parts(FixedLengthUnscaled), "logits",
                               "position ids for length 5 only, and unscaled embeddings", {
         "model.shape": "every length but 5 raises", "embedding.scale": "unscaled", EQ: "another input scale"}),
@@ -977,6 +988,9 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
     "no-transplant-concat-pe": (no_transplant(with_parts(HiddenTable, positional_encoding=concat_table)), "logits",
                                 "sin and cos halves concatenated, the table not exposed, no load_reference_state", {
         "position.formula": "the traced per-position term is the concatenated table"}),
+    "no-transplant-table-added-twice": (no_transplant(with_parts(TableAddedTwice)), "logits",
+                                        "the positional table added twice, no load_reference_state", {
+        "position.added": "the traced stack input is sqrt(d_model) x E + 2 PE"}),
     "no-transplant-no-embedding-scale": (no_transplant(with_parts(NoEmbeddingScale)), "logits",
                                          "embeddings not multiplied by sqrt(d_model), no load_reference_state", {
         "embedding.scale": "the traced stack input is 1 x E + PE"}),

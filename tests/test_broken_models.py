@@ -303,7 +303,7 @@ def test_a_skip_names_its_real_cause(main_run):
 # Models that cannot hold the canonical weights (no load_reference_state): every transplant-based check skips, and
 # the own-weights probes (conformance.helpers.traces, the checks named ``*_on_own_weights``) judge these clauses.
 OWN_WEIGHT_CLAUSES = ("attention.scale", "mask.causal", "mask.source-padding", "mask.target-padding", "embedding.scale",
-                      "position.formula")
+                      "position.formula", "position.added")
 NO_TRANSPLANT = sorted(n for n in BROKEN if n.startswith("no-transplant") or n == "shared-heads-scale-d-model")
 
 

@@ -122,6 +122,8 @@ class Lookup:
     scale: float | None
     how: str
     table: torch.Tensor | None = None  # P, float64 [L, d_model]: what is added per position
+    # (c', P') of the last such sum before the stack's first projection or attention: what its first layer reads
+    last: tuple[float, torch.Tensor] | None = None
 
 
 @dataclasses.dataclass
@@ -357,7 +359,7 @@ def _lookups(rec: _Recorder, src: torch.Tensor, tgt: torch.Tensor) -> list[Looku
         else:
             c, table = chosen
             found.append(Lookup(stack, c, f"the sum after the {stack} embedding lookup is c x E + P(position) with c = "
-                                          f"{c:.6g}", table))
+                                          f"{c:.6g}", table, sums[-1]))
     return found
 
 
