@@ -32,7 +32,7 @@ from .helpers.harness import describe_call, not_applicable, run_forward, seeded,
 from .helpers.inputs import witness_batch
 from .helpers.outputs import compare_real, log_probs
 from .helpers.settings import AuditSettings
-from .helpers.traces import OWN_WEIGHTS, named_scale, observed
+from .helpers.traces import BATCH, OWN_WEIGHTS, Split, named_scale, observed
 from .helpers.transplant import STATE_SEED, transplanted, visible_state
 
 
@@ -96,6 +96,67 @@ def test_scale_on_own_weights(impl: Implementation, config: ModelConfig) -> None
                   call=OWN_WEIGHTS,
                   hint="divide by math.sqrt(d_k) with d_k = d_model // h (the per-head size), not sqrt(d_model); "
                        "multiply by d_k ** -0.5, do not divide by it")
+
+
+def heads_departure(s: Split, config: ModelConfig) -> str:
+    """What one measured split or concatenation does that §3.2.2 does not, or ""."""
+    h, d_k, d_v, d_model = config.n_heads, config.d_k, config.d_v, config.d_model
+    where = f"the {s.kind}'s {s.part}"
+    length = s.lq if s.part in ("queries", "concatenation") else s.lk
+    tokens = BATCH * length
+    if s.part != "concatenation" and s.proj_in is not None and s.proj_in != d_model:
+        shared = (s.tokens == tokens * h and s.proj_in == d_model // h)
+        return (f"{where} come from a projection with a {list(s.proj_weight)} weight reading {s.proj_in} features "
+                f"per row, {s.tokens} rows for {tokens} tokens"
+                + (f": each token is cut into h = {h} slices of {s.proj_in} features and one weight projects every "
+                   "slice, so all heads share one projection" if shared else ""))
+    if s.unread:
+        return ""
+    size, wanted = ("d_k", d_k) if s.part in ("queries", "keys") else ("d_v", d_v)
+    if s.width != wanted:
+        return (f"{where} form {s.matrices / BATCH:g} matrices per sequence of {s.width} features per row, not h = "
+                f"{h} of {size} = {wanted}")
+    if s.part == "concatenation" and s.token_width != h * d_v:
+        return f"W^O reads {s.token_width} features per position, not the h x d_v = {h * d_v} of the heads"
+    if s.mixed:
+        return f"{where}: {s.mixed}"
+    if s.heads and set(s.heads) != {h}:
+        return f"{where} form {', '.join(map(str, s.heads))} matrices for the {BATCH} sequences, not h = {h} each"
+    if s.uncovered:
+        return f"{where}: {s.uncovered}"
+    return ""
+
+
+@pytest.mark.clause("attention.heads")
+def test_heads_on_own_weights(impl: Implementation, config: ModelConfig) -> None:
+    """§3.2.2 without a transplant: in one traced forward at the model's own weights, every attention's queries,
+    keys and values are h matrices per sequence of d_k (d_v) features, each a head's slice of its projection
+    (d_model features in), row i of each holding features of token i alone, the h slices of a token together
+    its projection's features, each once; the heads' outputs reach W^O concatenated per position. Which features
+    form which head is not judged (a permutation of a projection's outputs is the same function); bias-free
+    projections are not judged here (the transplant sets the biases to zero)."""
+    one_head(config)
+    trace = observed(impl, config)
+    if not trace.splits:
+        pytest.skip(trace.unseen("attention whose queries, keys and values could be followed"))
+    for s in trace.splits:
+        departure = heads_departure(s, config)
+        if departure:
+            violation(measured=f"{departure} ({s.where})",
+                      expected=f"h = {config.n_heads} heads per sequence, head i = Attention(Q W_i^Q, K W_i^K, "
+                               f"V W_i^V) with W_i of d_model x d_k = {config.d_model} x {config.d_k}; Concat(head_1.."
+                               f"head_h) per position before W^O",
+                      call=OWN_WEIGHTS,
+                      hint="split with view(B, L, h, d_k).transpose(1, 2) and merge with transpose(1, 2) before "
+                           "reshape(B, L, d_model); project all d_model features per head (one d_model x d_model "
+                           "matrix, split after), not one d_k x d_k matrix shared by the heads")
+    read = {s.part for s in trace.splits if not s.unread}
+    missing = [p for p in ("queries", "keys", "values", "concatenation") if p not in read]
+    if missing:
+        why = "; ".join(sorted({s.unread for s in trace.splits if s.part in missing and s.unread})) or (
+            "no product of attention weights (non-negative, each query's summing to 1) with values was seen")
+        pytest.skip(f"own-weights trace: the {', '.join(missing)} of no attention could be followed ({why}); the "
+                    "transplant-based checks judge attention.heads where the adapter can load the canonical weights")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -93,6 +93,35 @@ class NoTransposeMHA(MultiHeadAttention):
         return self.o(heads.reshape(B, Lq, self.h * self.d_k))  # BUG: (B, h, Lq, d_v) read as (B, Lq, h*d_v)
 
 
+class OneQuerySliceMHA(MultiHeadAttention):
+    def forward(self, query, key, value, mask=None):
+        q = self.split_heads(self.q(query))[:, :1].expand(-1, self.h, -1, -1)  # BUG: head 0's queries for every head
+        k, v = self.split_heads(self.k(key)), self.split_heads(self.v(value))
+        heads = self.attention(q, k, v, mask)  # (B, h, Lq, d_v)
+        B, _, Lq, _ = heads.shape
+        return self.o(heads.transpose(1, 2).reshape(B, Lq, self.h * self.d_k))
+
+
+class HalfTheHeadsMHA(MultiHeadAttention):
+    def forward(self, query, key, value, mask=None):
+        h = max(1, self.h // 2)  # BUG: h / 2 heads of 2 d_k features (the scale kept at 1/sqrt(d_k))
+        q, k, v = (f(x).view(*x.shape[:2], h, -1).transpose(1, 2) for f, x in
+                   ((self.q, query), (self.k, key), (self.v, value)))  # (B, h/2, L, 2 d_k)
+        heads = _attend(q, k, v, mask, scale=math.sqrt(self.d_k))  # (B, h/2, Lq, 2 d_v)
+        B, _, Lq, _ = heads.shape
+        return self.o(heads.transpose(1, 2).reshape(B, Lq, self.h * self.d_k))
+
+
+def with_mha(cls: type[MultiHeadAttention]) -> Callable[[ModelConfig], Transformer]:
+    def build(cfg: ModelConfig) -> Transformer:
+        model = Transformer(cfg)
+        for m in model.modules():
+            if type(m) is MultiHeadAttention:
+                m.__class__ = cls
+        return model
+    return build
+
+
 class ValueFromQueryMHA(MultiHeadAttention):
     def forward(self, query, key, value, mask=None):
         q, k = self.split_heads(self.q(query)), self.split_heads(self.k(key))
@@ -977,6 +1006,8 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
     "shared-heads-scale-d-model": (no_transplant(shared_heads_scale_d_model), "logits",
                                    "one [d_k, d_k] projection shared by every head, scores divided by sqrt(d_model)", {
         "attention.scale": "the traced scores are (q k^T) / sqrt(d_model) (no transplant needed to see it)",
+        "attention.heads": "the traced queries, keys and values come from d_k-feature slices of each token, all "
+                           "projected by one [d_k, d_k] weight",
         "config.parameters": "3 [d_k, d_k] matrices per attention where the schema has [d_model, d_model]"}),
     "no-transplant-fill-1e-9": (no_transplant(with_attention(fill=1e-9)), "logits",
                                 "masked scores filled with 1e-9, no load_reference_state", {
@@ -991,6 +1022,18 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
     "no-transplant-table-added-twice": (no_transplant(with_parts(TableAddedTwice)), "logits",
                                         "the positional table added twice, no load_reference_state", {
         "position.added": "the traced stack input is sqrt(d_model) x E + 2 PE"}),
+    "no-transplant-heads-no-transpose": (no_transplant(heads_no_transpose), "logits",
+                                         "heads merged by reshape without transpose, no load_reference_state", {
+        "attention.heads": "the traced input of W^O holds other positions' head outputs",
+        "mask.causal": "position i reads head outputs of later positions (caught without the transplant)",
+        "mask.source-padding": "padded positions leak through the mixed layout",
+        "mask.target-padding": "appended positions leak"}),
+    "no-transplant-one-query-slice": (no_transplant(with_mha(OneQuerySliceMHA)), "logits",
+                                      "every head reads head 0's queries, no load_reference_state", {
+        "attention.heads": "the traced queries of each position hold the same d_k features h times"}),
+    "no-transplant-half-the-heads": (no_transplant(with_mha(HalfTheHeadsMHA)), "logits",
+                                     "h / 2 heads of 2 d_k features, no load_reference_state", {
+        "attention.heads": "the traced attentions have h / 2 matrices of 2 d_k features per sequence"}),
     "no-transplant-no-embedding-scale": (no_transplant(with_parts(NoEmbeddingScale)), "logits",
                                          "embeddings not multiplied by sqrt(d_model), no load_reference_state", {
         "embedding.scale": "the traced stack input is 1 x E + PE"}),

@@ -17,8 +17,9 @@ import torch.nn.functional as F
 from aiayn_conformance.conformance.helpers import settings
 from aiayn_conformance.conformance.helpers.harness import checking
 from aiayn_conformance.conformance.helpers.traces import Trace, padded_keys, real_queries, trace_of
+from aiayn_conformance.conformance.test_attention import heads_departure
 from aiayn_conformance.implementations import Implementation
-from aiayn_conformance.reference.model import Transformer
+from aiayn_conformance.reference.model import MultiHeadAttention, Transformer
 from aiayn_conformance.spec.config import TINY
 
 
@@ -97,3 +98,51 @@ def test_a_recording_failure_is_named_and_no_reading_is_used(monkeypatch):
         reason = trace_of(impl, TINY)
     assert isinstance(reason, str), reason
     assert "aten.embedding.default: ValueError: a recording bug" in reason and "not a finding" in reason, reason
+
+
+class SequenceFirstMHA(MultiHeadAttention):
+    """The paper's attention in fairseq's layout: time first, the heads folded into the batch, K and V projected
+    together (one packed [2 d_model, d_model] weight)."""
+
+    def __init__(self, d_model, h, attention):
+        super().__init__(d_model, h, attention)
+        self.kv = torch.nn.Linear(d_model, 2 * d_model, bias=False)
+
+    def forward(self, query, key, value, mask=None):
+        B, Lq, d = query.shape
+        h, d_k = self.h, self.d_k
+
+        def split(y):  # (L, B, d) -> (B * h, L, d_k), matrix n = b * h + j
+            return y.reshape(y.size(0), B * h, d_k).transpose(0, 1)
+
+        q = split(self.q(query.transpose(0, 1)))
+        k, v = (split(y) for y in self.kv(key.transpose(0, 1)).chunk(2, dim=-1))
+        heads = self.attention(*(x.reshape(B, h, -1, d_k) for x in (q, k, v)), mask)  # (B, h, Lq, d_v)
+        concat = heads.reshape(B * h, Lq, d_k).transpose(0, 1).reshape(Lq, B, d)  # (Lq, B, h * d_v)
+        return self.o(concat).transpose(0, 1)  # (B, Lq, d_model)
+
+
+def sequence_first(cfg):
+    model = Transformer(cfg)
+    for m in list(model.modules()):
+        for name, child in list(m.named_children()):
+            if type(child) is MultiHeadAttention:
+                setattr(m, name, SequenceFirstMHA(cfg.d_model, cfg.n_heads, child.attention))
+    return model
+
+
+@pytest.mark.parametrize("build", [Transformer, lambda cfg: Transformer(cfg, attention=fused), sequence_first],
+                         ids=["reference", "fused-sdpa", "sequence-first-packed-kv"])
+def test_every_head_is_read_per_position(build):
+    """attention.heads' reading: each attention's queries, keys, values and concatenation, h matrices per sequence
+    of d_k features, row i of each from token i, in the layout the model uses (a packed projection included)."""
+    trace = traced("trace-heads", build)
+    parts = sorted((s.kind, s.part) for s in trace.splits)
+    assert parts == sorted((k, p) for k in EXPECTED_KINDS for p in ("queries", "keys", "values", "concatenation"))
+    layout = "sequence-first" if build is sequence_first else "batch-first"
+    for s in trace.splits:
+        assert (s.layout, s.heads, s.width, s.mixed, s.uncovered, s.unread) == \
+            (layout, [TINY.n_heads] * 2, D_K, "", "", ""), s
+        assert heads_departure(s, TINY) == "", s
+        if s.part != "concatenation":
+            assert s.proj_in == TINY.d_model, s

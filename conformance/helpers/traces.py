@@ -2,10 +2,11 @@
 
 Many checks load the suite's canonical weights (``transplant``); a model that cannot hold them (one projection
 shared by all heads, an adapter without ``load_reference_state``) would leave their clauses not judged. The
-probes here judge attention.scale, the masks and embedding.scale on the model's OWN weights, without knowing its
-structure: one eval forward on a padded witness runs under a ``TorchDispatchMode`` that records the ATen
-operations revealing the paper's quantities (below the Python modules, so a library's composite functions,
-``nn.MultiheadAttention``'s slow path or ``F.scaled_dot_product_attention``'s math path are seen op by op):
+probes here judge attention.scale, attention.heads, the masks, embedding.scale and position.* on the model's OWN
+weights, without knowing its structure: one eval forward on a padded witness runs under a ``TorchDispatchMode``
+that records the ATen operations revealing the paper's quantities (below the Python modules, so a library's
+composite functions, ``nn.MultiheadAttention``'s slow path or ``F.scaled_dot_product_attention``'s math path
+are seen op by op):
 
 * the attention weights as they reach the values: the first operand of a batched product ``weights @ V`` whose
   last two dimensions are (queries, keys), non-negative with rows summing to at most 1, or the weights a fused
@@ -16,7 +17,13 @@ operations revealing the paper's quantities (below the Python modules, so a libr
   projection outputs (products with a parameter operand) that A and B are scaled permutations of: the scale
   of Eq. (1) is c_s * c_A * c_B, wherever it was applied (on the scores, on q, on q and k);
 * the embedding lookups E and the elementwise results after them that decompose as R = c * E + P(position):
-  c is the embedding scale.
+  c is the embedding scale;
+* the heads (``Split``): the queries and keys of each score product, the values of each ``weights @ V`` (or a
+  fused kernel's q, k, v) against the projection output they are copied from, and the heads' outputs against the
+  input of the projection that reads them (W^O): how many matrices per sequence, of how many features, whether
+  row i of each is token i's (in a batch-first or a sequence-first layout) and whether the heads of a token use
+  each of its projected features at most once. Projections are recognised by their parameter operand; their input
+  width (d_model in the paper) is kept.
 
 A probe skips, saying why, when the forward shows nothing it can read (a fused encoder layer, a fused
 multi-head attention kernel). The witness has the same padding in every row, so a weight's query and key
@@ -42,8 +49,8 @@ from .inputs import fitted, random_tokens
 if TYPE_CHECKING:
     from aiayn_conformance.implementations import Implementation
 
-__all__ = ["Trace", "Attention", "Scale", "Lookup", "observed", "trace_of", "LEAK", "kind_name", "real_queries",
-           "padded_keys", "named_scale", "OWN_WEIGHTS"]
+__all__ = ["Trace", "Attention", "Scale", "Split", "Lookup", "observed", "trace_of", "LEAK", "kind_name",
+           "real_queries", "padded_keys", "named_scale", "OWN_WEIGHTS"]
 
 # The witness: every row has the same real lengths, so a weight's query and key positions do not depend on the
 # batch layout; four distinct lengths tell the attentions apart, also in a model that cuts the padding off the
@@ -83,6 +90,8 @@ class Event:
     operands: tuple[torch.Tensor, ...] = ()  # float64 copies of the product's factors (A, B)
     param: bool = False  # a factor shares storage with a parameter of the model (a projection)
     indices: torch.Tensor | None = None  # an embedding lookup's ids
+    act: torch.Tensor | None = None  # a projection's input (the factor that is no parameter), float64
+    weight: tuple[int, ...] = ()  # a projection's parameter factor's shape
 
 
 @dataclasses.dataclass
@@ -115,6 +124,33 @@ class Scale:
 
 
 @dataclasses.dataclass
+class Split:
+    """How one attention call's queries, keys or values were split into heads, or its heads' outputs concatenated
+    (the input of W^O), as measured against the per-token tensor they come from or go to: the projection's
+    output (queries, keys, values) or W^O's input (the concatenation)."""
+
+    lq: int
+    lk: int
+    part: str  # "queries", "keys", "values" or "concatenation"
+    where: str  # "softmax" or the fused kernel's name
+    matrices: int = 0  # per-head matrices in the call, all sequences together (B * h in the paper)
+    width: int = 0  # features per row of one matrix (d_k for queries and keys, d_v for values and head outputs)
+    proj_in: int | None = None  # the projection's input features per row (d_model in the paper)
+    proj_weight: tuple[int, ...] = ()  # the projection's weight shape
+    tokens: int = 0  # rows of the per-token tensor (B * L when there is one row per token)
+    token_width: int = 0  # its features per row
+    layout: str | None = None  # "batch-first" or "sequence-first": every matrix's row i is one sequence's token i
+    heads: list[int] = dataclasses.field(default_factory=list)  # matrices per sequence, when the rows are placed
+    mixed: str = ""  # when no layout fits: a row that is not its own position's, measured
+    uncovered: str = ""  # a position whose h rows together are not its token's features, each once
+    unread: str = ""  # why nothing was measured
+
+    @property
+    def kind(self) -> str:
+        return kind_name(self.lq, self.lk)
+
+
+@dataclasses.dataclass
 class Lookup:
     """An embedding lookup E and the scale c of the first-layer input c * E + P(position) it feeds."""
 
@@ -134,6 +170,7 @@ class Trace:
     scales: list[Scale]
     lookups: list[Lookup]
     opaque: list[str]  # fused attention kernels the trace cannot see into
+    splits: list[Split] = dataclasses.field(default_factory=list)
 
     def of_kind(self, kind: str) -> list[Attention]:
         """The attention calls of ``kind`` ("encoder self-attention", "cross-attention", "decoder self-attention")."""
@@ -175,9 +212,13 @@ class _Recorder(TorchDispatchMode):
         index = len(self.events) + len(self.sdpa)
         if name in _PRODUCTS:
             a, b = (args[0], args[1]) if name in ("aten.bmm.default", "aten.mm.default") else (args[1], args[2])
-            param = self.is_param(a) or self.is_param(b)  # a projection: its output is all it is read for (the
-            # weights themselves are not copied: a base model's output matrix is 37000 x 512)
-            self.events.append(Event(index, name, _f64(out), () if param else (_f64(a), _f64(b)), param))
+            if self.is_param(a) or self.is_param(b):  # a projection: its output and input are read, not its
+                # weight (a base model's output matrix is 37000 x 512), of which only the shape is kept
+                act, weight = (b, a) if self.is_param(a) else (a, b)
+                self.events.append(Event(index, name, _f64(out), (), True, act=_f64(act),
+                                         weight=tuple(weight.shape)))
+            else:
+                self.events.append(Event(index, name, _f64(out), (_f64(a), _f64(b))))
         elif name in _SOFTMAX:
             self.events.append(Event(index, name, _f64(out), (_f64(args[0]),)))
         elif name in _ELEMENTWISE and isinstance(out, torch.Tensor) and out.is_floating_point():
@@ -233,11 +274,17 @@ def _allowed(lq: int, lk: int) -> torch.Tensor:
     return ok
 
 
+def _score_product(events: list[Event], spos: int, lq: int, lk: int) -> Event | None:
+    """The product of queries and keys whose output the softmax at event position ``spos`` normalizes."""
+    s = events[spos].operands[0]
+    return next((e for e in reversed(events[:spos]) if e.op in _PRODUCTS and not e.param and e.out is not None
+                 and e.out.numel() == s.numel() and tuple(e.out.shape[-2:]) == (lq, lk)), None)
+
+
 def _scale_chain(events: list[Event], spos: int, lq: int, lk: int) -> tuple[float | None, str]:
     """The effective scale of the scores a softmax (event position ``spos``) normalizes: c_s * c_A * c_B."""
     s = events[spos].operands[0]
-    prod = next((e for e in reversed(events[:spos]) if e.op in _PRODUCTS and not e.param and e.out is not None
-                 and e.out.numel() == s.numel() and tuple(e.out.shape[-2:]) == (lq, lk)), None)
+    prod = _score_product(events, spos, lq, lk)
     if prod is None:
         return None, "no product of queries and keys produced the softmax's input"
     a, b = prod.operands
@@ -249,7 +296,7 @@ def _scale_chain(events: list[Event], spos: int, lq: int, lk: int) -> tuple[floa
     if res > 1e-3:
         return None, f"the softmax's input is no multiple of the product of queries and keys (residual {res:.2g})"
     ppos = events.index(prod)
-    found_a, found_b = _sorted_scale(a, events, ppos), _sorted_scale(b, events, ppos)
+    found_a, found_b = (_sorted_scale(x, events, ppos) or _subset_of(x, events, ppos) for x in (a, b))
     if found_a is None or found_b is None:
         return None, ("the queries or keys of the score product are no scaled copy of a projection output (a "
                       "rotary embedding, a norm on q or k, or a projection the trace does not see)")
@@ -274,17 +321,171 @@ def _fused_weights(bound: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, t
         scores = scores.masked_fill(~torch.ones(lq, lk, dtype=torch.bool).tril(), float("-inf"))
     return q, k, torch.softmax(scores, dim=-1).nan_to_num(0.0), scale
 
+def _event(events: list[Event], index: int) -> Event:
+    return next(e for e in events if e.index == index)
 
-def _attentions(rec: _Recorder) -> tuple[list[Attention], list[Scale]]:
-    """(the attention weights that reach the values, the scales of the scores every attention softmax normalizes)."""
+
+def _nearest(h: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """[N, L]: for each row of h [N, L, d], the largest distance of one of its values to the nearest value of the
+    row of ``rows`` [L, D] (sorted) at the same position."""
+    n = h.size(0)
+    table = rows.unsqueeze(0).expand(n, *rows.shape).contiguous()
+    idx = torch.searchsorted(table, h.contiguous())
+    top = table.size(-1) - 1
+    below, above = table.gather(-1, (idx - 1).clamp(0, top)), table.gather(-1, idx.clamp(max=top))
+    return torch.minimum((h - below).abs(), (h - above).abs()).amax(-1)
+
+
+def _split(split: Split, h: torch.Tensor, tokens: torch.Tensor, scale: float, batch: int) -> Split:
+    """Fill ``split`` from the per-head rows h [N, L, d] (``scale`` times a copy of features of ``tokens``, the
+    per-token tensor) and the witness's batch size."""
+    n, length, d = h.shape
+    width = tokens.size(-1)
+    rows = tokens.numel() // width
+    split.matrices, split.width, split.tokens, split.token_width = n, d, rows, width
+    if rows != batch * length:
+        split.unread = (f"the {split.part} come from a tensor of {rows} rows of {width} features, not one row per "
+                        f"token ({batch} x {length})")
+        return split
+    flat = tokens.reshape(rows, width)
+    hs = h / scale
+    tol = 1e-5 * max(float(flat.abs().max()), 1e-30)
+    grids = {"batch-first": flat.view(batch, length, width),
+             "sequence-first": flat.view(length, batch, width).transpose(0, 1)}
+    fewest: tuple[int, str, torch.Tensor] | None = None  # (rows at no own position, layout, distances)
+    for layout, grid in grids.items():
+        ordered = grid.sort(-1).values  # [B, L, D]
+        dist = torch.stack([_nearest(hs, ordered[b]) for b in range(batch)])  # [B, N, L]
+        best = dist.amax(-1).min(0)  # per matrix: the sequence whose tokens hold its rows position by position
+        if bool((best.values <= tol).all()):
+            split.layout = layout
+            owner = best.indices
+            split.heads = [int((owner == b).sum()) for b in range(batch)]
+            split.uncovered = _uncovered(hs, grid, owner, tol)
+            return split
+        misplaced = int((dist.min(0).values > tol).sum())
+        if fewest is None or misplaced < fewest[0]:
+            fewest = (misplaced, layout, dist)
+    # A counterexample in the layout that fits best: a row at another position's token, or at no token.
+    assert fewest is not None
+    _, layout, dist = fewest
+    bad = (dist.min(0).values > tol).nonzero()
+    if not len(bad):
+        m = int(dist.amax(-1).min(0).values.argmax())
+        split.mixed = f"{split.part} matrix {m} takes its rows from more than one sequence of the batch"
+        return split
+    m, i = (int(x) for x in bad[0])
+    every = grids[layout].sort(-1).values.reshape(batch * length, width)
+    row = hs[m, i].expand(1, batch * length, d)
+    homes = [int(t) % length for t in (_nearest(row, every)[0] <= tol).nonzero().flatten()]
+    split.mixed = (f"row {i} of {split.part} matrix {m} holds "
+                   + (f"features of position {homes[0]}'s token, not position {i}'s" if homes and i not in homes
+                      else "features of no single token (they come from several positions)"))
+    return split
+
+
+def _uncovered(hs: torch.Tensor, grid: torch.Tensor, owner: torch.Tensor, tol: float) -> str:
+    """"" when, at every position of every sequence, the rows of its matrices together are distinct features of
+    the token (each of its features used at most once; a packed projection's row also holds the other parts);
+    else the first position where a feature is used twice. ``grid`` [B, L, D] holds the token rows, ``owner`` [N]
+    the sequence of each matrix."""
+    batch, length, width = grid.shape
+    for b in range(batch):
+        mine = hs[owner == b]  # [h, L, d]
+        if not len(mine):
+            continue
+        together = mine.transpose(0, 1).reshape(length, -1)  # [L, h * d]
+        size = together.size(-1)
+        if size > width:
+            return (f"sequence {b}: its {len(mine)} matrices hold {size} features per position, more than the "
+                    f"token's {width}")
+        for i in range(length):
+            token = grid[b, i].sort().values  # [D]
+            cluster = torch.cat([token.new_zeros(1, dtype=torch.long), ((token[1:] - token[:-1]) > tol).long()
+                                 ]).cumsum(0)  # equal values (within tol) share a cluster
+            values = together[i].contiguous()
+            above = torch.searchsorted(token, values).clamp(max=width - 1)
+            below = (above - 1).clamp(min=0)
+            idx = torch.where((values - token[below]).abs() <= (values - token[above]).abs(), below, above)
+            used = torch.bincount(cluster[idx], minlength=int(cluster[-1]) + 1)
+            have = torch.bincount(cluster)
+            over = used > have
+            if bool(over.any()):
+                return (f"sequence {b}, position {i}: its {len(mine)} matrices' rows use {int(over.sum())} of the "
+                        f"token's projected features more than once ({int((used > 0).sum())} distinct of the "
+                        f"{size} read)")
+    return ""
+
+
+def _subset_of(h: torch.Tensor, events: list[Event], before: int) -> tuple[float, int] | None:
+    """(c, event index): the latest projection output before event position ``before`` holding every value of h
+    divided by c, for c among the scales queries are commonly given (1, d^-1/2, d^-1/4 with d = h's last size):
+    heads that repeat or leave out part of their projection (no permutation of it) are still traced to it."""
+    values = h.reshape(-1).unique()
+    d = h.size(-1)
+    for ev in reversed(events[:before]):
+        if not ev.param or ev.out is None or ev.out.numel() < values.numel():
+            continue
+        table = ev.out.reshape(-1).sort().values
+        tol = 1e-5 * max(float(table.abs().max()), 1e-30)
+        for c in (1.0, d ** -0.5, d ** -0.25):
+            scaled = values / c
+            idx = torch.searchsorted(table, scaled).clamp(1, table.numel() - 1)
+            near = torch.minimum((scaled - table[idx - 1]).abs(), (scaled - table[idx]).abs())
+            if float(near.max()) <= tol:
+                return c, ev.index
+    return None
+
+
+def _projected(split: Split, h: torch.Tensor, events: list[Event], before: int) -> Split:
+    """``split`` measured for the per-head rows h [.., L, d], a scaled copy of a projection's output computed
+    before event position ``before``."""
+    found = _sorted_scale(h, events, before) or _subset_of(h, events, before)
+    if found is None:
+        split.unread = f"the {split.part} are no scaled copy of (part of) a projection's output"
+        return split
+    proj = _event(events, found[1])
+    split.proj_in = None if proj.act is None else proj.act.size(-1)
+    split.proj_weight = proj.weight
+    assert proj.out is not None
+    return _split(split, h.reshape(-1, *h.shape[-2:]), proj.out, found[0], BATCH)
+
+
+def _concatenated(split: Split, heads: torch.Tensor, events: list[Event], after: int) -> Split:
+    """``split`` measured for the heads' outputs [.., Lq, d_v] against the input of the first projection after
+    event position ``after`` that holds the same values (W^O's), up to the next attention."""
+    ordered = heads.reshape(-1).sort().values
+    for ev in events[after:]:
+        if ev.op in _SOFTMAX:
+            break
+        if not ev.param or ev.act is None or ev.act.numel() != heads.numel():
+            continue
+        c, res = _fit(ev.act.reshape(-1).sort().values, ordered)
+        if c > 0 and res < FIT:
+            split.proj_in, split.proj_weight = ev.act.size(-1), ev.weight
+            return _split(split, heads.reshape(-1, *heads.shape[-2:]), ev.act, 1 / c, BATCH)
+    split.unread = "no projection after the attention reads its heads' outputs as they are"
+    return split
+
+
+def _attentions(rec: _Recorder) -> tuple[list[Attention], list[Scale], list[Split]]:
+    """(the attention weights that reach the values, the scales of the scores every attention softmax normalizes,
+    how each attention's operands were split into heads and its heads' outputs concatenated)."""
     events = rec.events
     found: list[Attention] = []
     scales: list[Scale] = []
+    splits: list[Split] = []
     for pos, ev in enumerate(events):
         if ev.op in _SOFTMAX and ev.out is not None and ev.out.dim() >= 2:
             lq, lk = ev.out.shape[-2:]
             if is_attention(lq, lk):
                 scales.append(Scale(lq, lk, "softmax", *_scale_chain(events, pos, lq, lk)))
+                prod = _score_product(events, pos, lq, lk)
+                if prod is not None:
+                    a, b = prod.operands
+                    ppos = events.index(prod)
+                    splits.append(_projected(Split(lq, lk, "queries", "softmax"), a, events, ppos))
+                    splits.append(_projected(Split(lq, lk, "keys", "softmax"), b.transpose(-2, -1), events, ppos))
             continue
         if ev.op != "aten.bmm.default" or ev.param:
             continue
@@ -297,7 +498,10 @@ def _attentions(rec: _Recorder) -> tuple[list[Attention], list[Scale]]:
         if bool((w < 0).any()) or bool((sums > 1 + 1e-3).any()) or not bool(((sums - 1).abs() < 1e-3).any()):
             continue  # not attention weights (a product of queries and keys, or values)
         found.append(Attention(lq, lk, w.reshape(-1, lq, lk), "softmax"))
-    for at, name, bound, _ in rec.sdpa:
+        splits.append(_projected(Split(lq, lk, "values", "softmax"), v, events, pos))
+        assert ev.out is not None
+        splits.append(_concatenated(Split(lq, lk, "concatenation", "softmax"), ev.out, events, pos + 1))
+    for at, name, bound, out in rec.sdpa:
         kernel = name.split(".")[1]
         q, k, w, c_s = _fused_weights(bound)
         lq, lk = w.shape[-2:]
@@ -305,7 +509,7 @@ def _attentions(rec: _Recorder) -> tuple[list[Attention], list[Scale]]:
             continue
         found.append(Attention(lq, lk, w.reshape(-1, lq, lk), kernel))
         before = next((i for i, e in enumerate(events) if e.index > at), len(events))
-        found_q, found_k = _sorted_scale(q, events, before), _sorted_scale(k, events, before)
+        found_q, found_k = (_sorted_scale(x, events, before) or _subset_of(x, events, before) for x in (q, k))
         if found_q is None or found_k is None:
             scales.append(Scale(lq, lk, kernel, None, "the fused kernel's q or k is no scaled copy of a projection "
                                                       "output"))
@@ -313,7 +517,10 @@ def _attentions(rec: _Recorder) -> tuple[list[Attention], list[Scale]]:
             scales.append(Scale(lq, lk, kernel, c_s * found_q[0] * found_k[0],
                                 f"{kernel} with scale {c_s:.6g}, q = {found_q[0]:.6g} x the query projection, "
                                 f"k = {found_k[0]:.6g} x the key projection; contracted size {q.size(-1)}"))
-    return found, scales
+        for part, h in (("queries", q), ("keys", k), ("values", _f64(bound["value"]))):
+            splits.append(_projected(Split(lq, lk, part, kernel), h, events, before))
+        splits.append(_concatenated(Split(lq, lk, "concatenation", kernel), _f64(out), events, before))
+    return found, scales, splits
 
 
 def _lookups(rec: _Recorder, src: torch.Tensor, tgt: torch.Tensor) -> list[Lookup]:
@@ -390,7 +597,8 @@ def trace_of(impl: Implementation, config: ModelConfig) -> Trace | str:
         memo[key] = (f"own-weights trace: recording the forward's operations failed at {rec.failure} (the suite's "
                      "own failure, not a finding); no reading of this trace is used")
         return memo[key]
-    trace = Trace(src, tgt, *_attentions(rec), _lookups(rec, src, tgt), rec.opaque)
+    attentions, scales, splits = _attentions(rec)
+    trace = Trace(src, tgt, attentions, scales, _lookups(rec, src, tgt), rec.opaque, splits)
     memo[key] = trace
     return trace
 
