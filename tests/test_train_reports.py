@@ -44,6 +44,17 @@ def test_train_says_which_recipe_it_uses(capsys):
     assert "the reference's recipe (the paper's §5.3-5.4), as asked" in capsys.readouterr().out
 
 
+def test_train_at_a_larger_vocabulary_scores_over_the_model_s_vocabulary(tmp_path, capsys):
+    """--config with a vocabulary larger than the task's: the paper's criterion (used for a model that exposes no
+    recipe) scores over the model's vocabulary, not the task's few symbols."""
+    saved = tmp_path / "w.pt"
+    code = main(["train", "--impl", "torch-nn", "--config", "d_model=32,h=4,N=2,d_ff=64,src_vocab=50", "--steps", "2",
+                 "--no-plot", "--save", str(saved)])
+    out, err = capsys.readouterr()
+    assert "recipe: the reference's recipe (the paper's" in out and "vocab 50" in out, out
+    assert code == 1 and saved.exists(), err  # trained (2 updates do not reach the threshold) and saved
+
+
 def test_train_usage_errors_are_one_line(capsys, monkeypatch):
     assert main(["train", "--impl", "no-such-model", "--no-plot"]) == 2
     assert "unknown implementation 'no-such-model'" in capsys.readouterr().err

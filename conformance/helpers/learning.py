@@ -237,7 +237,7 @@ def train_implementation(impl: Any, task: Task, *, seed: int = 0, own: bool = Tr
         load_into(model, reference_initial_state(task.config, seed), getattr(impl, "name", ""))
         model.train()
         start = REFERENCE_START
-    recipe = recipe_for(model, impl.output, task.train_config, d_model=task.config.d_model, vocab=task.vocab,
+    recipe = recipe_for(model, impl.output, task.train_config, d_model=task.config.d_model, vocab=task.config.tgt_vocab,
                         pad_id=PAD, own=own)
     with seeded(seed), one_thread(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # schedulers warning about their own stepping order
