@@ -29,6 +29,7 @@ from .helpers.diagnosis import fail_on_variant_departure
 from .helpers.harness import build_model, describe_call, first_nonfinite, run_forward, violation
 from .helpers.inputs import fitted, other_token, random_tokens, shape_need, witness_batch
 from .helpers.outputs import compare_real, log_probs
+from .helpers.traces import EXTREME as EXTREME_SCORES
 from .helpers.traces import LEAK, OWN_WEIGHTS, Attention, observed, padded_keys, real_queries
 from .helpers.transplant import STATE_SEED, load_into, sharp_or_own, transplanted, visible_state
 
@@ -267,13 +268,14 @@ def worst_leak(calls: list[Attention], keys: Callable[[Attention], torch.Tensor]
     return worst
 
 
-def require_no_leak(calls: list[Attention], keys: Callable[[Attention], torch.Tensor], what: str, hint: str) -> None:
+def require_no_leak(calls: list[Attention], keys: Callable[[Attention], torch.Tensor], what: str, hint: str,
+                    call: str = OWN_WEIGHTS) -> None:
     leak, a, q = worst_leak(calls, keys)
     if leak > LEAK:
         violation(measured=f"in {a.kind} (weights from {a.where}, [.., {a.lq}, {a.lk}]), real query {q} gives {what} "
                            f"a total weight of {leak:.3g}",
                   expected=f"no weight on {what} (below {LEAK:g}): masked scores are -inf before the softmax",
-                  call=OWN_WEIGHTS, hint=hint)
+                  call=call, hint=hint)
 
 
 def future_keys(a: Attention) -> torch.Tensor:
@@ -327,6 +329,44 @@ def test_target_padding_weights_on_own_weights(impl: Implementation, config: Mod
     require_no_leak(calls, padded_keys, "the padded target keys",
                     "the target mask lets real positions see padding: the causal or padding mask is missing or "
                     "filled with a small value such as 1e-9 instead of -inf")
+
+
+# The same weights at scores of order 1e5, the model's query projections multiplied by one factor (no transplant): a
+# mask filled with a finite constant such as -1e4 is outscored where every admissible score of a query is lower.
+def sharpened_calls(impl: Implementation, config: ModelConfig, kinds: tuple[str, ...]) -> tuple[list[Attention], str]:
+    """(the attention calls of ``kinds`` in the sharpened own-weights trace, the call's description); skips when
+    the trace could not sharpen the scores to the order of 1e5 or saw no such call."""
+    trace = observed(impl, config, sharpen=True)
+    reached = max((s.peak for s in trace.scales if s.peak), default=0.0)
+    if reached < EXTREME_SCORES / 10:
+        pytest.skip(f"own-weights trace at extreme scores: with {trace.sharpened} the largest admissible score is "
+                    f"{reached:.3g}, not of the order of {EXTREME_SCORES:g}")
+    calls = [a for kind in kinds for a in trace.of_kind(kind)]
+    if not calls:
+        pytest.skip(trace.unseen(f"{' or '.join(kinds)} weights (applied to values)"))
+    return calls, f"{OWN_WEIGHTS}, with {trace.sharpened}; largest admissible score {reached:.3g}"
+
+
+@pytest.mark.clause("mask.causal")
+def test_causal_beyond_1e4_on_own_weights(impl: Implementation, config: ModelConfig) -> None:
+    """B02 without a transplant: at scores of order 1e5 the decoder self-attention still gives later positions no
+    weight (a finite fill is outscored where every admissible score of a query is below it)."""
+    calls, call = sharpened_calls(impl, config, (DECODER_SELF,))
+    require_no_leak(calls, future_keys, "later target positions", FINITE_FILL_HINT, call)
+
+
+@pytest.mark.clause("mask.source-padding")
+def test_source_padding_beyond_1e4_on_own_weights(impl: Implementation, config: ModelConfig) -> None:
+    """B02 without a transplant: at scores of order 1e5 padded source keys still get no weight."""
+    calls, call = sharpened_calls(impl, config, ("encoder self-attention", "cross-attention"))
+    require_no_leak(calls, padded_keys, "the padded source keys", FINITE_FILL_HINT, call)
+
+
+@pytest.mark.clause("mask.target-padding")
+def test_target_padding_beyond_1e4_on_own_weights(impl: Implementation, config: ModelConfig) -> None:
+    """B02 without a transplant: at scores of order 1e5 padded target keys still get no weight from real queries."""
+    calls, call = sharpened_calls(impl, config, (DECODER_SELF,))
+    require_no_leak(calls, padded_keys, "the padded target keys", FINITE_FILL_HINT, call)
 
 
 def require_finite(out: torch.Tensor, tgt: torch.Tensor, pad_id: int, call: str, hint: str) -> None:

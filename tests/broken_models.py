@@ -1013,6 +1013,10 @@ BROKEN: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, dict[str, 
                                 "masked scores filled with 1e-9, no load_reference_state", {
         "mask.causal": "future keys get weight", "mask.source-padding": "padded source keys get weight",
         "mask.target-padding": "padded target keys get weight"}),
+    "no-transplant-fill-1e4": (no_transplant(with_attention(fill=-1e4)), "logits",
+                               "masked scores filled with -1e4, no load_reference_state", {
+        "mask.causal": "at scores of order 1e5 (query projections sharpened) queries attend to the future",
+        "mask.source-padding": "and to padded source keys", "mask.target-padding": "and to padded target keys"}),
     "no-transplant-causal-without-diagonal": (no_transplant(with_parts(CausalWithoutDiagonal)), "logits",
                                               "causal mask off by one (excludes position i), no load_reference_state", {
         "mask.causal": "every real query gives its own position a weight of 0"}),

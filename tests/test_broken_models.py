@@ -313,14 +313,21 @@ PAST_THE_PROBE = {"no-transplant-heads-no-transpose": {"mask.causal", "mask.sour
 
 def _own_weight_problems(per_clause: dict[str, list[dict]], declared: set[str], past: frozenset[str] = frozenset()
                          ) -> list[str]:
-    """Each of OWN_WEIGHT_CLAUSES judged by its own-weights probe: failed (xfailed) where ``declared``, passed
-    elsewhere (xpassed where the declared departure is ``past`` the probe); a skip (not judged) is a problem."""
+    """Each of OWN_WEIGHT_CLAUSES judged by its own-weights probes: where ``declared``, failed (xfailed) by at least
+    one of them (the others may pass: the plain trace does not see a finite fill the sharpened one shows); passed
+    by every probe elsewhere (xpassed where the declared departure is ``past`` the probes); a skip (the clause not
+    judged) is a problem."""
     problems = []
     for clause in OWN_WEIGHT_CLAUSES:
         seen = sorted({r["outcome"] for r in per_clause.get(clause, []) if "_on_own_weights" in r["nodeid"]})
-        wanted = "xfailed" if clause in declared - past else "xpassed" if clause in past else "passed"
-        if seen != [wanted]:
-            problems.append(f"{clause}: own-weights probe {', '.join(seen) or 'did not run'}, expected {wanted}")
+        if clause in past:
+            ok, wanted = seen == ["xpassed"], "xpassed"
+        elif clause in declared:
+            ok, wanted = "xfailed" in seen and set(seen) <= {"xfailed", "xpassed"}, "xfailed by at least one"
+        else:
+            ok, wanted = seen == ["passed"], "passed"
+        if not ok:
+            problems.append(f"{clause}: own-weights probes {', '.join(seen) or 'did not run'}, expected {wanted}")
     return problems
 
 

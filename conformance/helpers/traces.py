@@ -49,7 +49,7 @@ from .inputs import fitted, random_tokens
 if TYPE_CHECKING:
     from aiayn_conformance.implementations import Implementation
 
-__all__ = ["Trace", "Attention", "Scale", "Split", "Lookup", "observed", "trace_of", "LEAK", "kind_name",
+__all__ = ["Trace", "Attention", "Scale", "Split", "Lookup", "EXTREME", "observed", "trace_of", "LEAK", "kind_name",
            "real_queries", "padded_keys", "named_scale", "OWN_WEIGHTS"]
 
 # The witness: every row has the same real lengths, so a weight's query and key positions do not depend on the
@@ -92,6 +92,7 @@ class Event:
     indices: torch.Tensor | None = None  # an embedding lookup's ids
     act: torch.Tensor | None = None  # a projection's input (the factor that is no parameter), float64
     weight: tuple[int, ...] = ()  # a projection's parameter factor's shape
+    param_name: str = ""  # the model's name for that parameter
 
 
 @dataclasses.dataclass
@@ -117,6 +118,7 @@ class Scale:
     where: str  # "softmax" or the fused kernel's name
     value: float | None  # c_s * c_A * c_B, when the chain to the projections was found
     how: str  # how it was measured, or why it was not
+    peak: float | None = None  # the largest |score| a real query gives a key it may attend to
 
     @property
     def kind(self) -> str:
@@ -137,6 +139,7 @@ class Split:
     width: int = 0  # features per row of one matrix (d_k for queries and keys, d_v for values and head outputs)
     proj_in: int | None = None  # the projection's input features per row (d_model in the paper)
     proj_weight: tuple[int, ...] = ()  # the projection's weight shape
+    proj_param: str = ""  # the model's name for the projection's weight
     tokens: int = 0  # rows of the per-token tensor (B * L when there is one row per token)
     token_width: int = 0  # its features per row
     layout: str | None = None  # "batch-first" or "sequence-first": every matrix's row i is one sequence's token i
@@ -171,6 +174,7 @@ class Trace:
     lookups: list[Lookup]
     opaque: list[str]  # fused attention kernels the trace cannot see into
     splits: list[Split] = dataclasses.field(default_factory=list)
+    sharpened: str = ""  # for a trace at sharpened weights: which parameters were multiplied, by what
 
     def of_kind(self, kind: str) -> list[Attention]:
         """The attention calls of ``kind`` ("encoder self-attention", "cross-attention", "decoder self-attention")."""
@@ -185,7 +189,7 @@ class Trace:
 
 
 class _Recorder(TorchDispatchMode):
-    def __init__(self, storages: set[int]) -> None:
+    def __init__(self, storages: dict[int, str]) -> None:
         super().__init__()
         self.storages = storages
         self.events: list[Event] = []
@@ -216,7 +220,8 @@ class _Recorder(TorchDispatchMode):
                 # weight (a base model's output matrix is 37000 x 512), of which only the shape is kept
                 act, weight = (b, a) if self.is_param(a) else (a, b)
                 self.events.append(Event(index, name, _f64(out), (), True, act=_f64(act),
-                                         weight=tuple(weight.shape)))
+                                         weight=tuple(weight.shape),
+                                         param_name=self.storages[weight.untyped_storage().data_ptr()]))
             else:
                 self.events.append(Event(index, name, _f64(out), (_f64(a), _f64(b))))
         elif name in _SOFTMAX:
@@ -272,6 +277,15 @@ def _allowed(lq: int, lk: int) -> torch.Tensor:
     if kind_name(lq, lk) == "decoder self-attention":
         ok &= torch.ones(lq, lk, dtype=torch.bool).tril()
     return ok
+
+
+def _peak(scores: torch.Tensor, lq: int, lk: int) -> float | None:
+    """The largest finite |score| of ``scores`` [.., Lq, Lk] where a real query may attend (the fill of masked
+    keys left out)."""
+    allowed = _allowed(lq, lk).expand(scores.reshape(-1, lq, lk).shape)
+    values = scores.reshape(-1, lq, lk)[allowed]
+    values = values[torch.isfinite(values)]
+    return float(values.abs().max()) if values.numel() else None
 
 
 def _score_product(events: list[Event], spos: int, lq: int, lk: int) -> Event | None:
@@ -446,7 +460,7 @@ def _projected(split: Split, h: torch.Tensor, events: list[Event], before: int) 
         return split
     proj = _event(events, found[1])
     split.proj_in = None if proj.act is None else proj.act.size(-1)
-    split.proj_weight = proj.weight
+    split.proj_weight, split.proj_param = proj.weight, proj.param_name
     assert proj.out is not None
     return _split(split, h.reshape(-1, *h.shape[-2:]), proj.out, found[0], BATCH)
 
@@ -479,7 +493,8 @@ def _attentions(rec: _Recorder) -> tuple[list[Attention], list[Scale], list[Spli
         if ev.op in _SOFTMAX and ev.out is not None and ev.out.dim() >= 2:
             lq, lk = ev.out.shape[-2:]
             if is_attention(lq, lk):
-                scales.append(Scale(lq, lk, "softmax", *_scale_chain(events, pos, lq, lk)))
+                scales.append(Scale(lq, lk, "softmax", *_scale_chain(events, pos, lq, lk),
+                                    peak=_peak(ev.operands[0], lq, lk)))
                 prod = _score_product(events, pos, lq, lk)
                 if prod is not None:
                     a, b = prod.operands
@@ -510,13 +525,14 @@ def _attentions(rec: _Recorder) -> tuple[list[Attention], list[Scale], list[Spli
         found.append(Attention(lq, lk, w.reshape(-1, lq, lk), kernel))
         before = next((i for i, e in enumerate(events) if e.index > at), len(events))
         found_q, found_k = (_sorted_scale(x, events, before) or _subset_of(x, events, before) for x in (q, k))
+        peak = _peak(q @ k.transpose(-2, -1) * c_s, lq, lk)
         if found_q is None or found_k is None:
             scales.append(Scale(lq, lk, kernel, None, "the fused kernel's q or k is no scaled copy of a projection "
-                                                      "output"))
+                                                      "output", peak))
         else:
             scales.append(Scale(lq, lk, kernel, c_s * found_q[0] * found_k[0],
                                 f"{kernel} with scale {c_s:.6g}, q = {found_q[0]:.6g} x the query projection, "
-                                f"k = {found_k[0]:.6g} x the key projection; contracted size {q.size(-1)}"))
+                                f"k = {found_k[0]:.6g} x the key projection; contracted size {q.size(-1)}", peak))
         for part, h in (("queries", q), ("keys", k), ("values", _f64(bound["value"]))):
             splits.append(_projected(Split(lq, lk, part, kernel), h, events, before))
         splits.append(_concatenated(Split(lq, lk, "concatenation", kernel), _f64(out), events, before))
@@ -577,11 +593,16 @@ def witness(config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
     return src, tgt
 
 
-def trace_of(impl: Implementation, config: ModelConfig) -> Trace | str:
+EXTREME = 1e5  # the order of the scores a sharpened trace reaches (a finite mask fill of -1e4 then shows)
+
+
+def trace_of(impl: Implementation, config: ModelConfig, *, sharpen: bool = False) -> Trace | str:
     """The trace of one eval forward of the implementation at its own weights on the witness (once per
-    implementation, configuration and session), or the reason there is none."""
+    implementation, configuration and session), or the reason there is none. With ``sharpen``, the forward runs
+    with every query projection the plain trace found multiplied by one factor, so that the attentions' scores
+    reach the order of EXTREME (of 1e5): a masked score filled with a finite constant then shows."""
     memo = settings.current().cache("own-weight-traces")
-    key = (impl.name, id(impl), config)
+    key = (impl.name, id(impl), config, sharpen)
     if key in memo:
         return memo[key]
     src, tgt = fitted(*witness(config), config)
@@ -589,7 +610,29 @@ def trace_of(impl: Implementation, config: ModelConfig) -> Trace | str:
         return (f"blocked by model.shape: the own-weights trace needs src [{BATCH}, {SRC_LEN}] and tgt "
                 f"[{BATCH}, {TGT_LEN}]")
     model = build_model(impl, config)
-    storages = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    sharpened = ""
+    if sharpen:
+        plain = trace_of(impl, config)
+        if isinstance(plain, str):
+            return plain
+        names = sorted({s.proj_param for s in plain.splits if s.part == "queries" and s.proj_param})
+        peaks = [s.peak for s in plain.scales if s.peak]
+        if not names or not peaks:
+            memo[key] = ("own-weights trace at extreme scores: no query projection "
+                         + ("was found" if not names else "whose scores were measured") + " to sharpen")
+            return memo[key]
+        factor = min(EXTREME / min(peaks), 10 * EXTREME / max(peaks))
+        keys = {s.proj_param for s in plain.splits if s.part == "keys"}
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name in names:  # a packed projection that also gives the keys scales the scores twice
+                    p.mul_(math.sqrt(factor) if name in keys else factor)
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        sharpened = (f"the {len(names)} query projection weights ({shown}) multiplied by {factor:.3g} (scores of "
+                     f"order {EXTREME:g})")
+    storages: dict[int, str] = {}
+    for name, p in model.named_parameters():
+        storages.setdefault(p.untyped_storage().data_ptr(), name)
     rec = _Recorder(storages)
     with rec:
         run_forward(model, src, tgt, vocab=config.tgt_vocab, pad_id=config.pad_id, check_finite=False)
@@ -598,15 +641,14 @@ def trace_of(impl: Implementation, config: ModelConfig) -> Trace | str:
                      "own failure, not a finding); no reading of this trace is used")
         return memo[key]
     attentions, scales, splits = _attentions(rec)
-    trace = Trace(src, tgt, attentions, scales, _lookups(rec, src, tgt), rec.opaque, splits)
+    trace = Trace(src, tgt, attentions, scales, _lookups(rec, src, tgt), rec.opaque, splits, sharpened)
     memo[key] = trace
     return trace
 
 
-
-def observed(impl: Implementation, config: ModelConfig) -> Trace:
+def observed(impl: Implementation, config: ModelConfig, *, sharpen: bool = False) -> Trace:
     """``trace_of``, skipping the check with its reason when there is no trace."""
-    trace = trace_of(impl, config)
+    trace = trace_of(impl, config, sharpen=sharpen)
     if isinstance(trace, str):
         pytest.skip(trace)
     return trace
