@@ -23,7 +23,9 @@ are seen op by op):
   input of the projection that reads them (W^O): how many matrices per sequence, of how many features, whether
   row i of each is token i's (in a batch-first or a sequence-first layout) and whether the heads of a token use
   each of its projected features at most once. Projections are recognised by their parameter operand; their input
-  width (d_model in the paper) is kept.
+  width (d_model in the paper) is kept;
+* at extreme scores (``sharpen=True``): the same readings after the query projections found are multiplied by
+  one factor, so that the admissible scores reach the order of 1e5 and a finite mask fill is outscored.
 
 A probe skips, saying why, when the forward shows nothing it can read (a fused encoder layer, a fused
 multi-head attention kernel). The witness has the same padding in every row, so a weight's query and key
