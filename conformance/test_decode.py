@@ -61,6 +61,7 @@ from .helpers.decoding import (
     Schedule,
     ScriptedScores,
     TwinScores,
+    TwinTree,
     beam_variant_outputs,
     call_generate,
     call_search,
@@ -520,7 +521,7 @@ def beam_witnesses(impl: Implementation, subj: Subject) -> list[Witness]:
         return subj.beam_witnesses
     cfg = subj.config
     src = decode_sources(BEAM_SOURCES, seed=5, config=cfg)
-    scores = subj.searched
+    scores = subj.searched if subj.fast is None else TwinTree(subj.fast.model, cfg)
     found: list[Witness] = []
     told: set[str] = set()
     for eos in end_symbol_candidates(scores, src):
