@@ -153,14 +153,14 @@ class TwinTree(ForwardScores):
     def __init__(self, twin: Any, config: ModelConfig):
         super().__init__(twin, "logits", config)
         self.roots: dict[tuple[int, ...], tuple[tuple[tuple[Tensor, Tensor], ...], Tensor]] = {}
-        self.nodes: dict[Key, tuple[Tensor, tuple[tuple[Tensor, Tensor], ...]]] = {}  # logits, self-attention k, v
+        self.nodes: dict[Key, tuple[Tensor, tuple[tuple[Tensor, Tensor], ...]]] = {}  # log-probs, self-attn k, v
 
     def log_probs(self, src: Tensor, prefix: Tensor) -> Tensor:
         """[N, V] float64 log-probabilities of the token after ``prefix`` [N, t] (t >= 1) given ``src`` [N, S]."""
         keys = list(zip(map(tuple, src.tolist()), map(tuple, prefix.tolist())))
         with torch.no_grad():
             self._grow(src, prefix, keys)
-        return torch.log_softmax(torch.stack([self.nodes[k][0] for k in keys]).double(), dim=-1)
+        return torch.stack([self.nodes[k][0] for k in keys])
 
     def _grow(self, src: Tensor, prefix: Tensor, keys: list[Key]) -> None:
         """Decode every prefix of ``keys`` not yet memoized (its ancestors first), one batch per length."""
@@ -174,8 +174,9 @@ class TwinTree(ForwardScores):
         if prefix.size(1) > 1:
             self._grow(src, prefix[:, :-1], [(s, k[1][:-1]) for s, (k, _) in zip(sources, missing)])
         logits, cache = twin_step(self.model, self._cache(sources, [k[1][:-1] for k, _ in missing]), prefix[:, -1])
+        logp = torch.log_softmax(logits.double(), dim=-1)  # once per prefix, however many searches read it
         for b, (key, _) in enumerate(missing):
-            self.nodes[key] = (logits[b], tuple((c.self_k[b], c.self_v[b]) for c in cache.layers))
+            self.nodes[key] = (logp[b], tuple((c.self_k[b], c.self_v[b]) for c in cache.layers))
 
     def _encode(self, src: Tensor, sources: list[tuple[int, ...]]) -> None:
         """The cross-attention keys and values and the mask of each source not yet encoded (``init_cache``)."""
