@@ -61,6 +61,7 @@ from .helpers.decoding import (
     Schedule,
     ScriptedScores,
     TwinScores,
+    TwinTree,
     beam_variant_outputs,
     call_generate,
     call_search,
@@ -89,7 +90,7 @@ from .helpers.inputs import random_tokens
 from .helpers.outputs import log_probs, require_deterministic
 from .helpers.settings import AuditSettings
 from .helpers.settings import current as current_settings
-from .helpers.transplant import STATE_SEED, load_into, reference_twin, visible_state
+from .helpers.transplant import STATE_SEED, load_into, reference_twin, transplanted, visible_state, visible_twin
 
 BOS = PAPER.bos_id
 GREEDY_MAX = 10  # output tokens in the greedy check (the default limit is decode.max-length's)
@@ -195,12 +196,8 @@ def history(impl: Implementation, subj: Subject) -> History:
     if subj.history is None:
         if subj.twin is None:
             subj.history = History(subj.model, None, subj.weights, ForwardScores(subj.model, impl.output, subj.config))
-        else:
-            unsharp = build_model(impl, subj.config)
-            state = visible_state(subj.config, seed=STATE_SEED)
-            load_into(unsharp, state, impl.name)
-            unsharp.eval()
-            twin = reference_twin(subj.config, state)
+        else:  # the transplanted model and twin the other checks share (a base model takes seconds to build)
+            unsharp, twin = transplanted(impl, subj.config), visible_twin(subj.config)
             subj.history = History(unsharp, twin, f"visible weights (seed {STATE_SEED}), not sharpened",
                                    ForwardScores(unsharp, impl.output, subj.config),
                                    twin_scores(unsharp, impl, twin, subj.config))
@@ -520,7 +517,7 @@ def beam_witnesses(impl: Implementation, subj: Subject) -> list[Witness]:
         return subj.beam_witnesses
     cfg = subj.config
     src = decode_sources(BEAM_SOURCES, seed=5, config=cfg)
-    scores = subj.searched
+    scores = subj.searched if subj.fast is None else TwinTree(subj.fast.model, cfg)
     found: list[Witness] = []
     told: set[str] = set()
     for eos in end_symbol_candidates(scores, src):

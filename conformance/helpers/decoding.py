@@ -27,6 +27,8 @@ from torch import Tensor
 
 from aiayn_conformance.reference.decoding import (
     Hypotheses,
+    KVCache,
+    LayerCache,
     LengthPenalty,
     PrefixState,
     SearchFn,
@@ -46,7 +48,8 @@ from .harness import CheckTimeout, ImplementationError, as_log_probs, could_not_
 from .inputs import EOS_ID, ordinary_ids, random_tokens
 
 __all__ = [
-    "PAPER", "ForwardScores", "TwinScores", "call_generate", "checked_tokens", "rows_of", "missing_step_methods",
+    "PAPER", "ForwardScores", "TwinScores", "TwinTree", "call_generate", "checked_tokens", "rows_of",
+    "missing_step_methods",
     "decode_sources", "BEAM_VARIANTS", "beam_variant_outputs", "EosForbiddenFirst", "output_form",
     "COMBINED_VARIANTS", "finished_in_beam",
     "expected_beam", "greedy_rows",
@@ -135,6 +138,67 @@ class TwinScores(ForwardScores):
 
     def reorder_state(self, state: Any, indices: Tensor) -> Any:
         return reorder_cache(state, indices)
+
+
+Key = tuple[tuple[int, ...], tuple[int, ...]]  # (source row, prefix)
+
+
+class TwinTree(ForwardScores):
+    """The twin's cached decoder (``TwinScores``: one position per step) memoized per (source row, prefix): each
+    prefix is decoded once, from its parent prefix's keys and values, however many searches reach it. The many
+    searches of a witness search (every end symbol, every named variant) share most of their prefixes, and the
+    rows of a beam that repeat one (the K copies of the start) are decoded once. ``log_probs`` on a whole prefix
+    is the same cached decoder (each missing ancestor decoded first), so every search sees the same scores."""
+
+    def __init__(self, twin: Any, config: ModelConfig):
+        super().__init__(twin, "logits", config)
+        self.roots: dict[tuple[int, ...], tuple[tuple[tuple[Tensor, Tensor], ...], Tensor]] = {}
+        self.nodes: dict[Key, tuple[Tensor, tuple[tuple[Tensor, Tensor], ...]]] = {}  # log-probs, self-attn k, v
+
+    def log_probs(self, src: Tensor, prefix: Tensor) -> Tensor:
+        """[N, V] float64 log-probabilities of the token after ``prefix`` [N, t] (t >= 1) given ``src`` [N, S]."""
+        keys = list(zip(map(tuple, src.tolist()), map(tuple, prefix.tolist())))
+        with torch.no_grad():
+            self._grow(src, prefix, keys)
+        return torch.stack([self.nodes[k][0] for k in keys])
+
+    def _grow(self, src: Tensor, prefix: Tensor, keys: list[Key]) -> None:
+        """Decode every prefix of ``keys`` not yet memoized (its ancestors first), one batch per length."""
+        missing = list({k: i for i, k in enumerate(keys) if k not in self.nodes}.items())
+        if not missing:
+            return
+        idx = torch.tensor([i for _, i in missing], dtype=torch.long)
+        src, prefix = src[idx], prefix[idx]
+        sources = [k[0] for k, _ in missing]
+        self._encode(src, sources)
+        if prefix.size(1) > 1:
+            self._grow(src, prefix[:, :-1], [(s, k[1][:-1]) for s, (k, _) in zip(sources, missing)])
+        logits, cache = twin_step(self.model, self._cache(sources, [k[1][:-1] for k, _ in missing]), prefix[:, -1])
+        logp = torch.log_softmax(logits.double(), dim=-1)  # once per prefix, however many searches read it
+        for b, (key, _) in enumerate(missing):
+            self.nodes[key] = (logp[b], tuple((c.self_k[b], c.self_v[b]) for c in cache.layers))
+
+    def _encode(self, src: Tensor, sources: list[tuple[int, ...]]) -> None:
+        """The cross-attention keys and values and the mask of each source not yet encoded (``init_cache``)."""
+        new = list({s: b for b, s in enumerate(sources) if s not in self.roots}.items())
+        if new:
+            cache = init_cache(self.model, src[torch.tensor([b for _, b in new], dtype=torch.long)])
+            for r, (s, _) in enumerate(new):
+                self.roots[s] = tuple((c.cross_k[r], c.cross_v[r]) for c in cache.layers), cache.src_mask[r]
+
+    def _cache(self, sources: list[tuple[int, ...]], parents: list[tuple[int, ...]]) -> Any:
+        """The twin's ``KVCache`` of the rows (source, parent prefix): the memoized keys and values, stacked."""
+        roots = [self.roots[s] for s in sources]
+        stems = [self.nodes[(s, p)][1] if p else None for s, p in zip(sources, parents)]
+        layers = []
+        for n, layer in enumerate(roots[0][0]):
+            cross_k, cross_v = (torch.stack([r[0][n][j] for r in roots]) for j in (0, 1))
+            if stems[0] is None:
+                self_k = self_v = cross_k.new_zeros(len(roots), *layer[0].shape[:1], 0, layer[0].size(-1))
+            else:
+                self_k, self_v = (torch.stack([st[n][j] for st in stems]) for j in (0, 1))  # type: ignore[index]
+            layers.append(LayerCache(self_k, self_v, cross_k, cross_v))
+        return KVCache(tuple(layers), torch.stack([r[1] for r in roots]))
 
 
 # -- scripted scores: the witnesses of the search and length-penalty components --------------------------------

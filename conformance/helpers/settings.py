@@ -63,7 +63,7 @@ def others_for(config: ModelConfig) -> dict[str, ModelConfig]:
 # derived configurations (wider, separate vocabularies, one head, readout...) would otherwise all stay resident.
 LARGE = 5_000_000
 BOUNDED = {"built-models": 2, "transplanted": 2, "scratch-models": 2, "visible-states": 4, "decode-subjects": 2,
-           "initial-states": 1}
+           "initial-states": 1, "visible-twins": 1}
 
 
 class Recent(OrderedDict):

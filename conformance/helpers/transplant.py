@@ -31,7 +31,7 @@ from .harness import ImplementationError, build_model, could_not_check, current_
 if TYPE_CHECKING:
     from aiayn_conformance.implementations import Implementation
 
-__all__ = ["STATE_SEED", "visible_state", "load_into", "transplanted", "scratch_model", "sharp_or_own",
+__all__ = ["STATE_SEED", "visible_state", "visible_twin", "load_into", "transplanted", "scratch_model", "sharp_or_own",
            "reference_twin"]
 
 STATE_SEED = 11  # the seed of the visible weights the transplant-based checks share
@@ -48,17 +48,17 @@ def visible_state(config: ModelConfig, *, seed: int = 0, attention_gain: float =
     maps (W^O, W2) std ``sublayer_gain / sqrt(fan_in)``: each sub-layer's output is about half its residual
     input, so what a token contributes survives every norm of a deep stack (with sub-layer outputs larger than
     the residual, its share shrinks geometrically with depth, to below float32's resolution at N = 6). Tied names
-    (§3.4) hold the very same tensor. ``adjust(name, tensor)`` may rewrite any entry. Drawn once per session and
-    arguments (a base model's vocabulary tables are large): callers copy the dict and never change a tensor in place.
+    (§3.4) hold the very same tensor. ``adjust(name, tensor)`` may rewrite any entry (into a new tensor: it is
+    given the session's draw). Drawn once per session and arguments, adjusted or not (a base model's vocabulary
+    tables are large): callers copy the dict and never change a tensor in place.
     """
+    drawn = settings.current().cache("visible-states")
+    key = (config, seed, attention_gain, sublayer_gain, unit_norms)
+    if key not in drawn:
+        drawn[key] = _draw(config, seed, attention_gain, sublayer_gain, unit_norms)
     if adjust is None:
-        drawn = settings.current().cache("visible-states")
-        key = (config, seed, attention_gain, sublayer_gain, unit_norms)
-        if key not in drawn:
-            drawn[key] = _draw(config, seed, attention_gain, sublayer_gain, unit_norms)
         return dict(drawn[key])
-    state = _draw(config, seed, attention_gain, sublayer_gain, unit_norms)
-    state = {k: adjust(k, v) for k, v in state.items()}
+    state = {k: adjust(k, v) for k, v in drawn[key].items()}  # the session's draw, rewritten, never changed in place
     for group in tied_groups(config):
         for other in group[1:]:
             state[other] = state[group[0]]
@@ -94,6 +94,15 @@ def _draw(config: ModelConfig, seed: int, attention_gain: float, sublayer_gain: 
         for other in group[1:]:
             state[other] = state[group[0]]
     return state
+
+
+def visible_twin(config: ModelConfig) -> Any:
+    """The reference twin holding the visible weights (seed ``STATE_SEED``), built once per session and
+    configuration for the checks that only read its outputs (a base model takes seconds to build)."""
+    twins = settings.current().cache("visible-twins")
+    if config not in twins:
+        twins[config] = reference_twin(config, visible_state(config, seed=STATE_SEED))
+    return twins[config]
 
 
 def load_into(model: Any, state: Mapping[str, torch.Tensor], impl_name: str = "") -> None:
