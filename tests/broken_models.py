@@ -140,12 +140,7 @@ def cross_value_from_query(cfg: ModelConfig) -> Transformer:
     return model
 
 
-def heads_no_transpose(cfg: ModelConfig) -> Transformer:
-    model = Transformer(cfg)
-    for m in model.modules():
-        if type(m) is MultiHeadAttention:
-            m.__class__ = NoTransposeMHA
-    return model
+heads_no_transpose = with_mha(NoTransposeMHA)
 
 
 # -- layer variants -----------------------------------------------------------------------------------------
