@@ -131,8 +131,8 @@ def heads_departure(s: Split, config: ModelConfig) -> str:
 def test_heads_on_own_weights(impl: Implementation, config: ModelConfig) -> None:
     """§3.2.2 without a transplant: in one traced forward at the model's own weights, every attention's queries,
     keys and values are h matrices per sequence of d_k (d_v) features, each a head's slice of its projection
-    (d_model features in), row i of each holding features of token i alone, the h slices of a token together
-    its projection's features, each once; the heads' outputs reach W^O concatenated per position. Which features
+    (d_model features in), row i of each holding features of token i alone, the h slices of a token using each of
+    its projected features at most once; the heads' outputs reach W^O concatenated per position. Which features
     form which head is not judged (a permutation of a projection's outputs is the same function); bias-free
     projections are not judged here (the transplant sets the biases to zero)."""
     one_head(config)

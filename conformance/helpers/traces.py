@@ -147,7 +147,7 @@ class Split:
     layout: str | None = None  # "batch-first" or "sequence-first": every matrix's row i is one sequence's token i
     heads: list[int] = dataclasses.field(default_factory=list)  # matrices per sequence, when the rows are placed
     mixed: str = ""  # when no layout fits: a row that is not its own position's, measured
-    uncovered: str = ""  # a position whose h rows together are not its token's features, each once
+    uncovered: str = ""  # a position whose h rows together use one of its token's features more than once
     unread: str = ""  # why nothing was measured
 
     @property
@@ -297,10 +297,20 @@ def _score_product(events: list[Event], spos: int, lq: int, lk: int) -> Event | 
                  and e.out.numel() == s.numel() and tuple(e.out.shape[-2:]) == (lq, lk)), None)
 
 
-def _scale_chain(events: list[Event], spos: int, lq: int, lk: int) -> tuple[float | None, str]:
-    """The effective scale of the scores a softmax (event position ``spos``) normalizes: c_s * c_A * c_B."""
+Source = tuple[float, int] | None  # (c, event index) of the projection output a tensor is c times (part of)
+
+
+def _source(h: torch.Tensor, events: list[Event], before: int) -> Source:
+    """The projection output before event position ``before`` that h [.., L, d] is a scaled permutation of, else
+    one holding every value of h at a common scale (heads that repeat or leave out part of their projection)."""
+    return _sorted_scale(h, events, before) or _subset_of(h, events, before)
+
+
+def _scale_chain(events: list[Event], spos: int, lq: int, lk: int, prod: Event | None,
+                 sources: tuple[Source, Source]) -> tuple[float | None, str]:
+    """The effective scale of the scores a softmax (event position ``spos``) normalizes: c_s * c_A * c_B, from
+    the score product ``prod`` and the ``sources`` of its queries and keys."""
     s = events[spos].operands[0]
-    prod = _score_product(events, spos, lq, lk)
     if prod is None:
         return None, "no product of queries and keys produced the softmax's input"
     a, b = prod.operands
@@ -311,8 +321,7 @@ def _scale_chain(events: list[Event], spos: int, lq: int, lk: int) -> tuple[floa
     c_s, res = _fit(sv[finite], pv[finite])
     if res > 1e-3:
         return None, f"the softmax's input is no multiple of the product of queries and keys (residual {res:.2g})"
-    ppos = events.index(prod)
-    found_a, found_b = (_sorted_scale(x, events, ppos) or _subset_of(x, events, ppos) for x in (a, b))
+    found_a, found_b = sources
     if found_a is None or found_b is None:
         return None, ("the queries or keys of the score product are no scaled copy of a projection output (a "
                       "rotary embedding, a norm on q or k, or a projection the trace does not see)")
@@ -336,6 +345,7 @@ def _fused_weights(bound: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, t
         lq, lk = scores.shape[-2:]
         scores = scores.masked_fill(~torch.ones(lq, lk, dtype=torch.bool).tril(), float("-inf"))
     return q, k, torch.softmax(scores, dim=-1).nan_to_num(0.0), scale
+
 
 def _event(events: list[Event], index: int) -> Event:
     return next(e for e in events if e.index == index)
@@ -453,10 +463,9 @@ def _subset_of(h: torch.Tensor, events: list[Event], before: int) -> tuple[float
     return None
 
 
-def _projected(split: Split, h: torch.Tensor, events: list[Event], before: int) -> Split:
-    """``split`` measured for the per-head rows h [.., L, d], a scaled copy of a projection's output computed
-    before event position ``before``."""
-    found = _sorted_scale(h, events, before) or _subset_of(h, events, before)
+def _projected(split: Split, h: torch.Tensor, events: list[Event], found: Source) -> Split:
+    """``split`` measured for the per-head rows h [.., L, d], ``found`` (``_source``) times a projection's
+    output."""
     if found is None:
         split.unread = f"the {split.part} are no scaled copy of (part of) a projection's output"
         return split
@@ -495,14 +504,18 @@ def _attentions(rec: _Recorder) -> tuple[list[Attention], list[Scale], list[Spli
         if ev.op in _SOFTMAX and ev.out is not None and ev.out.dim() >= 2:
             lq, lk = ev.out.shape[-2:]
             if is_attention(lq, lk):
-                scales.append(Scale(lq, lk, "softmax", *_scale_chain(events, pos, lq, lk),
-                                    peak=_peak(ev.operands[0], lq, lk)))
                 prod = _score_product(events, pos, lq, lk)
-                if prod is not None:
-                    a, b = prod.operands
-                    ppos = events.index(prod)
-                    splits.append(_projected(Split(lq, lk, "queries", "softmax"), a, events, ppos))
-                    splits.append(_projected(Split(lq, lk, "keys", "softmax"), b.transpose(-2, -1), events, ppos))
+                if prod is None:
+                    scales.append(Scale(lq, lk, "softmax", *_scale_chain(events, pos, lq, lk, None, (None, None)),
+                                        peak=_peak(ev.operands[0], lq, lk)))
+                    continue
+                ppos = events.index(prod)
+                q, k = prod.operands[0], prod.operands[1].transpose(-2, -1)  # [.., Lq, d_k], [.., Lk, d_k]
+                found_q, found_k = _source(q, events, ppos), _source(k, events, ppos)
+                scales.append(Scale(lq, lk, "softmax", *_scale_chain(events, pos, lq, lk, prod, (found_q, found_k)),
+                                    peak=_peak(ev.operands[0], lq, lk)))
+                splits.append(_projected(Split(lq, lk, "queries", "softmax"), q, events, found_q))
+                splits.append(_projected(Split(lq, lk, "keys", "softmax"), k, events, found_k))
             continue
         if ev.op != "aten.bmm.default" or ev.param:
             continue
@@ -515,7 +528,7 @@ def _attentions(rec: _Recorder) -> tuple[list[Attention], list[Scale], list[Spli
         if bool((w < 0).any()) or bool((sums > 1 + 1e-3).any()) or not bool(((sums - 1).abs() < 1e-3).any()):
             continue  # not attention weights (a product of queries and keys, or values)
         found.append(Attention(lq, lk, w.reshape(-1, lq, lk), "softmax"))
-        splits.append(_projected(Split(lq, lk, "values", "softmax"), v, events, pos))
+        splits.append(_projected(Split(lq, lk, "values", "softmax"), v, events, _source(v, events, pos)))
         assert ev.out is not None
         splits.append(_concatenated(Split(lq, lk, "concatenation", "softmax"), ev.out, events, pos + 1))
     for at, name, bound, out in rec.sdpa:
@@ -526,7 +539,7 @@ def _attentions(rec: _Recorder) -> tuple[list[Attention], list[Scale], list[Spli
             continue
         found.append(Attention(lq, lk, w.reshape(-1, lq, lk), kernel))
         before = next((i for i, e in enumerate(events) if e.index > at), len(events))
-        found_q, found_k = (_sorted_scale(x, events, before) or _subset_of(x, events, before) for x in (q, k))
+        found_q, found_k = _source(q, events, before), _source(k, events, before)
         peak = _peak(q @ k.transpose(-2, -1) * c_s, lq, lk)
         if found_q is None or found_k is None:
             scales.append(Scale(lq, lk, kernel, None, "the fused kernel's q or k is no scaled copy of a projection "
@@ -535,8 +548,10 @@ def _attentions(rec: _Recorder) -> tuple[list[Attention], list[Scale], list[Spli
             scales.append(Scale(lq, lk, kernel, c_s * found_q[0] * found_k[0],
                                 f"{kernel} with scale {c_s:.6g}, q = {found_q[0]:.6g} x the query projection, "
                                 f"k = {found_k[0]:.6g} x the key projection; contracted size {q.size(-1)}", peak))
-        for part, h in (("queries", q), ("keys", k), ("values", _f64(bound["value"]))):
-            splits.append(_projected(Split(lq, lk, part, kernel), h, events, before))
+        v = _f64(bound["value"])
+        found_v = _source(v, events, before)
+        for part, h, origin in (("queries", q, found_q), ("keys", k, found_k), ("values", v, found_v)):
+            splits.append(_projected(Split(lq, lk, part, kernel), h, events, origin))
         splits.append(_concatenated(Split(lq, lk, "concatenation", kernel), _f64(out), events, before))
     return found, scales, splits
 
