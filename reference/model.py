@@ -291,17 +291,19 @@ class Transformer(nn.Module):
         ffn = feed_forward or PositionwiseFeedForward
         self._pe_fn: PositionalFn = positional_encoding or (lambda n, d: sinusoid_table(n, d))
 
-        self.src_embed = nn.Embedding(cfg.src_vocab, cfg.d_model)
-        self.tgt_embed = nn.Embedding(cfg.tgt_vocab, cfg.d_model)
+        # The vocabulary tables (most of a base model's parameters) are left undrawn here (skip_init) and drawn
+        # once, by reset_parameters, after §3.4's sharing has made them one matrix.
+        self.src_embed = nn.utils.skip_init(nn.Embedding, cfg.src_vocab, cfg.d_model)
+        self.tgt_embed = nn.utils.skip_init(nn.Embedding, cfg.tgt_vocab, cfg.d_model)
         self.encoder = nn.ModuleList(EncoderLayer(cfg, attention, norm, ffn) for _ in range(cfg.n_layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg, attention, norm, ffn) for _ in range(cfg.n_layers))
-        self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab, bias=False)
+        self.generator = nn.utils.skip_init(nn.Linear, cfg.d_model, cfg.tgt_vocab, bias=False)
         self.dropout = nn.Dropout(cfg.dropout)
         self.register_buffer("pe", self._table(cfg.max_len), persistent=False)  # (max_len, d_model)
-        self.reset_parameters()
-        if cfg.share_embeddings:
+        if cfg.share_embeddings:  # §3.4: one matrix for both embeddings and the pre-softmax transformation
             self.tgt_embed.weight = self.src_embed.weight
             self.generator.weight = self.src_embed.weight
+        self.reset_parameters()
 
     def _table(self, length: int) -> Tensor:
         table = torch.as_tensor(self._pe_fn(length, self.config.d_model), dtype=torch.float32)
@@ -316,8 +318,8 @@ class Transformer(nn.Module):
         """Initialization (the paper is silent): tensor2tensor's embedding init
         N(0, d_model^-0.5), so scaled embeddings have unit variance; Xavier-uniform
         matrices (PyTorch's nn.Transformer; tensor2tensor used uniform unit scaling);
-        zero biases; unit norm gains."""
-        for name, p in self.named_parameters():
+        zero biases; unit norm gains. A shared matrix (§3.4) is drawn once, as the source embedding."""
+        for name, p in self.named_parameters():  # each parameter once, under its first name
             if name.endswith("embed.weight"):
                 nn.init.normal_(p, mean=0.0, std=self.config.d_model ** -0.5)
             elif p.dim() == 2:

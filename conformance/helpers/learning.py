@@ -239,18 +239,28 @@ def train_implementation(impl: Any, task: Task, *, seed: int = 0, own: bool = Tr
         start = REFERENCE_START
     recipe = recipe_for(model, impl.output, task.train_config, d_model=task.config.d_model, vocab=task.config.tgt_vocab,
                         pad_id=PAD, own=own)
-    with seeded(seed), one_thread(), warnings.catch_warnings():
+    with seeded(seed), training_threads(model), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # schedulers warning about their own stepping order
         curve = learn(model, recipe, task, seed=seed, steps=steps, on_step=on_step)
     curve.start = start
     return model, curve
 
 
+SHARED_THREADS_FROM = 5_000_000  # parameters from which training keeps every torch thread
+
+
 @contextlib.contextmanager
-def one_thread():
-    """Train on one torch thread, then restore the count. The model is tiny: more threads only wait for each
-    other (on a busy 2-CPU machine, torch's default of one per core made a training run 10 to 40 times slower),
-    and one thread makes the run's arithmetic the same whatever the machine's thread settings."""
+def training_threads(model: Any):
+    """Train a small model on one torch thread, then restore the count: more threads only wait for each other
+    (on a busy 2-CPU machine, torch's default of one per core made a tiny model's run 10 to 40 times slower), and one
+    thread makes the run's arithmetic the same whatever the machine's thread settings. A model of
+    SHARED_THREADS_FROM parameters or more (the paper's base model: 63M) keeps the threads it has: its products and
+    updates are large enough to share (ten lockstep updates at base: 6.3 s on 2 threads, 8.3 to 9.9 s on one, run
+    back to back); the implementation and the reference it is compared with run under the same count."""
+    size = sum(p.numel() for p in model.parameters()) if isinstance(model, nn.Module) else 0
+    if size >= SHARED_THREADS_FROM:
+        yield
+        return
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -323,7 +333,7 @@ def lockstep(model: nn.Module, output_kind: str, config: ModelConfig, batches: l
     optimizer = recipe.make_optimizer(p for p in model.parameters() if p.requires_grad)
     scheduler = recipe.make_scheduler(optimizer)
     losses = []
-    with one_thread():
+    with training_threads(model):
         for src, target in batches:
             step = train_step(model, src, target, optimizer=optimizer, scheduler=scheduler, criterion=recipe.criterion,
                               bos_id=BOS, make_batch=recipe.make_batch)

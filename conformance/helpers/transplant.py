@@ -49,11 +49,14 @@ def visible_state(config: ModelConfig, *, seed: int = 0, attention_gain: float =
     input, so what a token contributes survives every norm of a deep stack (with sub-layer outputs larger than
     the residual, its share shrinks geometrically with depth, to below float32's resolution at N = 6). Tied names
     (§3.4) hold the very same tensor. ``adjust(name, tensor)`` may rewrite any entry (into a new tensor: it is
-    given the session's draw). Drawn once per session and arguments, adjusted or not (a base model's vocabulary
-    tables are large): callers copy the dict and never change a tensor in place.
+    given the session's draw). Drawn once per session, arguments and parameter schema (configurations that differ
+    in dropout or max_len alone share a draw), adjusted or not (a base model's vocabulary tables are large): callers
+    copy the dict and never change a tensor in place.
     """
     drawn = settings.current().cache("visible-states")
-    key = (config, seed, attention_gain, sublayer_gain, unit_norms)
+    # keyed by what the draw reads: configurations with one schema and ties (dropout, max_len apart) share it
+    key = (tuple(parameter_schema(config).items()), tuple(tied_groups(config)), seed, attention_gain, sublayer_gain,
+           unit_norms)
     if key not in drawn:
         drawn[key] = _draw(config, seed, attention_gain, sublayer_gain, unit_norms)
     if adjust is None:
@@ -70,8 +73,11 @@ def _draw(config: ModelConfig, seed: int, attention_gain: float, sublayer_gain: 
     schema = parameter_schema(config)
     d = config.d_model
     state: dict[str, torch.Tensor] = {}
+    copies = {other for group in tied_groups(config) for other in group[1:]}  # tied: drawn once, as the first
     with seeded(seed):
         for name, shape in schema.items():
+            if name in copies:
+                continue
             if ".norm" in name:
                 if unit_norms:
                     t = torch.ones(shape) if name.endswith("weight") else torch.zeros(shape)
@@ -80,15 +86,15 @@ def _draw(config: ModelConfig, seed: int, attention_gain: float, sublayer_gain: 
                 else:
                     t = torch.empty(shape).uniform_(-0.5, 0.5)
             elif "embed" in name or name.startswith("generator"):
-                t = torch.randn(shape) * d ** -0.5
+                t = torch.randn(shape).mul_(d ** -0.5)
             elif name.endswith(("attn.q.weight", "attn.k.weight")):
-                t = torch.randn(shape) * attention_gain / d ** 0.5
+                t = torch.randn(shape).mul_(attention_gain / d ** 0.5)
             elif name.endswith(("attn.o.weight", "ffn.w2.weight")):
-                t = torch.randn(shape) * sublayer_gain / shape[1] ** 0.5
+                t = torch.randn(shape).mul_(sublayer_gain / shape[1] ** 0.5)
             elif name.endswith("bias"):
                 t = torch.empty(shape).uniform_(-0.2, 0.2)
             else:  # W^V, W1
-                t = torch.randn(shape) / shape[1] ** 0.5
+                t = torch.randn(shape).mul_(shape[1] ** -0.5)
             state[name] = t
     for group in tied_groups(config):
         for other in group[1:]:
