@@ -96,4 +96,4 @@ def test_a_model_that_cannot_load_weights_learns_from_its_own_init_and_the_messa
     assert equivalence["outcome"] == "skipped" and "load_reference_state" in equivalence["message"], equivalence
     reverse = next(r for r in got["train.learns"] if "reverse" in r["nodeid"])
     assert reverse["outcome"] == "failed", reverse
-    assert "its own initialisation" in reverse["detail"] and "conforming models measured 77-94.5%" in reverse["detail"]
+    assert "its own initialisation" in reverse["detail"] and "conforming models measured 80.5-97%" in reverse["detail"]
