@@ -4,6 +4,9 @@ naming the call (never a crash of the suite), and the named variants are what th
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -345,3 +348,47 @@ def test_unfrozen_rows_run_until_the_last_row_ends():
     assert unfrozen(free, 2) == [[3, 2, 4, 4], [3, 3, 3, 2], [2, 5, 5, 5]]  # the last row ends at the last step
     assert unfrozen([r[:3] for r in free[:1]] + [[2, 6, 6]], 2) == [[3, 2], [2, 6]]
     assert unfrozen([[3, 3], [2, 4]], 2) == [[3, 3], [2, 4]]  # a row never ends: the batch runs to max_len
+
+
+READS_THE_FUTURE = '''
+from aiayn_conformance.implementations import Implementation, hookimpl
+from aiayn_conformance.reference.decoding import PrefixDecoding
+from aiayn_conformance.reference.model import Transformer, padding_mask
+
+
+class ReadsTheFuture(PrefixDecoding, Transformer):
+    """No causal mask in the forward; each step recomputes the forward on the prefix fed so far."""
+
+    generate = None
+
+    def decode(self, memory, src_mask, tgt):
+        y = self.embed(tgt, self.tgt_embed)
+        for layer in self.decoder:
+            y = layer(y, memory, src_mask, padding_mask(tgt, self.config.pad_id))  # padding only: reads later tokens
+        return y
+
+
+@hookimpl
+def register_implementations(register):
+    register(Implementation(name="reads-the-future", build=ReadsTheFuture, output="logits"))
+'''
+
+
+def test_a_step_read_inside_a_longer_prefix_is_judged_again_on_its_own(tmp_path):
+    """decode.incremental reads a judged step inside the forward of a longer prefix the step's prefix begins. For
+    a model whose output at a position reads later target tokens that reading is not forward(src, prefix)[:, -1],
+    so the step is judged again on its own prefix: a step decoder that recomputes the forward on each prefix passes
+    (the missing mask is mask.causal's finding, not a cache's). Without the second judgement it fails."""
+    plugin = tmp_path / "reads_the_future.py"
+    plugin.write_text(READS_THE_FUTURE)
+    namespace: dict = {}
+    exec(compile(READS_THE_FUTURE, str(plugin), "exec"), namespace)
+    model = namespace["ReadsTheFuture"](CFG).eval()
+    src = decode_sources([6], seed=0, config=CFG)
+    prefix = torch.tensor([[1, 5, 6, 7, 8]])
+    with torch.no_grad():  # the reading inside the longer prefix differs: the second judgement is what passes it
+        assert not torch.allclose(model(src, prefix)[:, 3], model(src, prefix[:, :4])[:, -1], atol=1e-4)
+    res = subprocess.run([sys.executable, "-m", "pytest", "conformance/test_decode.py", f"--plugin={plugin}",
+                          "--impl=reads-the-future", "-k", "cached_steps", "-q", "-p", "no:cacheprovider", "-rA"],
+                         cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0 and "1 passed" in res.stdout, res.stdout[-3000:] + res.stderr[-2000:]
