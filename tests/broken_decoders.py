@@ -368,9 +368,8 @@ BROKEN_DECODERS: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, d
         BEAM: "after a reorder a beam continues another beam's prefix"}),
     "generate-window-8": (GenerateWindow, "logits", "generate only; its self-attention cache keeps only the last 8 "
                           "positions", {
-        BEAM: "past 8 tokens hypotheses are scored with another distribution than the forward's",
-        GREEDY: "past 8 tokens the next token is the argmax of another distribution than the forward's (a greedy "
-                "witness row of 9 tokens ends under the forward and goes on under the window)"}),
+        BEAM: "past 8 tokens hypotheses are scored with another distribution than the forward's (greedy's witnesses "
+              "settle on one repeated token before 8 tokens, which the window does not change)"}),
     "greedy-no-eos-stop": (GreedyNoEosStop, "logits", "greedy decoding never stops at the end symbol", {
         GREEDY: "rows keep growing after EOS"}),
     "greedy-not-frozen": (GreedyNotFrozen, "logits", "greedy decoding goes on feeding and keeping a row's tokens after "
