@@ -126,7 +126,10 @@ def test_verify_catches_a_step_whose_positions_restart_at_zero(exported, tmp_pat
     export_cached_step(model, tmp_path / "decoder_step.onnx", TINY)
     monkeypatch.undo()
     checks = verify_cached_generation(tmp_path, model, TINY, decode=TRANSLATION.replace(extra_length=6))
-    assert not any(c.ok for c in checks), [c.describe() for c in checks]
+    # A run that stops after its first step feeds position 0 alone, where the bug changes nothing: every run past
+    # it must differ (with no end symbol every source runs to its limit, so there is always one).
+    ran_on = [c for c in checks if c.steps > 1]
+    assert ran_on and not any(c.ok for c in ran_on), [c.describe() for c in checks]
     worst = checks[0]
     assert worst.worst_log_prob > 1e-2 and worst.worst_at[1] >= 1  # step 0 (position 0) is right, later ones not
     assert "DIFFERS FROM PyTorch" in worst.describe()
