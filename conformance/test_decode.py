@@ -282,9 +282,10 @@ def _forward_readings(impl: Implementation, model: Any, cfg: ModelConfig, rep: R
         src = torch.stack([carriers[i][0] for i in group])  # (C, S)
         tgt = torch.stack([carriers[i][1] for i in group])  # (C, L)
         out = run_forward(model, src, tgt, vocab=cfg.tgt_vocab, pad_id=cfg.pad_id)  # (C, L, V)
+        row_of = {i: k for k, i in enumerate(group)}  # carrier -> its row of this forward
         for (t, r), i in where.items():
-            if i in group:
-                read[(t, r)] = out[group.index(i), t].clone()  # (V,)
+            if i in row_of:
+                read[(t, r)] = out[row_of[i], t].clone()  # (V,)
         del out
     return {t: as_log_probs(torch.stack([read[(t, r)] for r in rep.active[t].nonzero().flatten().tolist()]),
                             impl.output) for t in steps}
