@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import textwrap
 
 import pytest
 
+from aiayn_conformance.audit import runner
 from aiayn_conformance.conformance.helpers import threads
 
 HAVE_XDIST = importlib.util.find_spec("xdist") is not None
@@ -85,3 +87,50 @@ def test_the_environment_variable_sets_the_count_and_a_bad_one_is_a_usage_error(
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     res = _run_probe(tmp_path, env={threads.ENV: "many", "EXPECTED_THREADS": "1"})
     assert res.returncode == 4 and f"{threads.ENV}='many': expected a whole number" in res.stderr, res.stderr
+
+
+# -- aiayn audit: one implementation at a large size split over the spare job slots ---------------------------
+GIB = 2**30
+BASE_PARAMETERS, BIG_PARAMETERS = 63_045_632, 213_000_000
+
+
+@pytest.fixture
+def outside_xdist(monkeypatch):
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    return monkeypatch
+
+
+@pytest.mark.skipif(not HAVE_XDIST, reason="pytest-xdist is not installed")
+def test_one_large_run_is_split_over_the_spare_slots_as_memory_allows(outside_xdist):
+    assert runner.split_workers(2, 1, BASE_PARAMETERS, memory=24 * GIB)[0] == 2
+    assert runner.split_workers(8, 1, BASE_PARAMETERS, memory=26 * GIB)[0] == 3  # 8.6 GB a worker at base
+    assert runner.split_workers(8, 2, BASE_PARAMETERS, memory=64 * GIB)[0] == 3  # 4 slots a run, memory for 3 each
+    workers, why = runner.split_workers(2, 1, BIG_PARAMETERS, memory=24 * GIB)
+    assert workers == 1 and "24.0 GiB available holds fewer than two suite processes of about 24.8 GiB" in why, why
+    assert runner.split_workers(2, 1, BASE_PARAMETERS, memory=None)[0] == 2  # memory unknown: the slots decide
+
+
+def test_no_split_without_spare_slots_at_small_sizes_or_inside_a_worker(outside_xdist):
+    assert runner.split_workers(2, 2, BASE_PARAMETERS, memory=24 * GIB) == (1, "")  # a slot for each run
+    assert runner.split_workers(1, 1, BASE_PARAMETERS, memory=24 * GIB) == (1, "")
+    assert runner.split_workers(2, 1, runner.SPLIT_FROM - 1, memory=24 * GIB) == (1, "")  # start-up would eat it
+    outside_xdist.setenv("PYTEST_XDIST_WORKER", "gw0")
+    assert runner.split_workers(2, 1, BASE_PARAMETERS, memory=24 * GIB) == (1, "")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_XDIST, reason="pytest-xdist is not installed")
+def test_a_split_audit_folds_every_workers_records(tmp_path):
+    """End to end at 5.3M parameters (a 37,000-token vocabulary at d_model 144): two clauses of two test files,
+    each judged and passed, their records gathered from the two workers by the controller."""
+    out = tmp_path / "audit.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_XDIST_WORKER", threads.ENV, "OMP_NUM_THREADS")}
+    res = subprocess.run([sys.executable, "-m", "aiayn_conformance", "audit", "--impl", "reference", "--jobs", "2",
+                          "--config", "d_model=144,n_heads=4,d_ff=288,n_layers=2,src_vocab=37000,tgt_vocab=37000",
+                          "--clause", "attention.scale,mask.causal", "--format", "json", "--output", str(out)],
+                         capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "each suite run split over 2 pytest-xdist workers" in res.stderr, res.stderr[-3000:]
+    clauses = json.loads(out.read_text())["implementations"]["reference"]["clauses"]
+    assert {c: clauses[c]["status"] for c in ("attention.scale", "mask.causal")} == \
+        {"attention.scale": "pass", "mask.causal": "pass"}, clauses

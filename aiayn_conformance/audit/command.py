@@ -4,7 +4,9 @@ The conformance suite runs in subprocesses, ``--results-json`` giving one record
 test and subject: by default one process per job slot (``--jobs``, default the number of
 CPUs), each auditing a share of the implementations (and the components), so that the
 start-up is paid once per core; ``--isolate`` gives every implementation its own process,
-and a grouped process that dies is re-run one implementation at a time. The records are
+and a grouped process that dies is re-run one implementation at a time. Job slots left over (one
+implementation on several CPUs) split each process's test files over pytest-xdist workers where the
+memory holds them at the audit's sizes. The records are
 folded into one status per (subject, clause):
 
 ``pass``             a check judged the clause and every check that ran passed;
@@ -41,6 +43,8 @@ from pathlib import Path
 
 from aiayn_conformance.implementations import PluginError, UnknownNameError, get_registry
 from aiayn_conformance.spec.clauses import parse_clause_ids
+from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.schema import parameter_count
 
 from . import report
 from .merge import MergeError, merge_files
@@ -139,28 +143,31 @@ def _emit(result: AuditResult, args: argparse.Namespace, *, clause_ids: Sequence
     return result.exit_code
 
 
-def _audit_configuration(args: argparse.Namespace, registry, impl_sel: str | None) -> tuple[str, str]:
+def _audit_configuration(args: argparse.Namespace, registry,
+                         impl_sel: str | None) -> tuple[str, str, ModelConfig]:
     """(why --config / --weights cannot be used, "" when they can; what the audit runs at, "" for the suite's
-    own): checked here, before the suite runs, as the suite's plugin checks them again (conformance.helpers.user_config,
-    conformance.helpers.user_weights)."""
-    if not args.config and not args.weights:
-        return "", ""
-    from aiayn_conformance.conformance.helpers.user_config import ConfigError
-    from aiayn_conformance.conformance.helpers.user_weights import WeightsError, fit_problem, resolve
+    own; the configuration): checked here, before the suite runs, as the suite's plugin checks them again
+    (conformance.helpers.user_config, conformance.helpers.user_weights)."""
     from aiayn_conformance.spec.config import TINY as CONFIG
 
+    if not args.config and not args.weights:
+        return "", "", CONFIG
+    from aiayn_conformance.conformance.helpers.user_config import ConfigError
+    from aiayn_conformance.conformance.helpers.user_weights import WeightsError, fit_problem, resolve
+
     if args.weights and (args.impl is None or args.component is not None):
-        return "--weights audits one implementation: give --impl NAME (and no --component)", ""
+        return "--weights audits one implementation: give --impl NAME (and no --component)", "", CONFIG
     try:
         impls = registry.select(impl_sel) if args.weights else None
         config, weights, sizes = resolve(args.config, args.weights, CONFIG, impls)
     except (ConfigError, WeightsError, UnknownNameError) as exc:
-        return str(exc), ""
-    at = f"audit configuration (sizes from {sizes}): {config or CONFIG}"
+        return str(exc), "", CONFIG
+    config = config or CONFIG
+    at = f"audit configuration (sizes from {sizes}): {config}"
     if weights is None:
-        return "", at
+        return "", at, config
     described = f" ({weights.describes})" if weights.describes else ""
-    return fit_problem(impls or [], config or CONFIG, weights), f"{at}; weights: {weights.path}{described}"
+    return fit_problem(impls or [], config, weights), f"{at}; weights: {weights.path}{described}", config
 
 
 def _merge(args: argparse.Namespace) -> int:
@@ -242,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
         if why := device_problem(args.device):
             return _usage(why)
         extra.append(f"--device={args.device}")
-    why, at = _audit_configuration(args, registry, impl_sel)
+    why, at, config = _audit_configuration(args, registry, impl_sel)
     if why:
         return _usage(why)
     # Files named relative to here: the suite runs in another directory.
@@ -272,7 +279,8 @@ def run(args: argparse.Namespace) -> int:
         progress.log(f"aiayn audit: {n_impl} implementation(s), {n_comp} component(s); "
                      f"{min(args.jobs, len(jobs))} suite process(es) at a time")
         result = audit(jobs, plugins=args.plugin, extra=extra, jobs_n=args.jobs, timeout=args.timeout,
-                       progress=progress, with_figures=with_figures, isolate=args.isolate)
+                       progress=progress, with_figures=with_figures, isolate=args.isolate,
+                       parameters=parameter_count(config))
     result.shard = str(shard) if shard else ""
     failed = [s for s in result.subjects if s.could_not_audit]
     if failed:  # no check ran: a usage problem, not a finding

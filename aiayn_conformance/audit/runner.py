@@ -4,11 +4,14 @@ subject and clause (``results.fold``).
 
 The suite runs in one process per job slot (``--jobs``), each auditing a share of the implementations and the
 components, so that start-up is paid once per core; ``--isolate`` gives every implementation its own process,
-and a grouped process that dies is re-run one implementation at a time.
+and a grouped process that dies is re-run one implementation at a time. When there are fewer runs than job slots
+(one implementation at the paper's sizes), each run spreads its test files over the spare slots as pytest-xdist
+workers, where memory allows (``split_workers``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -28,7 +31,7 @@ from .locations import locate
 from .results import AuditResult, ClauseResult, SubjectResult, fold
 from .shards import Shard
 
-__all__ = ["Job", "Progress", "audit", "group", "plan", "run_job", "take_shard"]
+__all__ = ["Job", "Progress", "audit", "group", "plan", "run_job", "split_workers", "take_shard"]
 
 
 # -- running the suite ---------------------------------------------------------------------------------------
@@ -59,6 +62,57 @@ def group(jobs: list[Job], n: int) -> list[Job]:
         args = ([f"--impl={','.join(impls)}"] if impls else []) + ([f"--component={','.join(comps)}"] if comps else [])
         out.append(Job(",".join(j.label for j in parts), args, [s for j in parts for s in j.subjects], parts))
     return out
+
+
+# A suite process's peak resident memory grows with the audit configuration's parameters (its models, their copies
+# and gradients, the visible and reference states): measured 7.1 GiB at base (63M parameters) and 20.7 GiB at big
+# (213M) in one process, 5.2 GiB for the larger of two xdist workers at base (BENCHMARKS.md). Per worker this
+# allows 120 bytes a parameter and 1 GiB for the interpreter, torch and the small models.
+BYTES_PER_PARAMETER = 120
+WORKER_BASELINE_BYTES = 2**30
+# Below this many parameters a run is split no more: a worker's start-up (torch, the plugins, its own models and
+# shape probe: seconds) costs what the split saves (the tiny preset's audit of the reference: 35 s split over two
+# workers, 36 s in one process; at base 144 s against 185 s).
+SPLIT_FROM = 5_000_000
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to new processes (Linux's MemAvailable, else the physical memory), None if
+    unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def split_workers(slots: int, runs: int, parameters: int, memory: int | None = None) -> tuple[int, str]:
+    """pytest-xdist workers for each of ``runs`` suite runs sharing ``slots`` job slots, and why: the spare slots
+    (at least two per run) for an audit configuration of ``parameters`` >= SPLIT_FROM, when pytest-xdist is
+    installed, this is not itself a pytest-xdist worker (its siblings already hold the CPUs) and ``memory`` (default:
+    what is available now) holds that many workers at that size; else 1 (no split)."""
+    spare = slots // max(1, runs)
+    if spare < 2 or parameters < SPLIT_FROM:
+        return 1, ""
+    if importlib.util.find_spec("xdist") is None:
+        return 1, "pytest-xdist is not installed"
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return 1, ""  # the test suite's own worker: its sibling workers already hold the CPUs
+    memory = available_memory() if memory is None else memory
+    need = parameters * BYTES_PER_PARAMETER + WORKER_BASELINE_BYTES
+    if memory is None:
+        return spare, f"{spare} pytest-xdist workers, one test file at a time (available memory unknown)"
+    fits = min(spare, memory // (need * runs))
+    if fits < 2:
+        return 1, (f"{memory / 2**30:.1f} GiB available holds fewer than two suite processes of about "
+                   f"{need / 2**30:.1f} GiB each")
+    return fits, f"{fits} pytest-xdist workers, one test file at a time"
 
 
 class Progress:
@@ -231,7 +285,10 @@ def take_shard(jobs: list[Job], shard: Shard) -> list[Job]:
 
 
 def audit(jobs: list[Job], *, plugins: list[str], extra: list[str], jobs_n: int, timeout: float,
-          progress: Progress, with_figures: bool = False, isolate: bool = False) -> AuditResult:
+          progress: Progress, with_figures: bool = False, isolate: bool = False, parameters: int = 0) -> AuditResult:
+    """Run ``jobs`` (``jobs_n`` suite runs at a time) and fold their records into the subjects; ``parameters``:
+    the audit configuration's parameter count, which bounds how many workers a run may split into
+    (``split_workers``)."""
     started = time.monotonic()
     singles = jobs
     jobs = [j for j in jobs if j.runnable]
@@ -247,7 +304,13 @@ def audit(jobs: list[Job], *, plugins: list[str], extra: list[str], jobs_n: int,
     progress.total = len(jobs)
     from aiayn_conformance.conformance.helpers import threads
 
-    env = threads.environment_for(min(max(1, jobs_n), len(jobs)))  # each concurrent run's share of the CPUs
+    runs = min(max(1, jobs_n), len(jobs))
+    workers, why = split_workers(jobs_n, runs, parameters)
+    if workers > 1:
+        extra = [*extra, "-n", str(workers), "--dist", "loadfile"]
+    if why:
+        progress.log(f"aiayn audit: each suite run {'split over' if workers > 1 else 'in one process:'} {why}")
+    env = threads.environment_for(runs * workers)  # each concurrent process's share of the CPUs
     with tempfile.TemporaryDirectory(prefix="aiayn-audit-") as tmp:
         workdir = Path(tmp)
 

@@ -92,6 +92,7 @@ class ResultsRecorder:
         self.path = Path(path)
         self.progress = self.path.with_name(self.path.name + ".progress")
         self.records: dict[str, dict[str, Any]] = {}
+        self.collected = False
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.progress.write_text("")
 
@@ -101,6 +102,13 @@ class ResultsRecorder:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self._progress(f"total {len(session.items)}")
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        # Under pytest-xdist the controller collects nothing itself: each worker reports the same tests.
+        if not self.collected:
+            self.collected = True
+            self._progress(f"total {len(ids)}")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # One record per test: the call phase, or the phase that did not pass (setup error, skip).
