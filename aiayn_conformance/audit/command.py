@@ -85,7 +85,9 @@ def add_parser(sub) -> None:
                         "and hint")
     p.add_argument("--output", "-o", default=None, metavar="PATH", help="write the report here instead of stdout")
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1,
-                   help="suite runs in parallel (default: the number of CPUs)")
+                   help="suite processes in parallel (default: the number of CPUs); slots left over by fewer "
+                        "implementations split each one's test files over pytest-xdist workers from 5M parameters, "
+                        "as far as the available memory holds them")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="SECONDS",
                    help="wall-time limit per implementation's suite run (default 1800)")
     p.add_argument("--isolate", action="store_true",
