@@ -13,6 +13,7 @@ import torch
 
 from aiayn_conformance.conformance.helpers.decoding import (
     EARLY_SCRIPT,
+    EVENT_SPAN,
     S_BOS,
     S_EOS,
     CacheVariant,
@@ -392,3 +393,31 @@ def test_a_step_read_inside_a_longer_prefix_is_judged_again_on_its_own(tmp_path)
                           "--impl=reads-the-future", "-k", "cached_steps", "-q", "-p", "no:cacheprovider", "-rA"],
                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0 and "1 passed" in res.stdout, res.stdout[-3000:] + res.stderr[-2000:]
+
+
+def test_past_the_event_span_one_row_per_source_goes_on_and_the_cache_still_equals_the_forward():
+    """Beyond EVENT_SPAN steps (a base model's max_len of 512) a reorder keeps one live row per source: the long
+    steps run on fewer rows, the rows before it are fed as before, the reference's cache still equals its full
+    forward there, and a window cut after the shrink is still caught at the first step past the window."""
+    cfg = CFG.replace(max_len=100)
+    sched = incremental_schedule(cfg)
+    assert max(sched.reorders) == EVENT_SPAN and all(sched.reorders[t].numel() == 6 for t in sched.reorders
+                                                     if t < EVENT_SPAN)
+    rep = replay(sched, cfg.pad_id)
+    kept = sched.reorders[EVENT_SPAN]
+    sources = [tuple(r) for r in rep.src_rows[EVENT_SPAN].tolist()]
+    assert 1 <= kept.numel() < 6 and len(set(sources)) == len(sources), (kept, sources)  # one row per source
+    assert bool(rep.active[EVENT_SPAN].all()), "the rows kept are live"
+    assert sched.rows(EVENT_SPAN - 1) == 6 and sched.rows(cfg.max_len - 1) == kept.numel()
+    assert bool((sched.tokens[EVENT_SPAN:, kept.numel():] == cfg.pad_id).all())
+    torch.manual_seed(0)
+    twin = Transformer(cfg).eval()
+    exact = drive(twin, sched, "logits", cfg.tgt_vocab)
+    assert EVENT_SPAN in exact and EVENT_SPAN + 1 in exact and all(exact[t].size(0) == sched.rows(t) for t in exact)
+    with torch.no_grad():
+        full = {t: torch.log_softmax(twin(rep.src_rows[t], rep.prefixes[t])[:, -1].double(), -1) for t in exact}
+    assert all(torch.allclose(exact[t][rep.active[t]], full[t][rep.active[t]], atol=1e-5) for t in exact)
+    window = drive(CacheVariant(twin, "self-window", window=80), sched, "logits", cfg.tgt_vocab)
+    late = [t for t in exact if t >= 80]
+    assert late and all(torch.allclose(window[t], exact[t], atol=1e-6) for t in exact if t < 80)
+    assert max(float((window[t] - exact[t]).abs().max()) for t in late) > 1e-3

@@ -512,7 +512,8 @@ class Schedule:
     """How ``decode.incremental`` drives a step decoder.
 
     ``expand``: the rows after ``begin_decoding`` (as beam search expands sources to beams).
-    ``tokens``: per step, the token fed to each row (``pad_id`` for a row that has finished).
+    ``tokens``: per step, the token fed to each row (``pad_id`` for a row that has finished); after a reorder to
+    fewer rows, the first ``rows(t)`` columns (the others hold ``pad_id``).
     ``reorders``: step -> indices applied with ``reorder_state`` before that step's tokens.
     ``finishes``: row -> the step from which it is fed padding, having been fed the end symbol the step before
     (until a reorder replaces it, or to the end).
@@ -523,6 +524,12 @@ class Schedule:
     tokens: Tensor  # (steps, N)
     reorders: dict[int, Tensor]
     finishes: dict[int, int]
+
+    def rows(self, t: int) -> int:
+        """The rows fed at step ``t``: the size of the last reorder at or before it (the expansion's before any);
+        ``tokens[t, :rows(t)]`` is what they are fed."""
+        last = max((s for s in self.reorders if s <= t), default=None)
+        return self.expand.numel() if last is None else self.reorders[last].numel()
 
     @property
     def judged(self) -> list[int]:
@@ -561,7 +568,10 @@ def incremental_schedule(config: ModelConfig, *, bos_id: int = PAPER.bos_id,
     Four reorders in the middle (before steps 4, a quarter, a half and three quarters in) draw each new row from
     the rows still going on, across sources, with repeats and drops, as beam search does; the row finished for
     good stays in place. Past EVENT_SPAN steps the events keep their places in the first EVENT_SPAN: the later
-    steps feed long caches that every event has already shaped."""
+    steps feed long caches that every event has already shaped, on fewer rows: at step EVENT_SPAN a reorder keeps
+    the first live row of each source that has one (the rows shrink as a search drops finished and surplus
+    hypotheses), so the hundreds of steps of a model's max_len cost about half as much (a vocabulary of 37,000 at 6
+    rows costs more than twice what it costs at 1)."""
     steps = config.max_len if steps is None else steps
     span = min(steps, EVENT_SPAN)
     src = decode_sources([6, 3, 1], seed=21, config=config)
@@ -581,18 +591,26 @@ def incremental_schedule(config: ModelConfig, *, bos_id: int = PAPER.bos_id,
             at.add(t)
     reorders: dict[int, Tensor] = {}
     done = torch.zeros(n, dtype=torch.bool)  # the row's lineage has finished: it is fed padding
+    row_src = expand.clone()  # the source each row continues
     for t in range(steps):
-        if t in reorders or t in at:
+        if t in at:
             live = (~done).nonzero().flatten()
             idx = live[torch.randint(0, live.numel(), (n,), generator=g)]
             if done[STAYS]:  # finished for good: kept in place, fed padding to the end
                 idx[STAYS] = STAYS
             reorders[t] = idx
-            done = done[idx]
-        ends = torch.tensor([finishes.get(r) == t for r in range(n)])
-        tokens[t - 1][ends & ~done] = EOS_ID  # the end symbol, then padding: what a search feeds a finished row
+        elif t == span:  # one row per source goes on, as a search drops finished and surplus hypotheses
+            live = (~done).nonzero().flatten()
+            reorders[t] = idx = torch.stack([live[row_src[live] == b][0] for b in range(src.size(0))
+                                             if bool((row_src[live] == b).any())])
+        if t in reorders:
+            done, row_src = done[reorders[t]], row_src[reorders[t]]
+        width = done.numel()
+        ends = torch.tensor([finishes.get(r) == t for r in range(width)])
+        tokens[t - 1, :width][ends & ~done] = EOS_ID  # the end symbol, then padding: what a search feeds a finished row
         done |= ends
-        tokens[t][done] = config.pad_id
+        tokens[t, :width][done] = config.pad_id
+        tokens[t, width:] = config.pad_id  # no row is fed these
     return Schedule(src, expand, tokens, reorders, finishes)
 
 
@@ -612,7 +630,7 @@ def replay(schedule: Schedule, pad_id: int) -> Replay:
         if t in schedule.reorders:
             idx = schedule.reorders[t]
             src_rows, prefix = src_rows[idx], prefix[idx]
-        prefix = torch.cat([prefix, schedule.tokens[t][:, None]], dim=1)
+        prefix = torch.cat([prefix, schedule.tokens[t, :schedule.rows(t), None]], dim=1)  # (N_t, t + 1)
         out.src_rows.append(src_rows)
         out.prefixes.append(prefix)
         out.active.append((prefix != pad_id).all(dim=1))
@@ -634,13 +652,14 @@ def drive(decoder: Any, schedule: Schedule, output: str, vocab: int,
             if t in schedule.reorders:
                 what = f"reorder_state(state, {schedule.reorders[t].tolist()}) before step {t}"
                 state = decoder.reorder_state(state, schedule.reorders[t])
-            what = f"decode_step(state, tokens [{schedule.tokens.size(1)}]) at step {t}"
+            rows = schedule.rows(t)
+            what = f"decode_step(state, tokens [{rows}]) at step {t}"
             with torch.no_grad():
-                result = decoder.decode_step(state, schedule.tokens[t])
+                result = decoder.decode_step(state, schedule.tokens[t, :rows])
             if not isinstance(result, tuple) or len(result) != 2:
                 could_not_check(f"{what} returned {type(result).__name__}, expected a pair (scores, state)")
             scores, state = result
-            expected = (schedule.tokens.size(1), vocab)
+            expected = (rows, vocab)
             if not isinstance(scores, Tensor) or tuple(scores.shape) != expected or not scores.is_floating_point():
                 shape = list(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
                 could_not_check(f"{what} returned scores {shape}, expected a floating tensor {list(expected)} "
