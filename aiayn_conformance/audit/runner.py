@@ -72,7 +72,7 @@ BYTES_PER_PARAMETER = 120
 WORKER_BASELINE_BYTES = 2**30
 # Below this many parameters a run is split no more: a worker's start-up (torch, the plugins, its own models and
 # shape probe: seconds) costs what the split saves (the tiny preset's audit of the reference: 35 s split over two
-# workers, 36 s in one process; at base 144 s against 185 s).
+# workers, 36 s in one process; at base 138-148 s against 183-184 s, interleaved).
 SPLIT_FROM = 5_000_000
 
 
