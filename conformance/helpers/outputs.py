@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from aiayn_conformance.spec.config import ModelConfig
-from aiayn_conformance.spec.tolerance import Comparison, compare
+from aiayn_conformance.spec.tolerance import Comparison, Tolerance, compare
 
 from .harness import as_log_probs, check_finite_at, run_forward
 
@@ -60,13 +60,15 @@ def log_probs(model: Any, impl: Implementation, src: torch.Tensor, tgt: torch.Te
 
 
 def compare_real(a: torch.Tensor, b: torch.Tensor, tgt: torch.Tensor, pad_id: int, *,
-                 positions: slice | None = None, kind: str = "logits") -> Comparison:
+                 positions: slice | None = None, kind: str = "logits", tol: Tolerance | None = None) -> Comparison:
     """Compare two [B, T, V] log-probability outputs at real (non-pad) target positions only (padded rows zeroed on
     both sides). Two outputs of one implementation that declares probabilities (``kind``) are compared as it gave
-    them: a rounding error of float32 probabilities, taken the log of, grows without bound as they go to 0."""
+    them: a rounding error of float32 probabilities, taken the log of, grows without bound as they go to 0.
+    ``tol``: the policy's float32 model entry unless a check gives a looser one with its reason."""
     real = (tgt != pad_id)[..., None]  # (B, T, 1)
     if kind == "probs":
         a, b = a.exp(), b.exp()
     if positions is not None:
         a, b, real = a[:, positions], b[:, positions], real[:, positions]
-    return compare(torch.where(real, a, 0.0), torch.where(real, b, 0.0), dtype=torch.float32, scope="model")
+    return compare(torch.where(real, a, 0.0), torch.where(real, b, 0.0), dtype=torch.float32, scope="model",
+                   tol=tol)
