@@ -601,8 +601,7 @@ def incremental_schedule(config: ModelConfig, *, bos_id: int = PAPER.bos_id,
             reorders[t] = idx
         elif t == span:  # one row per source goes on, as a search drops finished and surplus hypotheses
             live = (~done).nonzero().flatten()
-            reorders[t] = idx = torch.stack([live[row_src[live] == b][0] for b in range(src.size(0))
-                                             if bool((row_src[live] == b).any())])
+            reorders[t] = torch.cat([live[row_src[live] == b][:1] for b in range(src.size(0))])
         if t in reorders:
             done, row_src = done[reorders[t]], row_src[reorders[t]]
         width = done.numel()
