@@ -54,7 +54,9 @@ MODEL: dict[torch.dtype, Tolerance] = {
 # fused built-in (fused QKV) differs from the reference by 2.4e-7 at most on the losses and 1.4e-6 on the
 # log-probabilities, and tests/independent_model.py passes; the bugs the clause exists for (detached norm
 # statistics, a gradient scaled on one branch, a frozen or unregistered parameter, untied copies) move the losses
-# by 1e-3 or more from the second update on.
+# by 1e-3 or more from the second update on. At the paper's sizes the same amplification (a ReLU input within
+# rounding of 0 switches a row's gradient on or off) exceeds this policy: there train.equivalence also allows
+# a multiple of the reference's own rounding floor (conformance.helpers.learning.rounding_floor).
 TRAINING: dict[torch.dtype, Tolerance] = {
     torch.float64: Tolerance(rtol=1e-6, atol=1e-6),
     torch.float32: Tolerance(rtol=1e-4, atol=1e-4),
