@@ -354,7 +354,8 @@ def run_variant(knobs: Knobs, state: Mapping[str, Tensor], config: ModelConfig, 
 # difference: it brings the mean |diff| down by more than half. One that removes less is noise a measurement cannot
 # tell from a departure the implementation has (a bias, a scale, another norm each move the output somewhat).
 IMPROVEMENT = 0.5
-MAX_VARIANTS = 600  # variants one diagnosis may run, its substitutions included: a few seconds on any model
+MAX_VARIANTS = 600  # variants one diagnosis may run, its substitutions included: a float64 forward each on the
+# witness batch, measured 0.07 s at base and 0.17 s at big (a whole budget: 40 s at base, within its check's 120 s)
 
 
 @dataclass
