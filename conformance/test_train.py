@@ -249,17 +249,16 @@ def test_trains_in_lockstep_with_the_reference(impl: Implementation, config: Mod
         pytest.skip(f"blocked by model.reference-equivalence: {before}: in train mode (dropout 0) the forward equals "
                     "its eval mode, and at the reference's initial state it is not the reference's (at the visible "
                     "weights it is), so the updates cannot be judged apart from it")
-    real = (probe[1] != config.pad_id)[..., None].expand_as(expected.log_probs)
     policy = tolerance(torch.float32, scope="training")
     gap = (run.loss - expected.loss).abs()
     allowed = policy.atol + policy.rtol * expected.loss.abs()
-    outputs = compare(run.log_probs[real], expected.log_probs[real], tol=policy)
+    outputs = compare(run.real_log_probs(), expected.real_log_probs(), tol=policy)
     floor = ""
     # Beyond the policy (a NaN loss too: it is never <= anything), is the difference more than rounding amplified?
     if not bool((gap <= allowed).all()) or not outputs.ok:
         measured = rounding_floor(cfg)
         allowed = torch.maximum(allowed, FLOOR_FACTOR * measured.loss)
-        outputs = compare(run.log_probs[real], expected.log_probs[real],
+        outputs = compare(run.real_log_probs(), expected.real_log_probs(),
                           tol=Tolerance(policy.rtol, max(policy.atol, FLOOR_FACTOR * measured.log_probs)))
         floor = f", or {FLOOR_FACTOR:g} times the rounding floor where that is more: {measured.describe()}"
     beyond = (~(gap <= allowed)).nonzero()  # a non-finite loss is beyond any allowance

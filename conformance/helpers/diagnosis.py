@@ -29,7 +29,7 @@ from . import oracles, settings
 from .harness import as_log_probs, could_not_check, current_clause, describe_call, run_forward, violation
 from .inputs import witness_batch
 from .transplant import STATE_SEED, transplanted, visible_state
-from .variants import IMPROVEMENT, KNOBS, MAX_VARIANTS, Diagnosis, Parts, diagnose
+from .variants import IMPROVEMENT, KNOBS, MAX_VARIANTS, Diagnosis, Parts, diagnose, float64_state
 
 if TYPE_CHECKING:
     from aiayn_conformance.implementations import Implementation
@@ -105,7 +105,7 @@ def diagnosis_of(impl: Implementation, config: ModelConfig) -> Diagnosis:
         return observe
 
     model = transplanted(impl, config)
-    state = visible_state(config, seed=STATE_SEED)
+    state = float64_state(visible_state(config, seed=STATE_SEED))  # once for the whole chain of searches
     parts = Parts()
     diag = diagnose(observer(model), state, config, src, tgt)
     tried, searched, first = diag.tried, [], diag
@@ -131,6 +131,7 @@ def diagnosis_of(impl: Implementation, config: ModelConfig) -> Diagnosis:
             searched.append("unit norms")
             unit = visible_state(config, seed=STATE_SEED, unit_norms=True)
             on_unit = transplanted(impl, config, unit, cache=False)
+            unit = float64_state(unit)
             trial = diagnose(observer(on_unit), unit, config, src, tgt, parts=parts,
                              max_variants=budget(), helpers=False)
             tried += trial.tried

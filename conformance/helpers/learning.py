@@ -40,6 +40,7 @@ from .transplant import load_into
 __all__ = ["PAD", "BOS", "EOS", "Task", "TASKS", "task_batch", "greedy_decode", "exact_match", "LearningCurve",
            "learn", "train_implementation", "REFERENCE_START", "OWN_START", "CONFORMING_RANGE", "SMALL_INIT_RANGE",
            "reference_initial_state", "LOCKSTEP_UPDATES", "Lockstep", "lockstep", "lockstep_batches",
+           "lockstep_inputs", "reference_lockstep", "FLOOR_DRAWS", "FLOOR_FACTOR", "RoundingFloor", "rounding_floor",
            "parameters_outside_the_schema"]
 
 PAD, BOS, EOS = 0, 1, 2
@@ -281,7 +282,12 @@ class Lockstep:
 
     loss: Tensor  # (K,) float64
     log_probs: Tensor  # (B, T, V) float64, the probe batch after the K updates
+    real: Tensor  # (B, T, 1) bool: the probe's real (non-pad) target positions
     frozen: list[str] = field(default_factory=list)
+
+    def real_log_probs(self) -> Tensor:
+        """The probe's log-probabilities at its real target positions, flattened."""
+        return self.log_probs[self.real.expand_as(self.log_probs)]
 
 
 def lockstep_batches(config: ModelConfig, k: int = LOCKSTEP_UPDATES) -> list[tuple[Tensor, Tensor]]:
@@ -363,12 +369,11 @@ def rounding_floor(config: ModelConfig) -> RoundingFloor:
     """The largest differences (``RoundingFloor``) the one-ulp moves ``FLOOR_DRAWS`` make in the reference's
     lockstep run at ``config``."""
     plain = reference_lockstep(config)
-    real = (lockstep_inputs(config)[1][1] != config.pad_id)[..., None].expand_as(plain.log_probs)
     loss, log_probs = torch.zeros_like(plain.loss), 0.0
     for draw in FLOOR_DRAWS:
         moved = reference_lockstep(config, draw)
         loss = torch.maximum(loss, (moved.loss - plain.loss).abs())
-        log_probs = max(log_probs, float((moved.log_probs - plain.log_probs)[real].abs().max()))
+        log_probs = max(log_probs, float((moved.real_log_probs() - plain.real_log_probs()).abs().max()))
     return RoundingFloor(torch.cummax(loss, 0).values, log_probs)
 
 
@@ -408,4 +413,5 @@ def lockstep(model: nn.Module, output_kind: str, config: ModelConfig, batches: l
         with torch.no_grad():
             decoder_input, _ = teacher_forcing(probe[1], BOS)
             out = as_log_probs(model(probe[0], decoder_input), output_kind)
-    return Lockstep(torch.tensor(losses, dtype=torch.float64), out.detach().to(torch.float64), list(frozen))
+    return Lockstep(torch.tensor(losses, dtype=torch.float64), out.detach().to(torch.float64),
+                    (probe[1] != config.pad_id)[..., None], list(frozen))  # real: (B, T, 1)
