@@ -168,6 +168,11 @@ def _cause(text: str) -> str:
     return errors[-1] if errors else (lines[-1] if lines else "")
 
 
+# Third-party pytest plugins the suite never uses, kept out of its processes: where installed (hydra-core comes with
+# fairseq), hydra's took 0.7 s of each process's start-up (python -X importtime), paid again by every xdist worker.
+UNUSED_PYTEST_PLUGINS = ("-p", "no:hydra_pytest", "-p", "no:anyio")
+
+
 def run_job(job: Job, *, plugins: list[str], extra: list[str], workdir: Path, timeout: float,
             progress: Progress, stream_output: bool = False, env: dict[str, str] | None = None) -> None:
     """Run the suite for one job and fold its records into ``job.subjects``.
@@ -178,8 +183,8 @@ def run_job(job: Job, *, plugins: list[str], extra: list[str], workdir: Path, ti
 
     suite = Path(conformance.__file__).resolve().parent
     out = workdir / f"run-{abs(hash(job.label))}-{time.monotonic_ns()}.json"
-    cmd = [sys.executable, "-m", "pytest", str(suite), "-p", "no:cacheprovider", f"--results-json={out}",
-           f"--rootdir={suite.parent}", *job.args, *[f"--plugin={p}" for p in plugins], *extra]
+    cmd = [sys.executable, "-m", "pytest", str(suite), "-p", "no:cacheprovider", *UNUSED_PYTEST_PLUGINS,
+           f"--results-json={out}", f"--rootdir={suite.parent}", *job.args, *[f"--plugin={p}" for p in plugins], *extra]
     # The suite runs in the project's directory: a plugin module named from the caller's directory is looked for
     # there too (implementations.registry; plugin files are passed as absolute paths: audit.command).
     env = {**(env or {}), "AIAYN_CALLER_DIR": os.environ.get("AIAYN_CALLER_DIR") or os.getcwd()}

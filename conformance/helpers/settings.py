@@ -64,6 +64,20 @@ def others_for(config: ModelConfig) -> dict[str, ModelConfig]:
 LARGE = 5_000_000
 BOUNDED = {"built-models": 2, "transplanted": 2, "scratch-models": 2, "visible-states": 4, "decode-subjects": 2,
            "initial-states": 1, "visible-twins": 1}
+# The canonical states (float32, one tensor per tied group) are bounded by bytes instead: at base (252 MB a state)
+# the checks draw 16 of them, seeded apart, and with 4 kept five were drawn twice (0.6 s each); at big (857 MB)
+# two are kept, half of what 4 held.
+BYTES_BOUNDED = {"visible-states": 2 * 2**30}
+
+
+def memo_bound(name: str, config: ModelConfig) -> int | None:
+    """How many entries the memo ``name`` keeps for an audit at ``config`` (None: all)."""
+    count = parameter_count(config)
+    if count <= LARGE or name not in BOUNDED:
+        return None
+    if name in BYTES_BOUNDED:
+        return max(2, BYTES_BOUNDED[name] // (4 * count))
+    return BOUNDED[name]
 
 
 class Recent(OrderedDict):
@@ -106,7 +120,7 @@ class AuditSettings:
     def cache(self, name: str) -> dict[Any, Any]:
         """The session's memo called ``name`` (bounded to its most recent entries at large sizes: ``BOUNDED``)."""
         if name not in self.memo:
-            bound = BOUNDED.get(name) if parameter_count(self.config) > LARGE else None
+            bound = memo_bound(name, self.config)
             self.memo[name] = {} if bound is None else Recent(bound)
         return self.memo[name]
 

@@ -86,15 +86,15 @@ def _draw(config: ModelConfig, seed: int, attention_gain: float, sublayer_gain: 
                 else:
                     t = torch.empty(shape).uniform_(-0.5, 0.5)
             elif "embed" in name or name.startswith("generator"):
-                t = torch.randn(shape) * d ** -0.5
+                t = torch.randn(shape).mul_(d ** -0.5)
             elif name.endswith(("attn.q.weight", "attn.k.weight")):
-                t = torch.randn(shape) * attention_gain / d ** 0.5
+                t = torch.randn(shape).mul_(attention_gain).div_(d ** 0.5)
             elif name.endswith(("attn.o.weight", "ffn.w2.weight")):
-                t = torch.randn(shape) * sublayer_gain / shape[1] ** 0.5
+                t = torch.randn(shape).mul_(sublayer_gain).div_(shape[1] ** 0.5)
             elif name.endswith("bias"):
                 t = torch.empty(shape).uniform_(-0.2, 0.2)
             else:  # W^V, W1
-                t = torch.randn(shape) / shape[1] ** 0.5
+                t = torch.randn(shape).div_(shape[1] ** 0.5)
             state[name] = t
     for group in tied_groups(config):
         for other in group[1:]:
