@@ -118,13 +118,13 @@ def test_model_memos_keep_only_their_recent_entries_at_large_sizes():
 
 
 def test_canonical_states_are_kept_by_bytes_at_large_sizes():
-    """The memo of canonical states keeps as many as BYTES_BOUNDED holds at the audit's size (at least two)."""
+    """The memo of canonical states keeps as many as BYTES_BOUNDED holds at the audit's size, at least BOUNDED's."""
     from aiayn_conformance.conformance.helpers.settings import BYTES_BOUNDED, memo_bound
     from aiayn_conformance.spec.schema import parameter_count
 
     budget = BYTES_BOUNDED["visible-states"]
     assert memo_bound("visible-states", BASE) == budget // (4 * parameter_count(BASE)) == 8
-    assert memo_bound("visible-states", BIG) == 2 and memo_bound("visible-states", TINY) is None
+    assert memo_bound("visible-states", BIG) == 4 and memo_bound("visible-states", TINY) is None
     states = AuditSettings(config=BASE).cache("visible-states")
     for i in range(9):
         states[i] = i

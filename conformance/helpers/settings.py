@@ -64,9 +64,9 @@ def others_for(config: ModelConfig) -> dict[str, ModelConfig]:
 LARGE = 5_000_000
 BOUNDED = {"built-models": 2, "transplanted": 2, "scratch-models": 2, "visible-states": 4, "decode-subjects": 2,
            "initial-states": 1, "visible-twins": 1}
-# The canonical states (float32, one tensor per tied group) are bounded by bytes instead: at base (252 MB a state)
-# the checks draw 16 of them, seeded apart, and with 4 kept five were drawn twice (0.6 s each); at big (857 MB)
-# two are kept, half of what 4 held.
+# The canonical states (float32, one tensor per tied group) keep more entries where their bytes allow: at base (252
+# MB a state) the checks draw 16 of them, seeded apart, and with 4 kept five were drawn twice (0.6 s each); 2 GiB
+# keeps 8 at base, and at big (857 MB a state) the count bound's 4.
 BYTES_BOUNDED = {"visible-states": 2 * 2**30}
 
 
@@ -76,7 +76,7 @@ def memo_bound(name: str, config: ModelConfig) -> int | None:
     if count <= LARGE or name not in BOUNDED:
         return None
     if name in BYTES_BOUNDED:
-        return max(2, BYTES_BOUNDED[name] // (4 * count))
+        return max(BOUNDED[name], BYTES_BOUNDED[name] // (4 * count))
     return BOUNDED[name]
 
 
