@@ -308,7 +308,10 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
     with _under_its_clause(item):
-        return (yield)
+        result = yield
+    if item_clause(item) in CLAUSES and (nextitem is None or nextitem.path != item.path):
+        audit_settings(item.config).release_models()  # the last check of a test file: its models go (large sizes)
+    return result
 
 
 @pytest.hookimpl(wrapper=True)

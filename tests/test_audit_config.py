@@ -117,6 +117,21 @@ def test_model_memos_keep_only_their_recent_entries_at_large_sizes():
     assert big.get(1) is None and big.get(4) == 4
 
 
+def test_models_are_released_between_test_files_at_large_sizes():
+    """release_models empties the memos that hold models at large sizes, keeps the canonical and initial states,
+    and keeps everything at TINY."""
+    from aiayn_conformance.conformance.helpers.settings import RELEASED_BETWEEN_FILES
+
+    large, tiny = AuditSettings(config=BASE), AuditSettings()
+    for audit in (large, tiny):
+        for name in (*RELEASED_BETWEEN_FILES, "visible-states", "initial-states"):
+            audit.cache(name)["key"] = name
+    assert sorted(large.release_models()) == sorted(RELEASED_BETWEEN_FILES) and tiny.release_models() == []
+    assert all(not large.cache(name) for name in RELEASED_BETWEEN_FILES)
+    assert large.cache("visible-states") and large.cache("initial-states")
+    assert all(tiny.cache(name) for name in RELEASED_BETWEEN_FILES)
+
+
 def test_canonical_states_are_kept_by_bytes_at_large_sizes():
     """The memo of canonical states keeps as many as BYTES_BOUNDED holds at the audit's size, at least BOUNDED's."""
     from aiayn_conformance.conformance.helpers.settings import BYTES_BOUNDED, memo_bound

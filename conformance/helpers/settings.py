@@ -9,6 +9,9 @@ one process each have their own, and so their own memo of built models and probe
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
+import gc
 import contextvars
 import dataclasses
 from collections import OrderedDict
@@ -70,6 +73,24 @@ BOUNDED = {"built-models": 2, "transplanted": 2, "scratch-models": 2, "visible-s
 BYTES_BOUNDED = {"visible-states": 2 * 2**30}
 
 
+# Memos of models (and of what holds models: the decode subjects) are emptied between test files at large sizes
+# (``AuditSettings.release_models``): a file's checks reuse their models, the next file's rarely do, and kept
+# through the run they held most of a big model's 21 GiB in one process (one decode subject alone holds four big
+# models, 3.4 GB). The canonical states and initial states (data the files share, seeded) stay.
+RELEASED_BETWEEN_FILES = ("built-models", "transplanted", "scratch-models", "decode-subjects", "visible-twins")
+
+
+def _return_freed_memory() -> None:
+    """Hand the C heap's free pages back to the OS where the C library can (glibc's malloc_trim): a big model's
+    16 MB matrices come from the heap once glibc's mmap threshold has risen to them, and their freed pages stay
+    resident without it."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc: nothing to do
+
+
 def memo_bound(name: str, config: ModelConfig) -> int | None:
     """How many entries the memo ``name`` keeps for an audit at ``config`` (None: all)."""
     count = parameter_count(config)
@@ -123,6 +144,18 @@ class AuditSettings:
             bound = memo_bound(name, self.config)
             self.memo[name] = {} if bound is None else Recent(bound)
         return self.memo[name]
+
+    def release_models(self) -> list[str]:
+        """At large sizes (the audit configuration above LARGE parameters), empty the memos that hold models
+        (``RELEASED_BETWEEN_FILES``); returns the names emptied."""
+        if parameter_count(self.config) <= LARGE:
+            return []
+        emptied = [name for name in RELEASED_BETWEEN_FILES if self.memo.get(name)]
+        for name in emptied:
+            self.memo[name].clear()
+        gc.collect()  # models in reference cycles (a module holding a closure over itself) go now, not later
+        _return_freed_memory()
+        return emptied
 
     def config_change(self, config: ModelConfig) -> str:
         """How ``config`` differs from the audit configuration ("src_vocab=41, tgt_vocab=43"), dropout aside."""
