@@ -9,11 +9,11 @@ one process each have their own, and so their own memo of built models and probe
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import ctypes
 import ctypes.util
-import gc
-import contextvars
 import dataclasses
+import gc
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
