@@ -13,7 +13,7 @@ import pytest
 
 from aiayn_conformance.audit import runner
 from aiayn_conformance.conformance.helpers import threads
-from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.config import BIG, ModelConfig
 from aiayn_conformance.spec.schema import parameter_count
 
 HAVE_XDIST = importlib.util.find_spec("xdist") is not None
@@ -94,7 +94,7 @@ def test_the_environment_variable_sets_the_count_and_a_bad_one_is_a_usage_error(
 # -- aiayn audit: one implementation at a large size split over the spare job slots ---------------------------
 GIB = 2**30
 BASE_PARAMETERS = parameter_count(ModelConfig())  # Table 3's base at 37,000 shared tokens: 63,045,632
-BIG_PARAMETERS = 213_000_000  # Table 3's figure for big, in round millions
+BIG_PARAMETERS = parameter_count(BIG)  # Table 3's big at 37,000 shared tokens: 214,171,648
 
 
 @pytest.fixture
@@ -106,10 +106,11 @@ def outside_xdist(monkeypatch):
 @pytest.mark.skipif(not HAVE_XDIST, reason="pytest-xdist is not installed")
 def test_one_large_run_is_split_over_the_spare_slots_as_memory_allows(outside_xdist):
     assert runner.split_workers(2, 1, BASE_PARAMETERS, memory=24 * GIB)[0] == 2
-    assert runner.split_workers(8, 1, BASE_PARAMETERS, memory=26 * GIB)[0] == 3  # 8.6 GB a worker at base
-    assert runner.split_workers(8, 2, BASE_PARAMETERS, memory=64 * GIB)[0] == 3  # 4 slots a run, memory for 3 each
+    assert runner.split_workers(8, 1, BASE_PARAMETERS, memory=20 * GIB)[0] == 3  # 5.7 GiB a worker at base
+    assert runner.split_workers(8, 2, BASE_PARAMETERS, memory=40 * GIB)[0] == 3  # 4 slots a run, memory for 3 each
     workers, why = runner.split_workers(2, 1, BIG_PARAMETERS, memory=24 * GIB)
-    assert workers == 1 and "24.0 GiB available holds fewer than two suite processes of about 24.8 GiB" in why, why
+    assert workers == 1 and "24.0 GiB available holds fewer than two suite processes of about 17.0 GiB" in why, why
+    assert runner.split_workers(2, 1, BIG_PARAMETERS, memory=40 * GIB)[0] == 2  # where two big workers fit
     assert runner.split_workers(2, 1, BASE_PARAMETERS, memory=None)[0] == 2  # memory unknown: the slots decide
 
 

@@ -65,10 +65,11 @@ def group(jobs: list[Job], n: int) -> list[Job]:
 
 
 # A suite process's peak resident memory grows with the audit configuration's parameters (its models, their copies
-# and gradients, the visible and reference states): measured 7.1 GiB at base (63M parameters) and 20.7 GiB at big
-# (213M) in one process, 5.2 GiB for the larger of two xdist workers at base (BENCHMARKS.md). Per worker this
-# allows 120 bytes a parameter and 1 GiB for the interpreter, torch and the small models.
-BYTES_PER_PARAMETER = 120
+# and gradients, the visible and reference states): since the memos of models are emptied between test files
+# (settings.release_models), measured 13.3 GiB at big (214M parameters) in one process, 5.2 GiB for the larger of two
+# xdist workers at base (63M) (BENCHMARKS.md). Per worker this allows 80 bytes a parameter (72 would cover both) and
+# 1 GiB for the interpreter, torch and the small models.
+BYTES_PER_PARAMETER = 80
 WORKER_BASELINE_BYTES = 2**30
 # Below this many parameters a run is split no more: a worker's start-up (torch, the plugins, its own models and
 # shape probe: seconds) costs what the split saves (the tiny preset's audit of the reference: 35 s split over two

@@ -76,8 +76,10 @@ BYTES_BOUNDED = {"visible-states": 2 * 2**30}
 # Memos of models (and of what holds models: the decode subjects) are emptied between test files at large sizes
 # (``AuditSettings.release_models``): a file's checks reuse their models, the next file's rarely do, and kept
 # through the run they held most of a big model's 21 GiB in one process (one decode subject alone holds four big
-# models, 3.4 GB). The canonical states and initial states (data the files share, seeded) stay.
-RELEASED_BETWEEN_FILES = ("built-models", "transplanted", "scratch-models", "decode-subjects", "visible-twins")
+# models, 3.4 GB). The freshly built models every file copies (``built-models``: a big model takes seconds to
+# initialise, a copy a fraction of that), the canonical states and the initial states (seeded data the files
+# share) stay.
+RELEASED_BETWEEN_FILES = ("transplanted", "scratch-models", "decode-subjects", "visible-twins")
 
 
 def _return_freed_memory() -> None:
