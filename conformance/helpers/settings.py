@@ -83,9 +83,9 @@ RELEASED_BETWEEN_FILES = ("transplanted", "scratch-models", "decode-subjects", "
 
 
 def _return_freed_memory() -> None:
-    """Hand the C heap's free pages back to the OS where the C library can (glibc's malloc_trim): a big model's
-    16 MB matrices come from the heap once glibc's mmap threshold has risen to them, and their freed pages stay
-    resident without it."""
+    """Hand the C heap's free pages back to the OS where the C library can (glibc's malloc_trim). Measured at big
+    in one process: peak resident 21.3 GB with nothing released, 18.4 GB with the memos emptied between files, 14.3
+    GB with this trim after each emptying (why glibc kept the freed pages was not measured)."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         libc.malloc_trim(0)
@@ -149,13 +149,14 @@ class AuditSettings:
 
     def release_models(self) -> list[str]:
         """At large sizes (the audit configuration above LARGE parameters), empty the memos that hold models
-        (``RELEASED_BETWEEN_FILES``); returns the names emptied."""
+        (``RELEASED_BETWEEN_FILES``), collect garbage and hand the freed memory back to the OS (also what the test
+        file's own fixtures held); returns the names emptied."""
         if parameter_count(self.config) <= LARGE:
             return []
         emptied = [name for name in RELEASED_BETWEEN_FILES if self.memo.get(name)]
         for name in emptied:
             self.memo[name].clear()
-        gc.collect()  # models in reference cycles (a module holding a closure over itself) go now, not later
+        gc.collect()  # whatever the emptied memos held in reference cycles goes before the trim
         _return_freed_memory()
         return emptied
 
