@@ -14,7 +14,6 @@ import ctypes
 import ctypes.util
 import dataclasses
 import functools
-import gc
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -157,14 +156,13 @@ class AuditSettings:
 
     def release_models(self) -> list[str]:
         """At large sizes (the audit configuration above LARGE parameters), empty the memos that hold models
-        (``RELEASED_BETWEEN_FILES``), collect garbage and hand the freed memory back to the OS (also what the test
+        (``RELEASED_BETWEEN_FILES``) and hand the freed memory back to the OS (also what the test
         file's own fixtures held); returns the names emptied."""
         if parameter_count(self.config) <= LARGE:
             return []
         emptied = [name for name in RELEASED_BETWEEN_FILES if self.memo.get(name)]
         for name in emptied:
             self.memo[name].clear()
-        gc.collect()  # whatever the emptied memos held in reference cycles goes before the trim
         _return_freed_memory()
         return emptied
 
