@@ -26,7 +26,7 @@ from aiayn_conformance.spec.tolerance import Comparison, compare
 
 from .helpers import oracles
 from .helpers.census import blocked_by_layers
-from .helpers.components import DK, B, H, Kernel, call_kernel, from_factory, qkv
+from .helpers.components import DK, DV, B, H, Kernel, call_kernel, from_factory, qkv
 from .helpers.diagnosis import fail_on_variant_departure
 from .helpers.harness import describe_call, not_applicable, run_forward, seeded, violation
 from .helpers.inputs import witness_batch
@@ -81,7 +81,7 @@ def test_scale_on_own_weights(impl: Implementation, config: ModelConfig) -> None
         why = "; ".join(sorted({s.how for s in trace.scales}))
         pytest.skip(f"own-weights trace: the scale of no attention could be measured ({why})" if why
                     else trace.unseen("attention softmax or fused attention kernel"))
-    d_k = config.d_model // config.n_heads
+    d_k = config.d_k
     expected = d_k ** -0.5
     bad = [s for s in measured if s.value is not None and abs(s.value / expected - 1) > 1e-3]
     if bad:
@@ -92,9 +92,10 @@ def test_scale_on_own_weights(impl: Implementation, config: ModelConfig) -> None
         kinds = sorted({s.kind for s in bad})
         violation(measured=f"scores = {c:.6g} x (q k^T){f' = {named}' if named else ''} in {len(bad)} of "
                            f"{len(measured)} attention calls ({', '.join(kinds)}); {bad[0].how}",
-                  expected=f"1/sqrt(d_k) = {expected:.6g} with d_k = d_model / h = {config.d_model} / {config.n_heads}",
+                  expected=f"1/sqrt(d_k) = {expected:.6g} with {head_sizes(config)}",
                   call=OWN_WEIGHTS,
-                  hint="divide by math.sqrt(d_k) with d_k = d_model // h (the per-head size), not sqrt(d_model); "
+                  hint="divide by math.sqrt(d_k) with d_k the per-head key size (d_model // h in the paper), not "
+                       "sqrt(d_model); "
                        "multiply by d_k ** -0.5, do not divide by it")
 
 
@@ -105,7 +106,7 @@ def heads_departure(s: Split, config: ModelConfig) -> str:
     length = s.lq if s.part in ("queries", "concatenation") else s.lk
     tokens = BATCH * length
     if s.part != "concatenation" and s.proj_in is not None and s.proj_in != d_model:
-        shared = (s.tokens == tokens * h and s.proj_in == d_model // h)
+        shared = (s.tokens == tokens * h and s.proj_in * h == d_model)
         return (f"{where} come from a projection with a {list(s.proj_weight)} weight reading {s.proj_in} features "
                 f"per row, {s.tokens} rows for {tokens} tokens"
                 + (f": each token is cut into h = {h} slices of {s.proj_in} features and one weight projects every "
@@ -175,6 +176,13 @@ def outputs(impl: Implementation, state: dict[str, torch.Tensor], config: ModelC
     return log_probs(model, impl, src, tgt, config)
 
 
+def head_sizes(config: ModelConfig) -> str:
+    """The per-head sizes for a message: "d_k = d_v = d_model / h = 512 / 8 = 64", or the given ones."""
+    if config.paper_heads:
+        return f"d_k = d_v = d_model / h = {config.d_model} / {config.n_heads} = {config.d_k}"
+    return f"d_k = {config.d_k}, d_v = {config.d_v} as configured (Table 3, row B), h = {config.n_heads}"
+
+
 def one_head(config: ModelConfig) -> None:
     """Not applicable with h = 1 (Table 3, row A): there is nothing to split, permute or concatenate."""
     if config.n_heads == 1:
@@ -182,16 +190,16 @@ def one_head(config: ModelConfig) -> None:
 
 
 def only_head_zero(state: dict[str, torch.Tensor], config: ModelConfig) -> dict[str, torch.Tensor]:
-    """Every attention keeps head 0 alone: rows d_k.. of W^Q, W^K, W^V and columns d_k.. of W^O are zero."""
+    """Every attention keeps head 0 alone: rows d_k.. of W^Q and W^K, rows d_v.. of W^V and columns d_v.. of W^O
+    are zero."""
     out = dict(state)
-    d_k = config.d_model // config.n_heads
     for prefix in attention_prefixes(config):
-        for p in "qkv":
+        for p, size in (("q", config.d_k), ("k", config.d_k), ("v", config.d_v)):
             w = out[f"{prefix}.{p}.weight"].clone()
-            w[d_k:] = 0.0
+            w[size:] = 0.0
             out[f"{prefix}.{p}.weight"] = w
         w = out[f"{prefix}.o.weight"].clone()
-        w[:, d_k:] = 0.0
+        w[:, config.d_v:] = 0.0
         out[f"{prefix}.o.weight"] = w
     return out
 
@@ -241,11 +249,11 @@ def test_scale_follows_head_size(impl: Implementation, settings: AuditSettings, 
                            f"head 0 active equals the 1-head model with W^Q multiplied by "
                            f"{laws[found[0]][0]:.4g}",
                   expected=f"W^Q multiplied by sqrt(h) = {config.n_heads ** 0.5:.4g} (scores scaled by 1/sqrt(d_k), "
-                           f"d_k = {config.d_model // config.n_heads} with h = {config.n_heads}, d_k = "
-                           f"{config.d_model} with h = 1)",
+                           f"d_k = {config.d_k} with h = {config.n_heads}, d_k = {one_cfg.d_k} with h = 1)",
                   call=f"witness batch, d_model {config.d_model}, n_heads {config.n_heads} vs 1, load_reference_state "
                        f"of visible weights with heads 1.. zeroed in every attention",
-                  hint="divide by math.sqrt(d_k) with d_k = d_model // h (the per-head size), not sqrt(d_model); "
+                  hint="divide by math.sqrt(d_k) with d_k the per-head key size (d_model // h in the paper), not "
+                       "sqrt(d_model); "
                        "multiply by d_k ** -0.5, do not divide by it")
 
 
@@ -255,14 +263,16 @@ def test_head_order_is_irrelevant(impl: Implementation, config: ModelConfig) -> 
     W^Q, W^K, W^V together with the column blocks of W^O) leaves every output unchanged."""
     one_head(config)
     state = visible_state(config, seed=STATE_SEED)
-    d_k = config.d_model // config.n_heads
     perm = torch.arange(config.n_heads).roll(1)  # head j takes head j-1's weights
-    rows = (perm[:, None] * d_k + torch.arange(d_k)).reshape(-1)  # (d_model,)
+
+    def rows(size: int) -> torch.Tensor:
+        return (perm[:, None] * size + torch.arange(size)).reshape(-1)  # (h * size,)
+
     permuted = dict(state)
     for prefix in attention_prefixes(config):
-        for p in "qkv":
-            permuted[f"{prefix}.{p}.weight"] = state[f"{prefix}.{p}.weight"][rows]
-        permuted[f"{prefix}.o.weight"] = state[f"{prefix}.o.weight"][:, rows]
+        for p, size in (("q", config.d_k), ("k", config.d_k), ("v", config.d_v)):
+            permuted[f"{prefix}.{p}.weight"] = state[f"{prefix}.{p}.weight"][rows(size)]
+        permuted[f"{prefix}.o.weight"] = state[f"{prefix}.o.weight"][:, rows(config.d_v)]
     _, tgt = witness_batch(config)
     cmp = compare_real(outputs(impl, permuted, config), outputs(impl, state, config), tgt, config.pad_id,
                        kind=impl.output)
@@ -271,7 +281,8 @@ def test_head_order_is_irrelevant(impl: Implementation, config: ModelConfig) -> 
         violation(measured=f"rotating the heads' weights changed the outputs: {cmp.describe()}",
                   expected="identical outputs: heads attend separately and are concatenated per position before W^O",
                   call=f"{describe_call(src, tgt, config.pad_id)}, visible weights vs the same with heads rotated "
-                       f"(rows j*d_k..(j+1)*d_k of W^Q, W^K, W^V and the same columns of W^O, d_k = {d_k})",
+                       f"(rows j*d_k..(j+1)*d_k of W^Q and W^K, rows j*d_v..(j+1)*d_v of W^V and the same "
+                       f"columns of W^O; {head_sizes(config)})",
                   hint="heads split or merged with view/reshape but without transpose(1, 2) mix positions into "
                        "heads; or head j does not use rows j*d_k..(j+1)*d_k")
 
@@ -391,13 +402,14 @@ def test_kernel_scale_is_one_over_sqrt_dk(kernel: Kernel) -> None:
         pytest.skip("the kernel does not compute softmax(s QK^T)V for any scale s; attention.softmax-over-keys "
                     "judges its form")
     names = {1 / math.sqrt(DK): "1/sqrt(d_k)", 1 / DK: "1/d_k", 1.0: "1 (no scaling)", math.sqrt(DK): "sqrt(d_k)",
-             1 / math.sqrt(DK * H): "1/sqrt(h*d_k) = 1/sqrt(d_model)"}
+             1 / math.sqrt(DK * H): "1/sqrt(h*d_k) = 1/sqrt(d_model)", 1 / math.sqrt(DV): "1/sqrt(d_v)"}
     label = min(names, key=lambda c: abs(math.log(c / s)))
     named = names[label] if abs(math.log(label / s)) < 0.01 else f"{s:.4g}"
     violation(measured=f"scores multiplied by {s:.6g} ({named}); {cmp.describe()}",
               expected=f"1/sqrt(d_k) = {1 / math.sqrt(DK):.6g} with d_k = {DK}",
-              call=f"kernel(q, k, v [{B}, {H}, L, {DK}] float64, mask=None)",
-              hint="divide QK^T by sqrt(d_k), the per-head size, not sqrt(d_model) and not d_k")
+              call=f"kernel(q, k [{B}, {H}, L, {DK}], v [{B}, {H}, L, {DV}] float64, mask=None)",
+              hint="divide QK^T by sqrt(d_k), the per-head key size (q.size(-1)), not sqrt(d_model), not d_k and not "
+                   "sqrt(d_v)")
 
 
 @pytest.mark.clause("attention.softmax-over-keys")

@@ -91,6 +91,25 @@ def signs(d: int) -> torch.Tensor:
     return s
 
 
+def head_block(config: ModelConfig) -> int:
+    """Output features per head in the probes' W_O: d_model / h (d_k = d_v at the paper's sizes); head j writes
+    features j*b..(j+1)*b. Skips the check where h does not divide d_model (given d_k, d_v: Table 3's row B)."""
+    if config.d_model % config.n_heads:
+        pytest.skip(f"the probe writes each head to its own block of d_model / h output features; d_model "
+                    f"{config.d_model} is not divisible by h = {config.n_heads}")
+    return config.d_model // config.n_heads
+
+
+def head_columns(config: ModelConfig, *, scrambled: bool = False) -> torch.Tensor:
+    """For each output feature i, the value feature (column of W_O) the probes' W_O reads: feature i % b of head
+    i // b (b = :func:`head_block`), or, ``scrambled``, of head i % h, spreading every head over every block.
+    At d_v = b, the identity (column i)."""
+    b, h, d_v = head_block(config), config.n_heads, config.d_v
+    i = torch.arange(config.d_model)
+    head, within = (i % h, i // h) if scrambled else (i // b, i % b)
+    return head * d_v + within % d_v
+
+
 def last_prefix(stack: str, config: ModelConfig) -> str:
     return f"{stack}.{config.n_layers - 1}"
 
@@ -214,17 +233,20 @@ def constant_sublayer_state(base: dict[str, torch.Tensor], config: ModelConfig,
         state[f"{prefix}.w2.weight"] = torch.zeros(d, config.d_ff)
         state[f"{prefix}.w2.bias"] = BIG * s
     else:
-        state[f"{prefix}.v.weight"] = torch.outer(torch.ones(d), lift_direction(d)) / (d * LIFT)
-        state[f"{prefix}.o.weight"] = torch.diag(10 * BIG * s)
+        hd_v = config.n_heads * config.d_v
+        state[f"{prefix}.v.weight"] = torch.outer(torch.ones(hd_v), lift_direction(d)) / (d * LIFT)  # (h d_v, d)
+        w_o = torch.zeros(d, hd_v)  # (d_model, h d_v): diag(G s) at d_v = d_model / h
+        w_o[torch.arange(d), head_columns(config)] = 10 * BIG * s
+        state[f"{prefix}.o.weight"] = w_o
     return state
 
 
-def kept_in_blocks(h: torch.Tensor, s: torch.Tensor, d_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def kept_in_blocks(h: torch.Tensor, s: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(kept, counted), bool [n, d]. Centred on the row's median (which lies between the features along +s and
     those along -s, whatever the norm's shift), a kept feature stands out along s above KEPT times its block's largest;
     a block counts when it carries the constant at all (above a quarter of the row's largest block)."""
     centred = (h - h.quantile(0.5, dim=-1, keepdim=True)) * s.double()
-    blocks = centred.reshape(h.size(0), -1, d_k)
+    blocks = centred.reshape(h.size(0), -1, block)  # (n, h, d_model / h): one block per head
     top = blocks.max(-1, keepdim=True).values
     kept = blocks > KEPT * top
     counted = (top > 0) & (top > 0.25 * top.max(1, keepdim=True).values)
@@ -265,7 +287,7 @@ class SublayerFindings:
 
 def probe_sublayers(impl: Implementation, stack: str, config: ModelConfig) -> SublayerFindings:
     model = probe_model(impl, stack, config)
-    s, d_k = signs(config.d_model), config.d_model // config.n_heads
+    s, block = signs(config.d_model), head_block(config)
     base = lifted_state(config, *ro.witness(config))
     found = SublayerFindings()
     for layer in range(config.n_layers):
@@ -273,14 +295,14 @@ def probe_sublayers(impl: Implementation, stack: str, config: ModelConfig) -> Su
             name = f"layer {layer} {SUBLAYER_NAMES[sublayer]}"
             state = constant_sublayer_state(base, config, f"{stack}.{layer}.{sublayer}")
             evaluated = observed(model, impl, stack, state, config, False)
-            if evaluated is None or not bool(kept_in_blocks(evaluated, s, d_k)[0].all()):
+            if evaluated is None or not bool(kept_in_blocks(evaluated, s, block)[0].all()):
                 found.unseen.append(name)
                 continue
             trained = observed(model, impl, stack, state, config, True)
             if trained is None:
                 found.unseen.append(name)
                 continue
-            kept, counted = kept_in_blocks(trained, s, d_k)
+            kept, counted = kept_in_blocks(trained, s, block)
             found.rates[name] = 1 - kept[counted].double().mean().item()
             dropped = trained[counted & ~kept]
             spread = (dropped.std() / (trained.max() - trained.min())).item() if dropped.numel() > 1 else 1.0
@@ -452,14 +474,15 @@ def inner_ffn_state(config: ModelConfig) -> dict[str, torch.Tensor]:
 def attention_states(config: ModelConfig, *, scrambled: bool = False) -> list[dict[str, torch.Tensor]]:
     """The last decoder self-attention fed a constant: by the previous layer's last norm (post-norm) or by its own
     norm (pre-norm); the check keeps the one under which the eval-mode output carries BIG s. W_O writes head j's
-    d_k features to the j-th block of d_k output features, or, ``scrambled``, spreads each head over every block."""
-    last, d, h = last_prefix("decoder", config), config.d_model, config.n_heads
-    d_k = d // h
+    features to the j-th block of d_model / h output features, or, ``scrambled``, spreads each head over every
+    block. Value feature c copies input feature c % d_model: a constant input gives equal values."""
+    last, d, hd_v = last_prefix("decoder", config), config.d_model, config.n_heads * config.d_v
     base = ro.sublayers_off(visible_state(config, seed=92, unit_norms=True), "decoder")
-    base[f"{last}.self_attn.v.weight"] = torch.eye(d)
-    w_o = torch.zeros(d, d)
-    for j in range(d):
-        w_o[j, (j % h) * d_k + j // h if scrambled else j] = BIG * float(signs(d)[j])
+    w_v = torch.zeros(hd_v, d)  # (h d_v, d_model): the identity at d_v = d_model / h
+    w_v[torch.arange(hd_v), torch.arange(hd_v) % d] = 1.0
+    base[f"{last}.self_attn.v.weight"] = w_v
+    w_o = torch.zeros(d, hd_v)  # (d_model, h d_v)
+    w_o[torch.arange(d), head_columns(config, scrambled=scrambled)] = BIG * signs(d)
     base[f"{last}.self_attn.o.weight"] = w_o
     feeders = [f"decoder.{config.n_layers - 2}.norm3"] if config.n_layers > 1 else []
     states = []
@@ -533,10 +556,9 @@ def test_no_dropout_on_the_attention_weights(impl: Implementation, config: Model
     scrambled = attention_states(config, scrambled=True)[next(i for i, st in enumerate(aligned) if st is state)]
     whole, control = (whole_blocks_dropped(impl, st, config) for st in (state, scrambled))
     if whole - control > 0.15 or (whole > 0.05 and whole > 4 * control):
-        d_k = config.d_model // config.n_heads
         extra_site("self-attention",
                    f"in train mode (dropout {P}), at the first target position (one admissible key), {whole:.0%} of "
-                   f"the blocks of d_k = {d_k} features that one head writes are dropped whole over "
+                   f"the blocks of {head_block(config)} features that one head writes are dropped whole over "
                    f"{runs(config)} draws, "
                    f"against {control:.0%} when each head's features are spread over every block: a whole head is "
                    "dropped at once, so the attention weights are dropped",
@@ -545,10 +567,10 @@ def test_no_dropout_on_the_attention_weights(impl: Implementation, config: Model
 
 
 def whole_blocks_dropped(impl: Implementation, state: dict[str, torch.Tensor], config: ModelConfig) -> float:
-    """Over ``runs(config)`` train-mode draws, the share of blocks of d_k consecutive output features at the first
+    """Over ``runs(config)`` train-mode draws, the share of blocks of d_model / h consecutive output features at the first
     target position whose every feature is dropped."""
-    s, d_k = signs(config.d_model), config.d_model // config.n_heads
+    s, block = signs(config.d_model), head_block(config)
     first = stack_output(impl, "decoder", state, config, train=True, seeds=tuple(range(100, 100 + runs(config))),
                          first=True)
     dropped = ~kept_features(first, s)  # (runs * B, d)
-    return dropped.reshape(first.size(0), config.n_heads, d_k).all(-1).double().mean().item()
+    return dropped.reshape(first.size(0), config.n_heads, block).all(-1).double().mean().item()

@@ -25,7 +25,7 @@ from aiayn_conformance.spec.contract import has_capability
 from aiayn_conformance.spec.tolerance import Tolerance, compare, tolerance
 
 from .helpers import oracles, strategies
-from .helpers.components import DK, LK, B, H, Kernel, call_kernel, from_factory, key_padding, qkv
+from .helpers.components import DK, DV, LK, B, H, Kernel, call_kernel, from_factory, key_padding, qkv
 from .helpers.diagnosis import fail_on_variant_departure
 from .helpers.harness import build_model, describe_call, first_nonfinite, run_forward, violation
 from .helpers.inputs import fitted, other_token, random_tokens, shape_need, witness_batch
@@ -67,7 +67,7 @@ def extreme_tolerance(config: ModelConfig) -> Tolerance:
     the paper's masks and shifted positions (tests/broken_models.py's pe-from-one) at base moved by 0.0019 when one
     target pad was appended; finite fills move the outputs by 0.07 to 1.2 (fill-1e4 and fill-1e-9 at the suite's
     sizes)."""
-    d_k = config.d_model // config.n_heads
+    d_k = config.d_k
     policy = tolerance(torch.float32, scope="model")
     return Tolerance(rtol=policy.rtol, atol=max(policy.atol, math.sqrt(d_k) * 2.0 ** -24 * EXTREME_SCORES))
 
@@ -462,7 +462,7 @@ def test_kernel_causal_mask_includes_the_diagonal(kernel: Kernel) -> None:
         hint = ("the diagonal is excluded" if compare(out, oracles.attention(q, k, v, strict)).ok
                 else "future keys keep weight, or the mask is read with the wrong polarity")
         violation(measured=cmp.describe(), expected="query i attends to keys 0..i, nothing after",
-                  call=f"kernel(q, k, v [{B}, {H}, {LK}, {DK}], causal mask (1, 1, {LK}, {LK}) "
+                  call=f"kernel(q, k [{B}, {H}, {LK}, {DK}], v [{B}, {H}, {LK}, {DV}], causal mask (1, 1, {LK}, {LK}) "
                        "lower-triangular)",
                   hint=hint)
 

@@ -86,6 +86,10 @@ def transformer_spec(state: Mapping[str, Tensor], config: ModelConfig, *, decode
     from aiayn_conformance.reference.model import sinusoid_table
 
     decode.check_for(config)
+    if not config.paper_heads:
+        raise ExportError(f"CTranslate2's Transformer divides d_model among its heads (d_k = d_v = d_model / h = "
+                          f"{config.d_model / config.n_heads:g}); this model has "
+                          f"d_k={config.d_k}, d_v={config.d_v} (the ONNX export takes it)")
     st = {k: v.detach().to(torch.float32).cpu().numpy() for k, v in state.items()}
     missing = [k for k in ("src_embed.weight", "tgt_embed.weight", "generator.weight") if k not in st]
     if missing:

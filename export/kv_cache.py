@@ -63,7 +63,8 @@ UNFUSED = ("SkipLayerNormFusion",)  # onnxruntime optimizers OrtCachedDecoder's 
 
 # -- the graphs -------------------------------------------------------------------------------------------
 class EncoderKV(nn.Module):
-    """src (N, S) -> (cross_key.0, cross_value.0, ..., cross_key.{L-1}, cross_value.{L-1}), each (N, h, S, d_k)."""
+    """src (N, S) -> (cross_key.0, cross_value.0, ..., cross_key.{L-1}, cross_value.{L-1}): (N, h, S, d_k) keys,
+    (N, h, S, d_v) values."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
@@ -78,9 +79,10 @@ class CachedStep(nn.Module):
     """One decoder step over a time-major key/value cache: the new position only, computed from the reference's
     weights (§3.2.2, §3.3, §3.4) and arranged for a CPU runtime.
 
-    ``past_keys[i]`` / ``past_values[i]`` (t, N, h, d_k) hold positions 0..t-1 of layer i, time-major so that
-    the runtime can pass the filled prefix of preallocated buffers; the step returns the logits and only the
-    new position's keys and values (N, h, d_k), which the caller writes at position t. The same float32
+    ``past_keys[i]`` (t, N, h, d_k) / ``past_values[i]`` (t, N, h, d_v) hold positions 0..t-1 of layer i,
+    time-major so that the runtime can pass the filled prefix of preallocated buffers; the step returns the
+    logits and only the new position's keys (N, h, d_k) and values (N, h, d_v), which the caller writes at
+    position t. The same float32
     function as ``reference.decoding.decode_step`` in another order: 1/sqrt(d_k) folded into W^Q (exact when
     it is a power of two, as at d_k = 64), Q|K|V from one product, self-attention as elementwise products and
     sums over the cached positions, cross-attention as batched products.
@@ -92,8 +94,8 @@ class CachedStep(nn.Module):
         for i, layer in enumerate(model.decoder):  # type: ignore[arg-type]
             sa, xa = layer.self_attn, layer.cross_attn
             scale = 1.0 / math.sqrt(sa.d_k)
-            # W^Q / sqrt(d_k) | W^K | W^V of layer i as one (3 d_model, d_model) matrix, and W^Q / sqrt(d_k) of its
-            # cross-attention
+            # W^Q / sqrt(d_k) | W^K | W^V of layer i as one (h (2 d_k + d_v), d_model) matrix, and W^Q / sqrt(d_k)
+            # of its cross-attention
             self.register_buffer(f"qkv_{i}", torch.cat([sa.q.weight * scale, sa.k.weight, sa.v.weight]).detach(),
                                  persistent=False)
             self.register_buffer(f"cross_q_{i}", (xa.q.weight * scale).detach(), persistent=False)
@@ -111,23 +113,24 @@ class CachedStep(nn.Module):
         new_keys, new_values = [], []
         for i, layer in enumerate(model.decoder):
             sa, xa = layer.self_attn, layer.cross_attn
-            N, h, d_k = y.shape[0], sa.h, sa.d_k
-            q, k, v = (x.view(N, h, d_k) for x in F.linear(y, getattr(self, f"qkv_{i}")).split(h * d_k, dim=-1))
+            N, h, d_k, d_v = y.shape[0], sa.h, sa.d_k, sa.d_v
+            q, k, v = F.linear(y, getattr(self, f"qkv_{i}")).split([h * d_k, h * d_k, h * d_v], dim=-1)
+            q, k, v = q.view(N, h, d_k), k.view(N, h, d_k), v.view(N, h, d_v)  # (N, h, d_k) x 2, (N, h, d_v)
             past = (past_keys[i] * q).sum(-1)  # (t, N, h): q . k_j / sqrt(d_k) for j < t
             now = (k * q).sum(-1)[None]  # (1, N, h): the new position's own key
             scores = torch.cat([past, now])  # (t + 1, N, h): positions 0..t
             e = torch.exp(scores - scores.amax(0, keepdim=True))  # the softmax over positions, written out:
             w = e / e.sum(0, keepdim=True)  # onnxruntime's Softmax transposes for an axis other than the last
-            heads = (w[:t, :, :, None] * past_values[i]).sum(0) + w[t, :, :, None] * v  # (N, h, d_k)
-            y = layer.norm1(y + sa.o(heads.reshape(N, h * d_k)))
+            heads = (w[:t, :, :, None] * past_values[i]).sum(0) + w[t, :, :, None] * v  # (N, h, d_v)
+            y = layer.norm1(y + sa.o(heads.reshape(N, h * d_v)))  # (N, d_model)
             cq = F.linear(y, getattr(self, f"cross_q_{i}")).view(N, h, 1, d_k)  # (N, h, 1, d_k)
             scores = cq @ cross_keys[i].transpose(-1, -2) + bias  # (N, h, 1, S)
-            heads = (torch.softmax(scores, dim=-1) @ cross_values[i])[:, :, 0] * gate  # (N, h, d_k)
-            y = layer.norm2(y + xa.o(heads.reshape(N, h * d_k)))
+            heads = (torch.softmax(scores, dim=-1) @ cross_values[i])[:, :, 0] * gate  # (N, h, d_v)
+            y = layer.norm2(y + xa.o(heads.reshape(N, h * d_v)))  # (N, d_model)
             y = layer.norm3(y + layer.ffn(y))
             new_keys.append(k)
             new_values.append(v)
-        return model.generator(y), new_keys, new_values  # (N, V), L x (N, h, d_k), L x (N, h, d_k)
+        return model.generator(y), new_keys, new_values  # (N, V), L x (N, h, d_k), L x (N, h, d_v)
 
 
 @contextlib.contextmanager
@@ -194,7 +197,7 @@ def export_cached_step(model: nn.Module, path: str | Path, config: ModelConfig, 
     tokens = torch.tensor([3, 4]) % config.tgt_vocab
 
     def time_major(x: Tensor) -> Tensor:
-        return x.permute(2, 0, 1, 3).contiguous()  # (N, h, t, d_k) -> (t, N, h, d_k)
+        return x.permute(2, 0, 1, 3).contiguous()  # (N, h, t, d) -> (t, N, h, d), d = d_k or d_v
 
     args = (tokens, src, [time_major(c.self_k) for c in cache.layers], [time_major(c.self_v) for c in cache.layers],
             [c.cross_k for c in cache.layers], [c.cross_v for c in cache.layers])
@@ -236,9 +239,10 @@ def export_cached_generation(model: nn.Module, out_dir: str | Path, config: Mode
                  "inputs": ["tokens", "src", *names["past_key"], *names["past_value"], *names["cross_key"],
                             *names["cross_value"]],
                  "outputs": ["logits", *names["new_key"], *names["new_value"]]},
-        "shapes": {"tokens": "[N]", "src": "[N, S]", "past": "[t, N, h, d_k]", "new": "[N, h, d_k]",
-                   "cross": "[N, h, S, d_k]", "logits": "[N, V]"},
-        "n_layers": config.n_layers, "n_heads": config.n_heads, "d_k": config.d_model // config.n_heads,
+        "shapes": {"tokens": "[N]", "src": "[N, S]", "past_key": "[t, N, h, d_k]", "past_value": "[t, N, h, d_v]",
+                   "new_key": "[N, h, d_k]", "new_value": "[N, h, d_v]", "cross_key": "[N, h, S, d_k]",
+                   "cross_value": "[N, h, S, d_v]", "logits": "[N, V]"},
+        "n_layers": config.n_layers, "n_heads": config.n_heads, "d_k": config.d_k, "d_v": config.d_v,
         "tgt_vocab": config.tgt_vocab, "pad_id": config.pad_id, "bos_id": decode.bos_id, "eos_id": decode.eos_id,
         "max_positions": positions, "max_source_length": config.max_len,
         "decoding": {"beam_size": decode.beam_size, "alpha": decode.alpha, "extra_length": decode.extra_length,
@@ -302,7 +306,9 @@ class OrtCachedDecoder:
                               f"{[i.name for i in self.step.get_inputs()]}, outputs {self.step_outputs}; encoder "
                               f"outputs {self.enc_outputs}); export them again with aiayn export --generation")
         self.L = len(past)
+        values = {i.name: i.shape for i in self.step.get_inputs() if i.name.startswith("past_value.")}
         self.h, self.d_k = past[0].shape[2], past[0].shape[3]
+        self.d_v = values.get("past_value.0", past[0].shape)[3]
 
     @classmethod
     def load(cls, out_dir: str | Path, *, threads: int | None = None) -> OrtCachedDecoder:
@@ -316,8 +322,13 @@ class OrtCachedDecoder:
                    max_positions=manifest["max_positions"], max_source_length=manifest.get("max_source_length"),
                    threads=threads)
 
-    def _buffers(self, capacity: int, rows: int) -> list[np.ndarray]:
-        return [np.zeros((capacity, rows, self.h, self.d_k), dtype=np.float32) for _ in range(self.L)]
+    def _buffers(self, capacity: int, rows: int, width: int) -> list[np.ndarray]:
+        """One (capacity, rows, h, width) buffer per layer: width d_k for keys, d_v for values."""
+        return [np.zeros((capacity, rows, self.h, width), dtype=np.float32) for _ in range(self.L)]
+
+    def _pair(self, capacity: int, rows: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Key and value buffers."""
+        return self._buffers(capacity, rows, self.d_k), self._buffers(capacity, rows, self.d_v)
 
     def begin_decoding(self, src: Tensor) -> OrtCache:
         src_np = np.ascontiguousarray(src.cpu().numpy().astype(np.int64))
@@ -328,8 +339,7 @@ class OrtCachedDecoder:
         N, capacity = src_np.shape[0], src_np.shape[1] + TRANSLATION.extra_length + 1
         if self.max_positions is not None:
             capacity = min(capacity, self.max_positions)
-        return OrtCache(src_np, dict(zip(self.enc_outputs, outs)), self._buffers(capacity, N),
-                        self._buffers(capacity, N), self._buffers(capacity, N), self._buffers(capacity, N), 0)
+        return OrtCache(src_np, dict(zip(self.enc_outputs, outs)), *self._pair(capacity, N), *self._pair(capacity, N), 0)
 
     def decode_step(self, state: OrtCache, tokens: Tensor) -> tuple[Tensor, OrtCache]:
         t = state.length
@@ -352,14 +362,14 @@ class OrtCachedDecoder:
         t, N = state.length, state.rows
         capacity = 2 * state.capacity if self.max_positions is None else min(2 * state.capacity, self.max_positions)
 
-        def grow(buffers: list[np.ndarray]) -> list[np.ndarray]:
-            new = self._buffers(capacity, N)
+        def grow(buffers: list[np.ndarray], width: int) -> list[np.ndarray]:
+            new = self._buffers(capacity, N, width)
             for old, b in zip(buffers, new):
                 b[:t] = old[:t]
             return new
 
-        return OrtCache(state.src, state.cross, grow(state.keys), grow(state.values), self._buffers(capacity, N),
-                        self._buffers(capacity, N), t)
+        return OrtCache(state.src, state.cross, grow(state.keys, self.d_k), grow(state.values, self.d_v),
+                        *self._pair(capacity, N), t)
 
     def reorder_state(self, state: OrtCache, indices: Tensor) -> OrtCache:
         """Row i of the new state is row ``indices[i]``: the filled positions of the chosen rows are gathered
@@ -372,8 +382,8 @@ class OrtCachedDecoder:
             keys, values = state.spare_keys, state.spare_values
             spare_keys, spare_values = state.keys, state.values
         else:
-            keys, values = self._buffers(state.capacity, n), self._buffers(state.capacity, n)
-            spare_keys, spare_values = self._buffers(state.capacity, n), self._buffers(state.capacity, n)
+            keys, values = self._pair(state.capacity, n)
+            spare_keys, spare_values = self._pair(state.capacity, n)
         for old, new in zip([*state.keys, *state.values], [*keys, *values]):  # torch views of the numpy buffers
             torch.index_select(torch.from_numpy(old[:t]), 1, rows, out=torch.from_numpy(new[:t]))
         src = state.src

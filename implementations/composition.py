@@ -60,5 +60,6 @@ def compose(name: str, components: Sequence[Component]) -> Implementation:
     return validated(Implementation(
         name=name, build=build, summary=f"the reference with {described}",
         source="; ".join(f"{c.name}: {c.source or c.plugin}" for c in components),
-        output="logits", deviations=deviations, plugin="aiayn_conformance.implementations.builtins.components",
+        output="logits", deviations=deviations, free_head_dims=True,
+        plugin="aiayn_conformance.implementations.builtins.components",
     ))

@@ -64,6 +64,11 @@ class Implementation:
     read_checkpoint
                 optional ``path -> Checkpoint``: reads a checkpoint as the implementation's toolkit saves it
                 (``--weights PATH``); raises ValueError, one line naming what it found and what it accepts
+    free_head_dims
+                True when ``build`` honours ``config.d_k`` and ``config.d_v`` where they differ from d_model / h
+                (Table 3's row (B)); left False, the registry's ``build`` refuses such a configuration with one
+                line before the model's code runs (a model that derives its head size from d_model and h would
+                otherwise build another model than the one asked for)
     plugin      the plugin that registered it (filled in by the registry)
     """
 
@@ -78,6 +83,7 @@ class Implementation:
     unavailable: str = ""
     install: str = ""
     read_checkpoint: Callable[[str], Checkpoint] | None = None
+    free_head_dims: bool = False
     plugin: str = ""
 
 
@@ -149,5 +155,29 @@ def validated(item: Declared, plugin: str = "") -> Declared:
                              f"{', '.join(CLAUSES)}")
         if not isinstance(why, str) or not why.strip():
             raise ValueError(f"{owner}: deviation {clause_id!r} needs a reason (a non-empty string)")
+    changes: dict[str, Any] = {}
+    if isinstance(item, Implementation):
+        if not isinstance(item.free_head_dims, bool):
+            raise ValueError(f"{owner}: free_head_dims must be a bool, got {type(item.free_head_dims).__name__}")
+        if not item.free_head_dims and not isinstance(item.build, _PaperHeadsOnly):
+            changes["build"] = _PaperHeadsOnly(item.name, item.build)
     return dataclasses.replace(item, deviations=MappingProxyType(dict(item.deviations)),
-                               plugin=item.plugin or plugin)
+                               plugin=item.plugin or plugin, **changes)
+
+
+class _PaperHeadsOnly:
+    """An implementation's ``build`` that refuses d_k or d_v other than d_model / h (its registration does not
+    set ``free_head_dims``); otherwise calls the registered build."""
+
+    def __init__(self, name: str, build: Callable[[Any], Any]):
+        self.name, self.build = name, build
+        self.__wrapped__ = build
+
+    def __call__(self, config: Any) -> Any:
+        heads = getattr(config, "n_heads", None)
+        d_model, d_k, d_v = (getattr(config, n, None) for n in ("d_model", "d_k", "d_v"))
+        if heads and d_k is not None and (d_k * heads != d_model or d_v != d_k):
+            raise ValueError(f"{self.name} cannot build d_k={d_k}, d_v={d_v} with d_model={d_model}, h={heads}: "
+                             f"it builds d_k = d_v = d_model / h only (its registration does not set "
+                             f"free_head_dims)")
+        return self.build(config)

@@ -63,11 +63,10 @@ class KVCache(NamedTuple):
 
 
 def _attend(mha: MultiHeadAttention, y: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-    """§3.2.2 for queries y (N, 1, d_model) against cached keys/values (N, h, L, d_k): (N, 1, d_model)."""
+    """§3.2.2 for queries y (N, 1, d_model) against cached keys (N, h, L, d_k) and values (N, h, L, d_v)."""
     q = mha.split_heads(mha.q(y))  # (N, h, 1, d_k)
     heads = mha.attention(q, k, v, mask)  # (N, h, 1, d_v)
-    N, _, Lq, _ = heads.shape
-    return mha.o(heads.transpose(1, 2).reshape(N, Lq, mha.h * mha.d_k))  # (N, 1, d_model)
+    return mha.o(mha.merge_heads(heads))  # (N, 1, d_model)
 
 
 def init_cache(model: Transformer, src: Tensor) -> KVCache:
@@ -78,8 +77,9 @@ def init_cache(model: Transformer, src: Tensor) -> KVCache:
     layers = []
     for layer in model.decoder:
         xa, sa = layer.cross_attn, layer.self_attn
-        empty = memory.new_zeros(src.size(0), sa.h, 0, sa.d_k)  # (B, h, 0, d_k)
-        layers.append(LayerCache(empty, empty, xa.split_heads(xa.k(memory)), xa.split_heads(xa.v(memory))))
+        no_keys = memory.new_zeros(src.size(0), sa.h, 0, sa.d_k)  # (B, h, 0, d_k)
+        no_values = memory.new_zeros(src.size(0), sa.h, 0, sa.d_v)  # (B, h, 0, d_v)
+        layers.append(LayerCache(no_keys, no_values, xa.split_heads(xa.k(memory)), xa.split_heads(xa.v(memory))))
     return KVCache(tuple(layers), src_mask)
 
 

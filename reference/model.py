@@ -8,7 +8,7 @@ configuration unless stated otherwise).
 Shape legend
     B  batch size                  S  source length        T  target length
     L  a generic sequence length   Lq query length         Lk key length
-    d_model  model width           h  number of heads      d_k = d_v = d_model / h
+    d_model  model width           h  number of heads      d_k, d_v per head (d_model / h)
     d_ff  inner width of the FFN   V  vocabulary size
 
 Mask polarity
@@ -103,28 +103,32 @@ class MultiHeadAttention(nn.Module):
     do these projections.
     """
 
-    def __init__(self, d_model: int, h: int, attention: AttentionFn = scaled_dot_product_attention):
+    def __init__(self, d_model: int, h: int, attention: AttentionFn = scaled_dot_product_attention, *,
+                 d_k: int | None = None, d_v: int | None = None):
         super().__init__()
-        assert d_model % h == 0, "d_model must be divisible by h"
-        self.h, self.d_k = h, d_model // h
-        self.q = nn.Linear(d_model, d_model, bias=False)
-        self.k = nn.Linear(d_model, d_model, bias=False)
-        self.v = nn.Linear(d_model, d_model, bias=False)
-        self.o = nn.Linear(d_model, d_model, bias=False)
+        if d_k is None or d_v is None:
+            assert d_model % h == 0, "d_model must be divisible by h for d_k = d_v = d_model / h"
+        self.h, self.d_k, self.d_v = h, d_k or d_model // h, d_v or d_model // h
+        self.q = nn.Linear(d_model, h * self.d_k, bias=False)  # W_1^Q .. W_h^Q stacked
+        self.k = nn.Linear(d_model, h * self.d_k, bias=False)
+        self.v = nn.Linear(d_model, h * self.d_v, bias=False)
+        self.o = nn.Linear(h * self.d_v, d_model, bias=False)  # W^O
         self.attention = attention
 
     def split_heads(self, x: Tensor) -> Tensor:
-        B, L, _ = x.shape
-        return x.view(B, L, self.h, self.d_k).transpose(1, 2)  # (B, h, L, d_k)
+        B, L, hd = x.shape
+        return x.view(B, L, self.h, hd // self.h).transpose(1, 2)  # (B, h, L, d_k or d_v)
+
+    def merge_heads(self, heads: Tensor) -> Tensor:
+        B, _, L, d_v = heads.shape
+        return heads.transpose(1, 2).reshape(B, L, self.h * d_v)  # (B, L, h*d_v): Concat(head_1, ..., head_h)
 
     def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None) -> Tensor:
         q = self.split_heads(self.q(query))  # (B, h, Lq, d_k)
         k = self.split_heads(self.k(key))  # (B, h, Lk, d_k)
         v = self.split_heads(self.v(value))  # (B, h, Lk, d_v)
         heads = self.attention(q, k, v, mask)  # (B, h, Lq, d_v)
-        B, _, Lq, _ = heads.shape
-        concat = heads.transpose(1, 2).reshape(B, Lq, self.h * self.d_k)  # (B, Lq, h*d_v)
-        return self.o(concat)  # (B, Lq, d_model)
+        return self.o(self.merge_heads(heads))  # (B, Lq, d_model)
 
 
 # ---------------------------------------------------------------------------
@@ -173,7 +177,7 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig, attention: AttentionFn, norm: NormFactory, ffn: FeedForwardFactory):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, attention)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, attention, d_k=cfg.d_k, d_v=cfg.d_v)
         self.norm1 = norm(cfg.d_model, cfg.norm_eps)
         self.ffn = ffn(cfg.d_model, cfg.d_ff)
         self.norm2 = norm(cfg.d_model, cfg.norm_eps)
@@ -189,9 +193,9 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig, attention: AttentionFn, norm: NormFactory, ffn: FeedForwardFactory):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, attention)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, attention, d_k=cfg.d_k, d_v=cfg.d_v)
         self.norm1 = norm(cfg.d_model, cfg.norm_eps)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, attention)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, attention, d_k=cfg.d_k, d_v=cfg.d_v)
         self.norm2 = norm(cfg.d_model, cfg.norm_eps)
         self.ffn = ffn(cfg.d_model, cfg.d_ff)
         self.norm3 = norm(cfg.d_model, cfg.norm_eps)

@@ -10,7 +10,7 @@ silent).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["ModelConfig", "PRESETS", "BASE", "BIG", "TINY", "preset"]
 
@@ -19,11 +19,17 @@ __all__ = ["ModelConfig", "PRESETS", "BASE", "BIG", "TINY", "preset"]
 class ModelConfig:
     """Hyperparameters of the encoder-decoder Transformer (section 3, Table 3).
 
-    Symbols: ``d_model`` (section 3.1), ``n_heads`` = h and ``d_k = d_v =
-    d_model / h`` (section 3.2.2), ``d_ff`` (section 3.3), ``n_layers`` = N for
-    both stacks (section 3.1), ``dropout`` = P_drop (section 5.4).
+    Symbols: ``d_model`` (section 3.1), ``n_heads`` = h, ``d_k`` and ``d_v``
+    (section 3.2.2), ``d_ff`` (section 3.3), ``n_layers`` = N for both stacks
+    (section 3.1), ``dropout`` = P_drop (section 5.4).
     ``max_len`` is the longest source or target sequence the model must accept.
     ``pad_id`` marks right-padding in both the source and the target.
+
+    ``d_k`` (queries and keys) and ``d_v`` (values) are per head. Left at 0 they
+    are the paper's d_model / h (then d_model must be divisible by h) and stay
+    so in ``replace``: a copy with another d_model or h derives them again.
+    Given, they are Table 3's row (B) (d_k 16 or 32 at h 8): W^Q and W^K map
+    d_model to h d_k, W^V maps d_model to h d_v, and W^O maps h d_v back.
     """
 
     src_vocab: int = 37000
@@ -37,6 +43,10 @@ class ModelConfig:
     pad_id: int = 0
     share_embeddings: bool = True
     norm_eps: float = 1e-6
+    d_k: int = 0
+    d_v: int = 0
+    # the head dimensions left at 0 (derived from d_model / h): replace() derives them again
+    derived_heads: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("src_vocab", "tgt_vocab", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
@@ -45,10 +55,19 @@ class ModelConfig:
                 raise ValueError(f"ModelConfig.{name} must be an int, got {value!r}")
             if value <= 0:
                 raise ValueError(f"ModelConfig.{name} must be positive, got {value}")
-        if self.d_model % self.n_heads != 0:
+        for name in ("d_k", "d_v"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"ModelConfig.{name} must be a positive int, or 0 for d_model / h; got {value!r}")
+        derived = tuple(name for name in ("d_k", "d_v") if getattr(self, name) == 0)
+        if derived and self.d_model % self.n_heads != 0:
             raise ValueError(
-                f"ModelConfig.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
+                f"ModelConfig.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}) "
+                f"for {' and '.join(derived)} = d_model / h (or give {' and '.join(derived)})"
             )
+        for name in derived:
+            object.__setattr__(self, name, self.d_model // self.n_heads)
+        object.__setattr__(self, "derived_heads", derived)
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)):
             raise ValueError(f"ModelConfig.dropout must be a float in [0, 1), got {self.dropout!r}")
         if not 0.0 <= self.dropout < 1.0:
@@ -71,18 +90,14 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.norm_eps must be a positive float, got {self.norm_eps!r}")
 
     @property
-    def d_k(self) -> int:
-        """Per-head query/key dimension, d_model / h (section 3.2.2)."""
-        return self.d_model // self.n_heads
-
-    @property
-    def d_v(self) -> int:
-        """Per-head value dimension, d_model / h (section 3.2.2)."""
-        return self.d_model // self.n_heads
+    def paper_heads(self) -> bool:
+        """Whether d_k = d_v = d_model / h, as everywhere in the paper but Table 3's row (B)."""
+        return self.d_k == self.d_v and self.d_k * self.n_heads == self.d_model
 
     def replace(self, **changes) -> ModelConfig:
-        """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **changes)
+        """A copy with some fields changed (validated again); d_k and d_v left derived stay derived."""
+        derived = {name: 0 for name in self.derived_heads if name not in changes}
+        return dataclasses.replace(self, **derived, **changes)
 
 
 BASE = ModelConfig()

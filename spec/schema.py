@@ -6,8 +6,10 @@ network has both biases (Eq. 2); each layer norm has a per-feature weight
 (gain) and bias; the pre-softmax projection ``generator`` has no bias (§3.4
 shares the embedding matrix with it and names no bias; tensor2tensor has
 none).
-For ``q``, ``k`` and ``v``, head j owns output rows ``j*d_k`` to
-``(j+1)*d_k``; ``o`` takes the heads concatenated in head order.
+For ``q`` and ``k`` (h d_k rows) head j owns output rows ``j*d_k`` to
+``(j+1)*d_k``, for ``v`` (h d_v rows) rows ``j*d_v`` to ``(j+1)*d_v``; ``o``
+(d_model x h d_v) takes the heads concatenated in head order. With the
+paper's d_k = d_v = d_model / h every projection is d_model x d_model.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ ATTENTION = ("q", "k", "v", "o")
 NORMS = {"encoder": ("norm1", "norm2"), "decoder": ("norm1", "norm2", "norm3")}
 
 
-def _attention(prefix: str, d: int) -> dict[str, tuple[int, ...]]:
-    return {f"{prefix}.{p}.weight": (d, d) for p in ATTENTION}
+def _attention(prefix: str, config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    d, hk, hv = config.d_model, config.n_heads * config.d_k, config.n_heads * config.d_v
+    return {f"{prefix}.q.weight": (hk, d), f"{prefix}.k.weight": (hk, d), f"{prefix}.v.weight": (hv, d),
+            f"{prefix}.o.weight": (d, hv)}
 
 
 def _norm(prefix: str, d: int) -> dict[str, tuple[int, ...]]:
@@ -51,15 +55,15 @@ def parameter_schema(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     }
     for i in range(config.n_layers):
         p = f"encoder.{i}"
-        schema.update(_attention(f"{p}.self_attn", d))
+        schema.update(_attention(f"{p}.self_attn", config))
         schema.update(_norm(f"{p}.norm1", d))
         schema.update(_ffn(f"{p}.ffn", d, d_ff))
         schema.update(_norm(f"{p}.norm2", d))
     for i in range(config.n_layers):
         p = f"decoder.{i}"
-        schema.update(_attention(f"{p}.self_attn", d))
+        schema.update(_attention(f"{p}.self_attn", config))
         schema.update(_norm(f"{p}.norm1", d))
-        schema.update(_attention(f"{p}.cross_attn", d))
+        schema.update(_attention(f"{p}.cross_attn", config))
         schema.update(_norm(f"{p}.norm2", d))
         schema.update(_ffn(f"{p}.ffn", d, d_ff))
         schema.update(_norm(f"{p}.norm3", d))

@@ -8,6 +8,7 @@ import pytest
 
 from aiayn_conformance.spec import (
     BASE,
+    BIG,
     PRESETS,
     TINY,
     ModelConfig,
@@ -80,9 +81,10 @@ def test_totals_match_table_3_within_5_percent(name, millions):
 @pytest.mark.parametrize("changes, millions", [
     ({"n_layers": 2}, 36), ({"n_layers": 4}, 50), ({"n_layers": 8}, 80),  # Table 3, rows (C)
     ({"d_ff": 1024}, 53), ({"d_ff": 4096}, 90),
+    ({"d_k": 16}, 58), ({"d_k": 32}, 60),  # Table 3, rows (B): d_k alone, d_v stays 64
 ])
 def test_table_3_differences_from_the_base_model(changes, millions):
-    """Rows (C) that keep d_model keep the embedding matrix, so their difference from the base model's 65M does
+    """Rows (B) and (C) that keep d_model keep the embedding matrix, so their difference from the base model's 65M does
     not depend on the vocabulary: it must match Table 3 within its rounding (each total to 1M)."""
     delta = (parameter_count(BASE.replace(**changes)) - parameter_count(BASE)) / 1e6
     assert abs(delta - (millions - 65)) <= 1.0, f"{changes}: {delta:+.2f}M, Table 3 {millions - 65:+d}M"
@@ -107,6 +109,10 @@ def test_config_is_frozen():
     ({"pad_id": 37000}, "pad_id"),
     ({"norm_eps": 0.0}, "norm_eps"),
     ({"d_model": 32.0}, "d_model"),
+    ({"d_k": -4}, "d_k"),
+    ({"d_v": 16.0}, "d_v"),
+    ({"d_k": True}, "d_k"),
+    ({"d_model": 30, "n_heads": 4, "d_k": 8}, "d_model"),  # d_v still derived: d_model / h must be whole
 ])
 def test_invalid_values_raise_naming_the_field(changes, field):
     with pytest.raises(ValueError, match=rf"ModelConfig\.{field}"):
@@ -127,6 +133,25 @@ def test_replace_changes_one_field_keeps_the_others_and_validates_again():
     assert c.replace(n_heads=8) == BASE and BASE.n_heads == 8  # a copy: the preset is untouched
     with pytest.raises(ValueError, match="dropout"):
         TINY.replace(dropout=2.0)
+
+
+def test_head_sizes_follow_d_model_and_h_unless_given():
+    """d_k and d_v left at 0 are d_model / h and stay derived through replace (a copy at another width or head
+    count derives them again); given ones (Table 3, row B) are kept and shape the projections."""
+    assert (BASE.d_k, BASE.d_v, BASE.paper_heads) == (64, 64, True)
+    assert BASE == ModelConfig(d_k=64, d_v=64) and hash(BASE) == hash(ModelConfig(d_k=64, d_v=64))
+    assert (BIG.d_k, BASE.replace(n_heads=16).d_k, TINY.replace(d_model=64).d_v) == (64, 32, 16)
+    row_b = BASE.replace(d_k=16)
+    assert (row_b.d_k, row_b.d_v, row_b.paper_heads) == (16, 64, False)
+    assert row_b.replace(d_model=1024, n_heads=16).d_k == 16  # given: kept
+    assert row_b.replace(d_model=1024, n_heads=16).d_v == 64  # derived: 1024 / 16
+    assert row_b.replace(d_k=0) == BASE  # 0 derives it again
+    schema = parameter_schema(BASE.replace(d_k=16, d_v=32))
+    assert [schema[f"encoder.0.self_attn.{p}.weight"] for p in "qkvo"] == [(128, 512), (128, 512), (256, 512),
+                                                                          (512, 256)]
+    free = ModelConfig(d_model=30, n_heads=4, d_k=8, d_v=8)  # given sizes: h need not divide d_model
+    assert not free.paper_heads and parameter_schema(free)["decoder.0.cross_attn.o.weight"] == (30, 32)
+    assert "d_k=16" in repr(row_b) and "derived_heads" not in repr(row_b)
 
 
 def test_preset_lookup():

@@ -21,12 +21,13 @@ from .harness import CheckTimeout, could_not_check
 if TYPE_CHECKING:
     from aiayn_conformance.implementations import Component
 
-__all__ = ["Kernel", "from_factory", "call_kernel", "qkv", "key_padding", "B", "H", "LQ", "LK", "DK"]
+__all__ = ["Kernel", "from_factory", "call_kernel", "qkv", "key_padding", "B", "H", "LQ", "LK", "DK", "DV"]
 
 Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None], Any]
 
 # The attention kernels' witness sizes: batch, heads, query and key lengths, per-head size.
 B, H, LQ, LK, DK = 2, 3, 4, 6, 8
+DV = 5  # d_v apart from d_k (Table 3, row B): a kernel that takes its scale or shape from v is seen
 
 
 def from_factory(component: Component, *args: Any) -> Any:
@@ -64,11 +65,12 @@ def call_kernel(kernel: Kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 
 def qkv(seed: int = 0, dtype: torch.dtype = torch.float64, lq: int = LQ, lk: int = LK,
         gain: float = 2.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Witness q [B, H, lq, DK], k and v [B, H, lk, DK]; q and k scaled by ``gain`` so softmaxes are sharp."""
+    """Witness q [B, H, lq, DK], k [B, H, lk, DK] and v [B, H, lk, DV]; q and k scaled by ``gain`` so softmaxes
+    are sharp."""
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(B, H, lq, DK, generator=g, dtype=torch.float64) * gain
     k = torch.randn(B, H, lk, DK, generator=g, dtype=torch.float64) * gain
-    v = torch.randn(B, H, lk, DK, generator=g, dtype=torch.float64)
+    v = torch.randn(B, H, lk, DV, generator=g, dtype=torch.float64)
     return q.to(dtype), k.to(dtype), v.to(dtype)
 
 

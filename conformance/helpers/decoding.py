@@ -194,7 +194,8 @@ class TwinTree(ForwardScores):
         for n, layer in enumerate(roots[0][0]):
             cross_k, cross_v = (torch.stack([r[0][n][j] for r in roots]) for j in (0, 1))
             if stems[0] is None:
-                self_k = self_v = cross_k.new_zeros(len(roots), *layer[0].shape[:1], 0, layer[0].size(-1))
+                self_k, self_v = (x.new_zeros(len(roots), x.size(0), 0, x.size(-1)) for x in (cross_k[0], cross_v[0]))
+                # (N, h, 0, d_k) and (N, h, 0, d_v)
             else:
                 self_k, self_v = (torch.stack([st[n][j] for st in stems]) for j in (0, 1))  # type: ignore[index]
             layers.append(LayerCache(self_k, self_v, cross_k, cross_v))

@@ -52,7 +52,9 @@ def others_for(config: ModelConfig) -> dict[str, ModelConfig]:
                                                 share_embeddings=False),
         # §3.4's three-way tying: the audit configuration itself unless it has separate vocabularies
         "shared-vocabulary": config.replace(tgt_vocab=config.src_vocab, share_embeddings=True),
-        "one-head": config.replace(n_heads=1),
+        # one head of h d_k and h d_v features (d_model at the paper's d_k = d_v = d_model / h)
+        "one-head": (config.replace(n_heads=1) if config.paper_heads else
+                     config.replace(n_heads=1, d_k=config.n_heads * config.d_k, d_v=config.n_heads * config.d_v)),
         "wider": config.replace(d_model=max(wider, config.d_model + unit), max_len=max(64, config.max_len)),
         # decoding (§6.1) runs up to the longest witness source + 50 positions
         "longer": config.replace(max_len=max(64, config.max_len)),
@@ -168,8 +170,10 @@ class AuditSettings:
 
     def config_change(self, config: ModelConfig) -> str:
         """How ``config`` differs from the audit configuration ("src_vocab=41, tgt_vocab=43"), dropout aside."""
+        derived = set(config.derived_heads) & set(self.config.derived_heads)  # d_k, d_v follow d_model / h
         changed = [(f.name, getattr(config, f.name)) for f in dataclasses.fields(config)
-                   if f.name != "dropout" and getattr(config, f.name) != getattr(self.config, f.name)]
+                   if f.init and f.name != "dropout" and f.name not in derived
+                   and getattr(config, f.name) != getattr(self.config, f.name)]
         return ", ".join(f"{name}={value}" for name, value in changed)
 
     def held_weights(self, impl: Implementation, config: ModelConfig) -> str:

@@ -29,7 +29,8 @@ from aiayn_conformance.spec.decoding import TRANSLATION
 
 __all__ = ["ALIASES", "ConfigError", "HF_KEYS", "SUITE_NEEDS", "FIELDS", "from_hf", "parse_pairs", "read_config"]
 
-FIELDS: dict[str, type] = {f.name: type(getattr(ModelConfig(), f.name)) for f in dataclasses.fields(ModelConfig)}
+FIELDS: dict[str, type] = {f.name: type(getattr(ModelConfig(), f.name)) for f in dataclasses.fields(ModelConfig)
+                           if f.init}
 ALIASES = {"h": "n_heads", "N": "n_layers"}  # the paper's symbols
 
 # What the suite's checks need of the audit configuration, and why (checked after the user's values apply).

@@ -226,18 +226,17 @@ class _Run:
                   fill: float | None = None) -> Tensor:
         """§3.2.2 multi-head attention; mask (B|1, 1, Lq|1, Lk), True = may attend; ``fill`` a finite value for
         masked scores (None: -inf, a row with no admissible key attends to nothing)."""
-        h, d = self.cfg.n_heads, self.cfg.d_model
-        d_k = d // h
+        h, d, d_k, d_v = self.cfg.n_heads, self.cfg.d_model, self.cfg.d_k, self.cfg.d_v
         B, Lq, Lk = query.size(0), query.size(1), memory.size(1)
 
-        def split(x: Tensor, L: int) -> Tensor:
+        def split(x: Tensor, L: int, width: int) -> Tensor:
             if self.k.heads == "split-without-transpose":
-                return x.reshape(B, h, L, d_k)  # (B, h, L, d_k), positions mixed
-            return x.reshape(B, L, h, d_k).transpose(1, 2)  # (B, h, L, d_k)
+                return x.reshape(B, h, L, width)  # (B, h, L, d_k or d_v), positions mixed
+            return x.reshape(B, L, h, width).transpose(1, 2)  # (B, h, L, d_k or d_v)
 
-        q = split(query @ self.p[f"{prefix}.q.weight"].T, Lq)
-        k = split(memory @ self.p[f"{prefix}.k.weight"].T, Lk)
-        v = split(memory @ self.p[f"{prefix}.v.weight"].T, Lk)
+        q = split(query @ self.p[f"{prefix}.q.weight"].T, Lq, d_k)
+        k = split(memory @ self.p[f"{prefix}.k.weight"].T, Lk, d_k)
+        v = split(memory @ self.p[f"{prefix}.v.weight"].T, Lk, d_v)
         scale = {"1/sqrt(d_k)": d_k ** -0.5, "1/sqrt(d_model)": d ** -0.5, "1": 1.0,
                  "sqrt(d_k)": d_k ** 0.5}[self.k.scale]
         if self.k.mask_fill == "~0":
@@ -245,13 +244,13 @@ class _Run:
         weights = oracles.attention_weights(q, k, mask, scale=scale, axis=self.k.softmax_axis,
                                             fill=fill)  # (B, h, Lq, Lk)
         if self.k.weights == "per key":
-            heads = weights @ v  # (B, h, Lq, d_k)
+            heads = weights @ v  # (B, h, Lq, d_v)
         else:
-            heads = weights.sum(-1, keepdim=True) * v.sum(-2, keepdim=True)  # (B, h, Lq, d_k)
+            heads = weights.sum(-1, keepdim=True) * v.sum(-2, keepdim=True)  # (B, h, Lq, d_v)
         if self.k.heads == "transpose":
-            concat = heads.transpose(1, 2).reshape(B, Lq, d)  # (B, Lq, d_model)
+            concat = heads.transpose(1, 2).reshape(B, Lq, h * d_v)  # (B, Lq, h d_v)
         else:
-            concat = heads.reshape(B, Lq, d)  # (B, Lq, d_model), positions mixed
+            concat = heads.reshape(B, Lq, h * d_v)  # (B, Lq, h d_v), positions mixed
         return concat @ self.p[f"{prefix}.o.weight"].T
 
     def ffn(self, prefix: str, x: Tensor) -> Tensor:

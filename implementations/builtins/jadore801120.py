@@ -36,7 +36,8 @@ version could not be pinned to a commit). Reproduced in our own words, keeping t
 Completions (the review shows no ``Transformer`` class and no mask helpers; they follow the paper):
 
 - ``Transformer``: builds the encoder and the decoder with ``d_word_vec = d_model``, ``d_inner = d_ff``,
-  ``d_k = d_v = d_model / n_heads``, ``n_position = max_len`` and ``pad_idx = pad_id``; ``scale_emb`` is left
+  ``d_k`` and ``d_v`` from the configuration (d_model / n_heads unless given), ``n_position = max_len`` and
+  ``pad_idx = pad_id``; ``scale_emb`` is left
   at its default (False). The pre-softmax projection is a bias-free ``nn.Linear(d_model, tgt_vocab)``
   returning logits, with no logit scaling (§3.4; the upstream ``Transformer``'s ``x_logit_scale`` and
   ``scale_emb_or_prj`` are not in the review). With ``share_embeddings`` the source embedding, target
@@ -256,7 +257,7 @@ class Transformer(nn.Module):
         super().__init__()
         self.config = cfg = config
         self.src_pad_idx = self.trg_pad_idx = cfg.pad_id
-        d_k = d_v = cfg.d_model // cfg.n_heads
+        d_k, d_v = cfg.d_k, cfg.d_v  # Models.py's d_k=64, d_v=64 arguments (train.py's -d_k, -d_v)
         # scale_emb is not passed: its default, False.
         self.encoder = Encoder(
             n_src_vocab=cfg.src_vocab, d_word_vec=cfg.d_model, n_layers=cfg.n_layers, n_head=cfg.n_heads,
@@ -383,6 +384,7 @@ def register_implementations(register):
         source="https://github.com/jadore801120/attention-is-all-you-need-pytorch (transformer/, master branch, "
                "as a code review quotes it)",
         output="logits",
+        free_head_dims=True,  # Transformer(d_k=..., d_v=...)
         deviations=DEVIATIONS,
         notes=NOTES,
     ))

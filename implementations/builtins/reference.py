@@ -23,5 +23,6 @@ def register_implementations(register):
                 "with the paper's training recipe",
         source="aiayn-conformance reference/model.py, reference/training.py; Vaswani et al. 2017, arXiv:1706.03762v7",
         output="logits",
+        free_head_dims=True,
         notes=NOTES,
     ))

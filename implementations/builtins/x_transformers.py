@@ -108,7 +108,8 @@ class XTransformerAdapter(nn.Module):
         if int(cfg.d_model * mult) != cfg.d_ff:
             raise ValueError(f"x-transformers cannot build d_ff={cfg.d_ff}: its inner size is "
                              f"int(d_model * ff_mult), which gives {int(cfg.d_model * mult)} here")
-        stack = dict(depth=cfg.n_layers, heads=cfg.n_heads, attn_dim_head=cfg.d_k, ff_mult=mult,
+        stack = dict(depth=cfg.n_layers, heads=cfg.n_heads, attn_dim_head=cfg.d_k, attn_value_dim_head=cfg.d_v,
+                     ff_mult=mult,
                      max_seq_len=cfg.max_len, pre_norm=False, ff_custom_activation=nn.ReLU(),
                      scaled_sinu_pos_emb=True, emb_dropout=cfg.dropout, attn_sublayer_dropout=cfg.dropout,
                      ff_sublayer_dropout=cfg.dropout, attn_dropout=0.0, ff_dropout=0.0, attn_project_out=True)
@@ -241,6 +242,7 @@ def register_implementations(register):
         source="https://github.com/lucidrains/x-transformers/blob/2.31.10/x_transformers/x_transformers.py "
                "(the installed x-transformers)",
         output="logits",
+        free_head_dims=True,  # attn_dim_head = d_k, attn_value_dim_head = d_v
         deviations=DEVIATIONS,
         notes=NOTES,
         written_for=WRITTEN_FOR,
