@@ -60,7 +60,8 @@ def test_parameter_count_matches_the_schema(impl: Implementation, config: ModelC
                   f"schema: {dict(extra) or 'none'}; schema shapes absent: {dict(missing) or 'none'}"
                   f"{ignored_d_ff(impl, params, config)}",
                   expected=f"{expected:,} parameters, the canonical schema for d_model={config.d_model}, "
-                           f"h={config.n_heads}, d_ff={config.d_ff}, N={config.n_layers}, tied embeddings",
+                           f"h={config.n_heads}, d_k={config.d_k}, d_v={config.d_v}, d_ff={config.d_ff}, "
+                           f"N={config.n_layers}, {'tied' if config.share_embeddings else 'separate'} embeddings",
                   call=f"{impl.name}.build(config) distinct parameters",
                   hint="biases on the attention projections (+4*d_model per attention), extra layer norms "
                        "(+2*d_model each), untied embeddings (+vocab*d_model each) or scalar norm gains")

@@ -7,6 +7,7 @@ returns the read-only copy the registry keeps (see ``implementations/hookspecs.p
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -171,7 +172,7 @@ class _PaperHeadsOnly:
 
     def __init__(self, name: str, build: Callable[[Any], Any]):
         self.name, self.build = name, build
-        self.__wrapped__ = build
+        functools.update_wrapper(self, build, updated=())  # its module, name and docstring; __wrapped__
 
     def __call__(self, config: Any) -> Any:
         heads = getattr(config, "n_heads", None)

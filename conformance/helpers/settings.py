@@ -52,9 +52,9 @@ def others_for(config: ModelConfig) -> dict[str, ModelConfig]:
                                                 share_embeddings=False),
         # §3.4's three-way tying: the audit configuration itself unless it has separate vocabularies
         "shared-vocabulary": config.replace(tgt_vocab=config.src_vocab, share_embeddings=True),
-        # one head of h d_k and h d_v features (d_model at the paper's d_k = d_v = d_model / h)
-        "one-head": (config.replace(n_heads=1) if config.paper_heads else
-                     config.replace(n_heads=1, d_k=config.n_heads * config.d_k, d_v=config.n_heads * config.d_v)),
+        # one head of h d_k and h d_v features (d_model where they follow d_model / h)
+        "one-head": config.replace(n_heads=1, **{name: 0 if name in config.derived_heads else
+                                                 config.n_heads * getattr(config, name) for name in ("d_k", "d_v")}),
         "wider": config.replace(d_model=max(wider, config.d_model + unit), max_len=max(64, config.max_len)),
         # decoding (§6.1) runs up to the longest witness source + 50 positions
         "longer": config.replace(max_len=max(64, config.max_len)),
