@@ -382,7 +382,43 @@ def test_greedy_is_the_argmax_trajectory(impl: Implementation, model: Any, decod
     needs_generate(impl, model)
     subj = subject(impl, model, decode_config)
     assert subj.scores is not None
-    check_greedy(impl, model, subj.searched, subj.weights, exact=subj.scores)
+    witness = greedy_witness(subj.searched)
+    if witness is None and subj.twin is not None:  # every trajectory repeats one token (the start symbol, or
+        # another: measured at d_model 48, h 4, d_ff 96 and at d_model 36, h 5, d_k 8, d_v 6): judged on other
+        # weights, the start symbol's row quieted, a few seeds on
+        cfg = subj.config
+        for seed in range(STATE_SEED, STATE_SEED + QUIET_SEEDS):
+            state = visible_state(cfg, seed=seed, adjust=_quiet_start)
+            quiet = build_model(impl, cfg)
+            load_into(quiet, state, impl.name)
+            quiet.eval()
+            exact = ForwardScores(quiet, impl.output, cfg)
+            fast = twin_scores(quiet, impl, reference_twin(cfg, state), cfg)
+            searched = fast if fast is not None else exact
+            witness = greedy_witness(searched)
+            if witness is not None:
+                check_greedy(impl, quiet, searched, f"visible weights (seed {seed}) with the embeddings "
+                             f"x{SHARPEN:g} and the start symbol's row x{QUIET_START:g}", exact=exact, witness=witness)
+                return
+        pytest.skip(f"no end symbol makes the greedy trajectories of {impl.name} finish at different steps on "
+                    f"{len(GREEDY_POOL)} sources, with {subj.weights} nor with the start symbol's row quieted at "
+                    f"seeds {STATE_SEED}..{STATE_SEED + QUIET_SEEDS - 1}: no witness of early stopping")
+    check_greedy(impl, model, subj.searched, subj.weights, exact=subj.scores, witness=witness)
+
+
+QUIET_SEEDS = 4  # the seeds of the visible weights a greedy witness search tries when the subject's has none
+QUIET_START = 0.1  # the start symbol's embedding (and pre-softmax) row, scaled
+
+
+def _quiet_start(name: str, tensor: torch.Tensor) -> torch.Tensor:
+    """The decode subject's sharpening, with the start symbol's row of the target embedding and the pre-softmax
+    matrix scaled by QUIET_START: its logit no longer dominates (tied, the row it is fed by is the row it is read
+    by), so trajectories leave it and an end symbol can be found."""
+    tensor = _sharpen(name, tensor)
+    if name in ("src_embed.weight", "tgt_embed.weight", "generator.weight"):
+        tensor = tensor.clone()
+        tensor[BOS] *= QUIET_START
+    return tensor
 
 
 def untied_lengths(scores: ForwardScores, src: torch.Tensor, rows: list[list[int]]) -> list[int | None]:
@@ -400,12 +436,14 @@ def untied_lengths(scores: ForwardScores, src: torch.Tensor, rows: list[list[int
 
 
 def check_greedy(impl: Implementation, model: Any, scores: ForwardScores, weights: str, twin: Any = None,
-                 exact: ForwardScores | None = None) -> None:
+                 exact: ForwardScores | None = None,
+                 witness: tuple[int, list[int], list[list[int]]] | None | bool = False) -> None:
     """The greedy witness on ``scores`` (the model's own full forward, or the twin's cache where it computes the
     same function: then a disagreement is judged again on ``exact``, the model's own forward): generate's outputs
     must be the argmax trajectories, judged up to a near tie (rows with one are compared before it only)."""
-    witness = greedy_witness(scores)
-    if witness is None:
+    if witness is False:  # not found yet for these scores
+        witness = greedy_witness(scores)
+    if not isinstance(witness, tuple):
         pytest.skip(f"no end symbol makes the greedy trajectories of {impl.name} ({weights}) finish at "
                     f"different steps on {len(GREEDY_POOL)} sources: no witness of early stopping")
     eos, rows, free = witness

@@ -136,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
     config = task.config
     print(f"aiayn train: {impl.name}, task {task.name} ({task.summary}, {task.min_len}-{task.max_len} of "
           f"{task.symbols} symbols), seed {args.seed}")
-    print(f"model: N={config.n_layers}, d_model {config.d_model}, h {config.n_heads}, d_ff {config.d_ff}, "
+    heads = "" if config.paper_heads else f" (d_k {config.d_k}, d_v {config.d_v})"
+    print(f"model: N={config.n_layers}, d_model {config.d_model}, h {config.n_heads}{heads}, d_ff {config.d_ff}, "
           f"vocab {config.tgt_vocab} (pad {PAD}, BOS {BOS}, EOS {EOS}), dropout {config.dropout:g}")
     started = time.perf_counter()
     try:
