@@ -88,6 +88,8 @@ def test_scale_on_own_weights(impl: Implementation, config: ModelConfig) -> None
         c = bad[0].value or 0.0
         names = {config.d_model ** -0.5: "1/sqrt(d_model)", 1.0: "1 (no scaling)", 1 / d_k: "1/d_k (no square root)",
                  d_k ** 0.5: "sqrt(d_k) (the scale inverted)", config.d_model ** 0.5: "sqrt(d_model)"}
+        if config.d_v != d_k:  # Table 3, row B: the size of the values taken for the keys'
+            names.setdefault(config.d_v ** -0.5, "1/sqrt(d_v) (the value size, not the key size)")
         named = named_scale(c, names)
         kinds = sorted({s.kind for s in bad})
         violation(measured=f"scores = {c:.6g} x (q k^T){f' = {named}' if named else ''} in {len(bad)} of "

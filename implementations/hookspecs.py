@@ -59,6 +59,10 @@ def register_implementations(register):
     meeting ``spec.contract`` (``forward(src, tgt)``, and optional methods that
     each unlock more checks).
 
+    ``free_head_dims=True`` says ``build`` honours ``config.d_k`` and
+    ``config.d_v`` where they differ from d_model / h (Table 3, row B); left
+    False, such a configuration is refused in one line before ``build`` runs.
+
     ``deviations`` maps clause ids (``spec.CLAUSES``) to the reason the
     implementation departs from them. The suite expects those clauses to fail:
     a declared deviation that no check observes fails the run, so declarations
