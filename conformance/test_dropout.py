@@ -567,8 +567,8 @@ def test_no_dropout_on_the_attention_weights(impl: Implementation, config: Model
 
 
 def whole_blocks_dropped(impl: Implementation, state: dict[str, torch.Tensor], config: ModelConfig) -> float:
-    """Over ``runs(config)`` train-mode draws, the share of blocks of d_model / h consecutive output features at the first
-    target position whose every feature is dropped."""
+    """Over ``runs(config)`` train-mode draws, the share of blocks of d_model / h consecutive output features at the
+    first target position whose every feature is dropped."""
     s, block = signs(config.d_model), head_block(config)
     first = stack_output(impl, "decoder", state, config, train=True, seeds=tuple(range(100, 100 + runs(config))),
                          first=True)

@@ -339,7 +339,8 @@ class OrtCachedDecoder:
         N, capacity = src_np.shape[0], src_np.shape[1] + TRANSLATION.extra_length + 1
         if self.max_positions is not None:
             capacity = min(capacity, self.max_positions)
-        return OrtCache(src_np, dict(zip(self.enc_outputs, outs)), *self._pair(capacity, N), *self._pair(capacity, N), 0)
+        return OrtCache(src_np, dict(zip(self.enc_outputs, outs)), *self._pair(capacity, N), *self._pair(capacity, N),
+                        0)
 
     def decode_step(self, state: OrtCache, tokens: Tensor) -> tuple[Tensor, OrtCache]:
         t = state.length

@@ -96,8 +96,8 @@ class ModelConfig:
 
     def replace(self, **changes) -> ModelConfig:
         """A copy with some fields changed (validated again); d_k and d_v left derived stay derived."""
-        derived = {name: 0 for name in self.derived_heads if name not in changes}
-        return dataclasses.replace(self, **derived, **changes)
+        derived: dict[str, object] = {name: 0 for name in self.derived_heads if name not in changes}
+        return dataclasses.replace(self, **{**derived, **changes})
 
 
 BASE = ModelConfig()

@@ -28,7 +28,7 @@ __all__ = ["locate"]
 def _target(obj: object) -> object:
     """The function or class behind partials and wrappers (the registry's guard keeps the build as __wrapped__)."""
     while isinstance(obj, functools.partial) or hasattr(obj, "__wrapped__"):
-        obj = obj.func if isinstance(obj, functools.partial) else obj.__wrapped__  # type: ignore[attr-defined]
+        obj = obj.func if isinstance(obj, functools.partial) else obj.__wrapped__
     return obj
 
 

@@ -191,7 +191,7 @@ class TwinTree(ForwardScores):
         roots = [self.roots[s] for s in sources]
         stems = [self.nodes[(s, p)][1] if p else None for s, p in zip(sources, parents)]
         layers = []
-        for n, layer in enumerate(roots[0][0]):
+        for n in range(len(roots[0][0])):
             cross_k, cross_v = (torch.stack([r[0][n][j] for r in roots]) for j in (0, 1))
             if stems[0] is None:
                 self_k, self_v = (x.new_zeros(len(roots), x.size(0), 0, x.size(-1)) for x in (cross_k[0], cross_v[0]))
