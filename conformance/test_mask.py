@@ -25,7 +25,7 @@ from aiayn_conformance.spec.contract import has_capability
 from aiayn_conformance.spec.tolerance import Tolerance, compare, tolerance
 
 from .helpers import oracles, strategies
-from .helpers.components import DK, DV, LK, B, H, Kernel, call_kernel, from_factory, key_padding, qkv
+from .helpers.components import DK, LK, B, H, Kernel, call_kernel, from_factory, key_padding, qkv
 from .helpers.diagnosis import fail_on_variant_departure
 from .helpers.harness import build_model, describe_call, first_nonfinite, run_forward, violation
 from .helpers.inputs import fitted, other_token, random_tokens, shape_need, witness_batch
@@ -462,7 +462,7 @@ def test_kernel_causal_mask_includes_the_diagonal(kernel: Kernel) -> None:
         hint = ("the diagonal is excluded" if compare(out, oracles.attention(q, k, v, strict)).ok
                 else "future keys keep weight, or the mask is read with the wrong polarity")
         violation(measured=cmp.describe(), expected="query i attends to keys 0..i, nothing after",
-                  call=f"kernel(q, k [{B}, {H}, {LK}, {DK}], v [{B}, {H}, {LK}, {DV}], causal mask (1, 1, {LK}, {LK}) "
+                  call=f"kernel(q, k, v [{B}, {H}, {LK}, {DK}], causal mask (1, 1, {LK}, {LK}) "
                        "lower-triangular)",
                   hint=hint)
 

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 INVERTED = str(FIXTURES / "inverted_kernel.py")
 GOOD = str(FIXTURES / "good_kernel.py")
+VALUE_SCALED = str(FIXTURES / "value_scaled_kernel.py")
 
 
 def pytest_run(*args, timeout=600):
@@ -147,6 +148,15 @@ def test_inverted_polarity_kernel_is_caught_naming_the_polarity():
     assert res.returncode == 1, res.stdout[-3000:]
     assert "mask polarity inverted" in res.stdout
     assert "FAILED conformance/test_mask.py::test_kernel_key_padding_mask_semantics_and_polarity" in res.stdout
+
+
+def test_a_kernel_scaled_by_the_value_size_fails_attention_scale_only_where_d_v_is_not_d_k():
+    res = pytest_run(f"--plugin={VALUE_SCALED}", "--component=attention:value-scaled-kernel")
+    assert res.returncode == 1, res.stdout[-3000:]
+    failed = [line for line in res.stdout.splitlines() if line.startswith("FAILED")]
+    assert failed == ["FAILED conformance/test_attention.py::test_kernel_scale_is_one_over_sqrt_dk"
+                      "[value-scaled-kernel-d_v!=d_k]"], res.stdout[-3000:]
+    assert "1/sqrt(d_v)" in res.stdout
 
 
 @pytest.mark.slow

@@ -27,7 +27,7 @@ Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None
 
 # The attention kernels' witness sizes: batch, heads, query and key lengths, per-head size.
 B, H, LQ, LK, DK = 2, 3, 4, 6, 8
-DV = 5  # d_v apart from d_k (Table 3, row B): a kernel that takes its scale or shape from v is seen
+DV = 5  # d_v apart from d_k (Table 3, row B), for the witnesses that must tell them apart
 
 
 def from_factory(component: Component, *args: Any) -> Any:
@@ -64,13 +64,13 @@ def call_kernel(kernel: Kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 
 
 def qkv(seed: int = 0, dtype: torch.dtype = torch.float64, lq: int = LQ, lk: int = LK,
-        gain: float = 2.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Witness q [B, H, lq, DK], k [B, H, lk, DK] and v [B, H, lk, DV]; q and k scaled by ``gain`` so softmaxes
+        gain: float = 2.0, dv: int = DK) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Witness q [B, H, lq, DK], k [B, H, lk, DK] and v [B, H, lk, dv]; q and k scaled by ``gain`` so softmaxes
     are sharp."""
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(B, H, lq, DK, generator=g, dtype=torch.float64) * gain
     k = torch.randn(B, H, lk, DK, generator=g, dtype=torch.float64) * gain
-    v = torch.randn(B, H, lk, DV, generator=g, dtype=torch.float64)
+    v = torch.randn(B, H, lk, dv, generator=g, dtype=torch.float64)
     return q.to(dtype), k.to(dtype), v.to(dtype)
 
 
