@@ -107,3 +107,40 @@ def test_the_reference_is_judged_and_passes_every_clause_at_row_b_sizes(tmp_path
     ref, off = reference_audit(tmp_path, sizes, timeout=1800)
     assert not off, f"the reference at {sizes}: clauses not passed: {off}"
     assert ref["verdict"] == "conforming", ref["verdict"]
+
+
+@pytest.mark.slow
+def test_the_cached_onnx_decoder_takes_keys_and_values_of_their_own_sizes():
+    """export/kv_cache.py's graphs at d_k 4, d_v 12: onnxruntime's steps equal the reference's."""
+    from aiayn_conformance.export import onnxruntime_cached as plugin
+    from aiayn_conformance.reference.model import Transformer
+    from aiayn_conformance.spec.tolerance import compare
+
+    if plugin.unavailable():
+        pytest.skip(plugin.unavailable())
+    cfg = ROW_B_CONFIG.replace(n_layers=1, max_len=10)
+    torch.manual_seed(0)
+    model = plugin.build(cfg).eval()
+    reference = Transformer(cfg).eval()
+    reference.load_state_dict(model.state_dict())
+    src = torch.tensor([[4, 9, 3, 0], [8, 8, 2, 6]])
+    got, want = [], []
+    with torch.no_grad():
+        for decoder, out in ((model, got), (reference, want)):
+            state = decoder.begin_decoding(src)
+            for token in (1, 5, 7):
+                logits, state = decoder.decode_step(state, torch.full((2,), token))
+                out.append(logits)
+    cmp = compare(torch.stack(got), torch.stack(want), dtype=torch.float32, scope="model")
+    assert cmp.ok, cmp.describe()
+
+
+def test_ctranslate2_refuses_head_sizes_it_cannot_hold():
+    pytest.importorskip("ctranslate2")
+    from aiayn_conformance.export import ExportError
+    from aiayn_conformance.export.ctranslate2 import transformer_spec
+
+    state = build(ROW_B_CONFIG).state_dict()
+    with pytest.raises(ExportError, match=r"^CTranslate2's Transformer divides d_model among its heads \(d_k = d_v = "
+                                          r"d_model / h = 8\); this model has d_k=4, d_v=12"):
+        transformer_spec(state, ROW_B_CONFIG)
