@@ -139,7 +139,7 @@ def test_canonical_states_are_kept_by_bytes_at_large_sizes():
 
     budget = BYTES_BOUNDED["visible-states"]
     assert memo_bound("visible-states", BASE) == budget // (4 * parameter_count(BASE)) == 8
-    assert memo_bound("visible-states", BIG) == 4 and memo_bound("visible-states", TINY) is None
+    assert memo_bound("visible-states", BIG) == 2 and memo_bound("visible-states", TINY) is None
     states = AuditSettings(config=BASE).cache("visible-states")
     for i in range(9):
         states[i] = i
