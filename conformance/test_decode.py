@@ -387,9 +387,9 @@ def test_greedy_is_the_argmax_trajectory(impl: Implementation, model: Any, decod
         # another: measured at d_model 48, h 4, d_ff 96 and at d_model 36, h 5, d_k 8, d_v 6): judged on other
         # weights, the start symbol's row quieted, a few seeds on
         cfg = subj.config
+        quiet = build_model(impl, cfg)  # one model, each seed's state loaded into it in turn
         for seed in range(STATE_SEED, STATE_SEED + QUIET_SEEDS):
             state = visible_state(cfg, seed=seed, adjust=_quiet_start)
-            quiet = build_model(impl, cfg)
             load_into(quiet, state, impl.name)
             quiet.eval()
             exact = ForwardScores(quiet, impl.output, cfg)

@@ -175,10 +175,8 @@ class _PaperHeadsOnly:
         functools.update_wrapper(self, build, updated=())  # its module, name and docstring; __wrapped__
 
     def __call__(self, config: Any) -> Any:
-        heads = getattr(config, "n_heads", None)
-        d_model, d_k, d_v = (getattr(config, n, None) for n in ("d_model", "d_k", "d_v"))
-        if heads and d_k is not None and (d_k * heads != d_model or d_v != d_k):
-            raise ValueError(f"{self.name} cannot build d_k={d_k}, d_v={d_v} with d_model={d_model}, h={heads}: "
-                             f"it builds d_k = d_v = d_model / h only (its registration does not set "
-                             f"free_head_dims)")
+        if not getattr(config, "paper_heads", True):  # a ModelConfig with d_k, d_v other than d_model / h
+            raise ValueError(f"{self.name} cannot build d_k={config.d_k}, d_v={config.d_v} with d_model="
+                             f"{config.d_model}, h={config.n_heads}: it builds d_k = d_v = d_model / h only (its "
+                             f"registration does not set free_head_dims)")
         return self.build(config)
