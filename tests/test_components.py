@@ -153,7 +153,8 @@ def test_inverted_polarity_kernel_is_caught_naming_the_polarity():
 def test_a_kernel_scaled_by_the_value_size_fails_attention_scale_only_where_d_v_is_not_d_k():
     res = pytest_run(f"--plugin={VALUE_SCALED}", "--component=attention:value-scaled-kernel")
     assert res.returncode == 1, res.stdout[-3000:]
-    failed = [line for line in res.stdout.splitlines() if line.startswith("FAILED")]
+    # the node id only: pytest appends " - <message>" to the summary line when the terminal is wide enough
+    failed = [line.split(" - ")[0] for line in res.stdout.splitlines() if line.startswith("FAILED")]
     assert failed == ["FAILED conformance/test_attention.py::test_kernel_scale_is_one_over_sqrt_dk"
                       "[value-scaled-kernel-d_v!=d_k]"], res.stdout[-3000:]
     assert "1/sqrt(d_v)" in res.stdout
