@@ -351,7 +351,10 @@ def end_symbol_candidates(scores: ForwardScores, src: torch.Tensor) -> list[int]
 GREEDY_POOL = [6, 5, 4, 3, 2, 1] * 3  # candidate sources; greedy trajectories of random models mostly repeat a token
 
 
-def greedy_witness(scores: ForwardScores, max_len: int = GREEDY_MAX) -> tuple[int, list[int], list[list[int]]] | None:
+GreedyWitness = tuple[int, list[int], list[list[int]]]  # end symbol, rows of GREEDY_POOL, their free trajectories
+
+
+def greedy_witness(scores: ForwardScores, max_len: int = GREEDY_MAX) -> GreedyWitness | None:
     """(end symbol, rows of the pool, their trajectories with no end symbol) such that under that symbol rows
     finish at different steps (preferably some after >= 2 tokens) while others go on: the witness of
     stopping at EOS while the batch goes on. None when no symbol gives two different finishing steps."""
@@ -393,17 +396,19 @@ def test_greedy_is_the_argmax_trajectory(impl: Implementation, model: Any, decod
             load_into(quiet, state, impl.name)
             quiet.eval()
             exact = ForwardScores(quiet, impl.output, cfg)
-            fast = twin_scores(quiet, impl, reference_twin(cfg, state), cfg)
+            twin = reference_twin(cfg, state)
+            fast = twin_scores(quiet, impl, twin, cfg)
             searched = fast if fast is not None else exact
             witness = greedy_witness(searched)
             if witness is not None:
                 check_greedy(impl, quiet, searched, f"visible weights (seed {seed}) with the embeddings "
-                             f"x{SHARPEN:g} and the start symbol's row x{QUIET_START:g}", exact=exact, witness=witness)
+                             f"x{SHARPEN:g} and the start symbol's row x{QUIET_START:g}", witness, exact=exact,
+                             twin=twin)
                 return
         pytest.skip(f"no end symbol makes the greedy trajectories of {impl.name} finish at different steps on "
                     f"{len(GREEDY_POOL)} sources, with {subj.weights} nor with the start symbol's row quieted at "
                     f"seeds {STATE_SEED}..{STATE_SEED + QUIET_SEEDS - 1}: no witness of early stopping")
-    check_greedy(impl, model, subj.searched, subj.weights, exact=subj.scores, witness=witness)
+    check_greedy(impl, model, subj.searched, subj.weights, witness, exact=subj.scores, twin=subj.twin)
 
 
 QUIET_SEEDS = 4  # the seeds of the visible weights a greedy witness search tries when the subject's has none
@@ -435,15 +440,14 @@ def untied_lengths(scores: ForwardScores, src: torch.Tensor, rows: list[list[int
     return out
 
 
-def check_greedy(impl: Implementation, model: Any, scores: ForwardScores, weights: str, twin: Any = None,
-                 exact: ForwardScores | None = None,
-                 witness: tuple[int, list[int], list[list[int]]] | None | bool = False) -> None:
-    """The greedy witness on ``scores`` (the model's own full forward, or the twin's cache where it computes the
-    same function: then a disagreement is judged again on ``exact``, the model's own forward): generate's outputs
-    must be the argmax trajectories, judged up to a near tie (rows with one are compared before it only)."""
-    if witness is False:  # not found yet for these scores
-        witness = greedy_witness(scores)
-    if not isinstance(witness, tuple):
+def check_greedy(impl: Implementation, model: Any, scores: ForwardScores, weights: str,
+                 witness: GreedyWitness | None, exact: ForwardScores | None = None, twin: Any = None) -> None:
+    """The greedy ``witness`` (``greedy_witness(scores)``) on ``scores`` (the model's own full forward, or the
+    twin's cache where it computes the same function: then a disagreement is judged again on ``exact``, the model's
+    own forward, with its own witness): generate's outputs must be the argmax trajectories, judged up to a near tie
+    (rows with one are compared before it only). A departure is named from ``twin`` (the reference holding the
+    model's weights) where one of its cache bugs reproduces the outputs."""
+    if witness is None:
         pytest.skip(f"no end symbol makes the greedy trajectories of {impl.name} ({weights}) finish at "
                     f"different steps on {len(GREEDY_POOL)} sources: no witness of early stopping")
     eos, rows, free = witness
@@ -458,7 +462,7 @@ def check_greedy(impl: Implementation, model: Any, scores: ForwardScores, weight
     if not bad:
         return
     if exact is not None and exact is not scores:
-        return check_greedy(impl, model, exact, weights, twin)
+        return check_greedy(impl, model, exact, weights, greedy_witness(exact), twin=twin)
     b = bad[0]
     first = next((k for k, (x, y) in enumerate(zip(got[b], expected[b])) if x != y), min(len(got[b]), len(expected[b])))
     stop = min((r.index(eos) for r in expected if eos in r), default=GREEDY_MAX)

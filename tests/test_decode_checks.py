@@ -452,3 +452,15 @@ def test_decode_greedy_is_judged_where_every_trajectory_repeats_the_start_symbol
     # xfailed: a declared deviation observed failing, with its finding
     assert outcomes == {"reference": "passed", "broken-decoder-greedy-no-eos-stop": "xfailed",
                         "broken-decoder-greedy-not-frozen": "xfailed"}, outcomes
+
+
+def test_a_greedy_departure_is_named_from_the_cache_bug_that_reproduces_it():
+    """decode.greedy reads its departure against the reference twin's cache bugs, as decode.beam does: generate's
+    cache restarting positions at 0 is named as such (the twin was not passed before: the message named nothing)."""
+    res = subprocess.run([sys.executable, "-m", "pytest", "conformance/test_decode.py", "-q", "-p", "no:cacheprovider",
+                          "--plugin=tests/broken_decoders.py", "--impl=broken-decoder-generate-positions-restart",
+                          "--clause=decode.greedy", "-k", "greedy_is_the_argmax", "--runxfail", "-rf"],
+                         cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 1, res.stdout[-3000:]
+    assert "[decode.greedy]" in res.stdout
+    assert "the output matches a cache with every new token embedded at position 0" in res.stdout, res.stdout[-3000:]
