@@ -132,6 +132,27 @@ def test_models_are_released_between_test_files_at_large_sizes():
     assert all(tiny.cache(name) for name in RELEASED_BETWEEN_FILES)
 
 
+def test_a_model_built_on_the_meta_device_is_never_handed_out_again():
+    """config.parameters counts the base preset's parameters on the meta device; at an audit of the base model that
+    build is the audit configuration's, and it was kept as the pristine copy every later build_model copied (every
+    check then ran a meta model: "Tensor on device meta is not on the expected device cpu")."""
+    from aiayn_conformance.conformance.helpers.harness import COPIED_ABOVE, build_model, checking
+    from aiayn_conformance.conformance.helpers.settings import using
+    from aiayn_conformance.implementations import Implementation
+    from aiayn_conformance.spec.schema import parameter_count
+
+    cfg = TINY.replace(d_model=128, n_heads=4, d_ff=256, n_layers=1, src_vocab=40_000, tgt_vocab=40_000)  # > 5M
+    impl = Implementation(name="reference", build=Transformer, output="logits")
+    with using(AuditSettings(config=cfg)), checking("config.parameters"):
+        with torch.device("meta"):
+            assert any(p.is_meta for p in build_model(impl, cfg).parameters())  # its layers (not its tables)
+        model = build_model(impl, cfg)
+        assert not any(p.is_meta for p in model.parameters()) and not model.pe.is_meta
+        assert parameter_count(cfg) > COPIED_ABOVE  # a model the session keeps a pristine copy of
+        kept = build_model(impl, cfg)  # the real build is the one kept and copied
+        assert kept is not model and torch.equal(kept.src_embed.weight, model.src_embed.weight)
+
+
 def test_canonical_states_are_kept_by_bytes_at_large_sizes():
     """The memo of canonical states keeps as many as BYTES_BOUNDED holds at the audit's size, at least BOUNDED's."""
     from aiayn_conformance.conformance.helpers.settings import BYTES_BOUNDED, memo_bound

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copy
+import itertools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -204,6 +205,8 @@ def _keep_built(impl: Implementation, config: ModelConfig, seed: int, model: tor
     eval() then never reach)."""
     if sum(p.numel() for p in model.parameters()) <= COPIED_ABOVE:
         return
+    if any(t.is_meta for t in itertools.chain(model.parameters(), model.buffers())):
+        return  # built on the meta device (config.parameters counts parameters there): no pristine copy to hand out
     try:
         settings.current().cache("built-models")[(impl.name, id(impl), config, seed)] = copy.deepcopy(model)
     except Exception:  # an adapter holding something deepcopy cannot copy: built afresh each time
