@@ -448,6 +448,9 @@ def build(config: ModelConfig) -> Transformer:
 def reference_twin(config: ModelConfig, state: Mapping[str, Tensor]) -> Transformer:
     """The reference model in eval mode holding ``state``, a canonical state dict (copied into its parameters by
     ``load_state_dict``, not shared): the twin an implementation holding the same state is compared with."""
-    ref = Transformer(config).eval()
+    with torch.device("meta"):  # no initialization to draw: every parameter is loaded from ``state`` below
+        ref = Transformer(config).eval()
+    ref.to_empty(device="cpu")  # storage for each parameter (tied ones stay one tensor), its values next
+    ref.pe = ref._table(config.max_len)  # (max_len, d_model): the §3.5 buffer, computed on the meta device above
     ref.load_reference_state(state)
     return ref

@@ -10,6 +10,7 @@ from aiayn_conformance.reference.model import (
     Transformer,
     causal_mask,
     padding_mask,
+    reference_twin,
     scaled_dot_product_attention,
     sinusoid_table,
 )
@@ -143,3 +144,26 @@ def test_greedy_decode_matches_full_recompute_argmax():
     logits = model(src, ys[:, :-1])
     # Batch of one: decoding stops right after EOS, so every emitted token is the argmax of its prefix.
     assert torch.equal(logits.argmax(-1)[0], ys[0, 1:])
+
+
+@pytest.mark.parametrize("config", [TINY, TINY.replace(share_embeddings=False, tgt_vocab=50)], ids=["tied", "separate"])
+def test_reference_twin_is_the_reference_built_and_loaded(config):
+    """reference_twin builds without drawing an initialization (every parameter is loaded): the same parameters,
+    ties, §3.5 table and outputs as a Transformer built as usual and loaded with the same state; a state that
+    leaves a parameter out is refused (nothing stays uninitialized)."""
+    from aiayn_conformance.conformance.helpers.transplant import visible_state
+
+    state = visible_state(config, seed=11)
+    twin, built = reference_twin(config, state), Transformer(config).eval()
+    built.load_reference_state(state)
+    assert not twin.training
+    assert list(twin.state_dict()) == list(built.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(twin.state_dict().values(), built.state_dict().values()))
+    buffers = dict(built.named_buffers())
+    assert {n: torch.equal(b, buffers[n]) for n, b in twin.named_buffers()} == {n: True for n in buffers}
+    assert torch.equal(twin.pe, sinusoid_table(config.max_len, config.d_model))
+    assert (twin.generator.weight is twin.src_embed.weight) == config.share_embeddings
+    src, tgt = torch.randint(1, config.src_vocab, (2, 5)), torch.randint(1, config.tgt_vocab, (2, 4))
+    assert torch.equal(twin(src, tgt), built(src, tgt))
+    with pytest.raises(RuntimeError, match="Missing key"):
+        reference_twin(config, {k: v for k, v in state.items() if k != "decoder.0.ffn.w1.bias"})
