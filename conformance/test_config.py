@@ -11,7 +11,7 @@ from aiayn_conformance.implementations import Implementation
 from aiayn_conformance.spec.config import BASE, TINY, ModelConfig
 from aiayn_conformance.spec.schema import parameter_count, parameter_schema, tied_groups
 
-from .helpers.harness import build_model, violation
+from .helpers.harness import build_for_shapes, build_model, violation
 from .helpers.settings import AuditSettings, others_for
 
 TABLE_3_BASE = 65e6
@@ -70,11 +70,7 @@ def test_parameter_count_matches_the_schema(impl: Implementation, config: ModelC
 @pytest.mark.clause("config.parameters")
 def test_base_model_size_matches_table_3(impl: Implementation) -> None:
     """Built on the meta device when the implementation allows it (no memory is allocated)."""
-    try:
-        with torch.device("meta"):
-            model = build_model(impl, BASE)
-    except Exception:
-        model = build_model(impl, BASE)
+    model = build_for_shapes(impl, BASE)
     got = sum(p.numel() for p in distinct_parameters(model))
     if abs(got / TABLE_3_BASE - 1) > 0.05:
         violation(measured=f"the base preset has {got / 1e6:.2f}M parameters "
@@ -89,5 +85,7 @@ def test_base_model_size_matches_table_3(impl: Implementation) -> None:
 def test_builds_the_other_configurations(impl: Implementation, which: str, settings: AuditSettings) -> None:
     """The configurations other checks build (two vocabularies, one head, a wider model): an implementation that
     refuses one fails here, once, with its own error, and the checks that needed it are skipped as blocked by
-    config.parameters."""
-    build_model(impl, settings.others[which])
+    config.parameters. Built on the meta device where the implementation allows it (nothing allocated or drawn:
+    at the big model's sizes the five builds took 12 s on the CPU); a build that fails there is made again on the
+    CPU, whose outcome is the verdict."""
+    build_for_shapes(impl, settings.others[which])

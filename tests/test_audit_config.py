@@ -8,6 +8,7 @@ reach the checks (NaN weights make one error), and checks that need the suite's 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -151,6 +152,27 @@ def test_a_model_built_on_the_meta_device_is_never_handed_out_again():
         assert parameter_count(cfg) > COPIED_ABOVE  # a model the session keeps a pristine copy of
         kept = build_model(impl, cfg)  # the real build is the one kept and copied
         assert kept is not model and torch.equal(kept.src_embed.weight, model.src_embed.weight)
+
+
+class ReadsAValueAtInit(Transformer):
+    """Builds on the CPU, not on the meta device: its constructor reads a value (``.item()``)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.scale = float(self.pe[1, 0].item())
+
+
+def test_shape_checks_build_on_the_meta_device_where_they_can_else_on_the_cpu():
+    from aiayn_conformance.conformance.helpers.harness import build_for_shapes, checking
+    from aiayn_conformance.conformance.helpers.settings import using
+    from aiayn_conformance.implementations import Implementation
+
+    cfg = TINY.replace(share_embeddings=False, tgt_vocab=50)
+    with using(AuditSettings()), checking("embedding.shared-weights"):
+        meta = build_for_shapes(Implementation(name="reference", build=Transformer, output="logits"), cfg)
+        cpu = build_for_shapes(Implementation(name="reads", build=ReadsAValueAtInit, output="logits"), cfg)
+    assert meta.encoder[0].self_attn.q.weight.is_meta and meta.generator.weight is not meta.tgt_embed.weight
+    assert not any(p.is_meta for p in cpu.parameters()) and cpu.scale == pytest.approx(math.sin(1.0))
 
 
 def test_canonical_states_are_kept_by_bytes_at_large_sizes():

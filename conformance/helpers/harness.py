@@ -181,6 +181,17 @@ def build_model(impl: Implementation, config: ModelConfig, *, seed: int = 0, tra
     return model.train(train)
 
 
+def build_for_shapes(impl: Implementation, config: ModelConfig) -> Any:
+    """``build_model(impl, config)`` for a check that reads parameter shapes and identities only: on the meta device
+    where the implementation builds there (nothing allocated or drawn: a big model takes seconds on the CPU), else
+    on the CPU, whose outcome (a refusal, a malfunction) is then the one reported."""
+    try:
+        with torch.device("meta"):
+            return build_model(impl, config)
+    except (Exception, pytest.skip.Exception):  # a refusal, or a step the meta device cannot run: the CPU says
+        return build_model(impl, config)
+
+
 def _copy_of_built(impl: Implementation, config: ModelConfig, seed: int) -> torch.nn.Module | None:
     """A copy of the model this session already built for (impl, config, seed), None when there is none: a base
     model takes seconds to initialise and a copy a fraction of that (an adapter that cannot be copied is built
