@@ -156,7 +156,7 @@ def test_reference_twin_is_the_reference_built_and_loaded(config):
     state = visible_state(config, seed=11)
     twin, built = reference_twin(config, state), Transformer(config).eval()
     built.load_reference_state(state)
-    assert not twin.training
+    assert not twin.training and all(p.requires_grad for p in twin.parameters())  # it trains as built
     assert list(twin.state_dict()) == list(built.state_dict())
     assert all(torch.equal(a, b) for a, b in zip(twin.state_dict().values(), built.state_dict().values()))
     buffers = dict(built.named_buffers())

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from aiayn_conformance.reference.model import Transformer
+from aiayn_conformance.reference.model import Transformer, reference_twin
 from aiayn_conformance.reference.training import teacher_forcing, train_step
 from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import has_capability
@@ -353,8 +353,7 @@ def reference_lockstep(config: ModelConfig, nudge: int | None = None) -> Lockste
     runs = settings.current().cache("reference-locksteps")
     key = (config, nudge)
     if key not in runs:
-        with seeded(0):  # reference_initial_state(config)'s own model: built as it builds it
-            reference = Transformer(config)
+        reference = reference_twin(config, reference_initial_state(config))  # no second initialization drawn
         if nudge is not None:
             generator = torch.Generator().manual_seed(nudge)
             with torch.no_grad():
