@@ -450,7 +450,9 @@ def reference_twin(config: ModelConfig, state: Mapping[str, Tensor]) -> Transfor
     ``load_state_dict``, not shared): the twin an implementation holding the same state is compared with."""
     with torch.device("meta"):  # no initialization to draw: every parameter is loaded from ``state`` below
         ref = Transformer(config).eval()
-    ref.to_empty(device="cpu")  # storage for each parameter (tied ones stay one tensor), its values next
+    # Storage for each parameter, its values next. The vocabulary tables were made on the CPU (skip_init), so
+    # to_empty keeps the tied ones one tensor; made on the meta device, each module would get a copy of its own.
+    ref.to_empty(device="cpu")
     ref.pe = ref._table(config.max_len)  # (max_len, d_model): the §3.5 buffer, computed on the meta device above
     ref.load_reference_state(state)
     return ref

@@ -113,7 +113,7 @@ def test_the_reference_is_judged_and_passes_every_clause_at_row_b_sizes(tmp_path
 def test_the_cached_onnx_decoder_takes_keys_and_values_of_their_own_sizes():
     """export/kv_cache.py's graphs at d_k 4, d_v 12: onnxruntime's steps equal the reference's."""
     from aiayn_conformance.export import onnxruntime_cached as plugin
-    from aiayn_conformance.reference.model import Transformer
+    from aiayn_conformance.reference.model import reference_twin
     from aiayn_conformance.spec.tolerance import compare
 
     if plugin.unavailable():
@@ -121,8 +121,7 @@ def test_the_cached_onnx_decoder_takes_keys_and_values_of_their_own_sizes():
     cfg = ROW_B_CONFIG.replace(n_layers=1, max_len=10)
     torch.manual_seed(0)
     model = plugin.build(cfg).eval()
-    reference = Transformer(cfg).eval()
-    reference.load_state_dict(model.state_dict())
+    reference = reference_twin(cfg, model.state_dict())
     src = torch.tensor([[4, 9, 3, 0], [8, 8, 2, 6]])
     got, want = [], []
     with torch.no_grad():
