@@ -766,6 +766,7 @@ def _length_rule(lengths: dict[int, int], src: torch.Tensor, pad_id: int) -> str
         "the padded source width + 100": lambda b: width + 100,
         "each source's real length + 49 (one short)": lambda b: real[b] + 49,
         "each source's real length + 51 (one over)": lambda b: real[b] + 51,
+        "each source's real length (a length ratio of 1, nothing added)": lambda b: real[b],
     }
     for what, rule in rules.items():
         if all(n == rule(b) for b, n in lengths.items()):
@@ -786,11 +787,34 @@ def _candidate_end_symbols(subj: Subject, src: torch.Tensor) -> list[int]:
     return table.max(dim=0).values.argsort().tolist()[:3]
 
 
+FORCED_MARGIN = 1.0  # nats: how far below the beam's K-th best token an end symbol must score to be ruled out
+
+
+def _forced_ends(subj: Subject, src: torch.Tensor, got: list[list[int]], eos: int, beam_size: int) -> dict[int, str]:
+    """The rows that end with the end symbol where the model's own scores rule it out: after the row's prefix its
+    log-probability is more than FORCED_MARGIN below the ``beam_size``-th best token's, so §6.1's search could not
+    have chosen it there (greedy: beam 1; a beam keeps the K best extensions of all its hypotheses, and K
+    extensions of this one outscore it). The search ended such a row itself, at a limit. {row: the scores}."""
+    assert subj.scores is not None
+    forced = {}
+    for b, row in enumerate(got):
+        if row[-1:] != [eos]:
+            continue
+        logp = subj.scores.log_probs(src[b:b + 1], torch.tensor([[BOS] + row[:-1]]))[0]  # (V,) after the prefix
+        kth = float(logp.topk(beam_size).values[-1])
+        if float(logp[eos]) < kth - FORCED_MARGIN:
+            forced[b] = (f"row {b}'s end symbol at output position {len(row) - 1} has log p = {float(logp[eos]):.2f}, "
+                         f"the {'best' if beam_size == 1 else f'{beam_size}th best'} token's {kth:.2f}")
+    return forced
+
+
 def check_default_limit(impl: Implementation, subj: Subject, beam_size: int) -> None:
-    """Rows whose output holds no end symbol must be exactly their source's real length + 50 long; rows
-    that end with it must be no longer. A padding id at the head of a row is not counted (padding is never
-    generated: decode.greedy and decode.beam name that form). The end symbol is one the model hardly ever chooses
-    (up to three tried, until a source shorter than the batch's padded width runs to its limit)."""
+    """Rows whose output holds no end symbol must be exactly their source's real length + 50 long, and so must
+    rows whose end symbol the model's own scores rule out (``_forced_ends``: the search put it there); rows that
+    end with a symbol the search may have chosen must be no longer. A padding id at the head of a row is not
+    counted (padding is never generated: decode.greedy and decode.beam name that form). The end symbol is one the
+    model hardly ever chooses (up to three tried, until a source shorter than the batch's padded width runs to its
+    limit or is ended where the model would not end it)."""
     pad = subj.config.pad_id
     src = decode_sources(MAX_SOURCES, seed=41, config=subj.config)
     limits = output_limits(src, pad).tolist()
@@ -798,25 +822,28 @@ def check_default_limit(impl: Implementation, subj: Subject, beam_size: int) -> 
         out, call = call_generate(subj.model, src, eos_id=eos, beam_size=beam_size, alpha=PAPER.alpha,
                                   max_len=None, config=subj.config)
         got = [r[1:] if r[:1] == [pad] else r for r in rows_of(out, pad)]  # a leading pad is no output token
-        unended = {b: len(r) for b, r in enumerate(got) if r[-1:] != [eos]}
-        if any(limits[b] != src.size(1) + 50 for b in unended):
+        forced = _forced_ends(subj, src, got, eos, beam_size)
+        cut = {b: len(r) for b, r in enumerate(got) if r[-1:] != [eos] or b in forced}  # rows the limit ended
+        if any(limits[b] != src.size(1) + 50 for b in cut):
             break
     else:
-        pytest.skip(f"every source shorter than the padded width emitted the end symbol (tried the 3 tokens "
-                    f"{impl.name} least often chooses, {subj.weights}): no witness of the limit")
-    bad = {b: n for b, n in unended.items() if n != limits[b]}
-    bad.update({b: len(r) for b, r in enumerate(got) if b not in unended and len(r) > limits[b]})
+        pytest.skip(f"every source shorter than the padded width emitted the end symbol where the model's scores "
+                    f"allow it (tried the 3 tokens {impl.name} least often chooses, {subj.weights}): no witness of "
+                    f"the limit")
+    bad = {b: n for b, n in cut.items() if n != limits[b]}
+    bad.update({b: len(r) for b, r in enumerate(got) if b not in cut and len(r) > limits[b]})
     if not bad:
         return
-    rule = _length_rule(unended, src, pad)
+    rule = _length_rule(cut, src, pad)
     b = next(iter(bad))
+    ended = f"; {forced[b]}: the search ended the row" if b in forced else ""
     violation(measured=f"row {b} (real source length {int((src[b] != pad).sum())}) has {bad[b]} output "
-              f"tokens; lengths of the rows with no end symbol: {unended}" + (f"; they match {rule}" if rule else ""),
+              f"tokens{ended}; lengths of the rows the limit ended: {cut}" + (f"; they match {rule}" if rule else ""),
               expected=f"max_len=None limits each output to its source's real (non-pad) length + 50 tokens, the "
                        f"end symbol included: {limits}",
               call=f"{call} (an end symbol {impl.name} hardly ever chooses; {subj.weights})",
-              hint="the limit taken from the padded batch width or a fixed max_len, tensor2tensor's extra_length "
-                   "= 100, or an off-by-one counting the start or the end symbol")
+              hint="the limit taken from the padded batch width, a fixed max_len or a ratio of the source length, "
+                   "tensor2tensor's extra_length = 100, or an off-by-one counting the start or the end symbol")
 
 
 @pytest.mark.clause("decode.max-length")

@@ -272,6 +272,23 @@ class MaxLenT2TDefault(Searching):
         return self.search(src, bos_id=bos_id, eos_id=eos_id, beam_size=beam_size, alpha=alpha, max_len=max_len)
 
 
+class MaxLenForcedEnd(Searching):
+    """A limit of each source's real length + 5 with the end symbol forced in the last place, as Sockeye forces </s>
+    at its limit: every row ends with the end symbol, so only the model's own scores show where the search cut."""
+
+    def generate(self, src, *, bos_id, eos_id, beam_size=4, alpha=0.6, max_len=None):  # type: ignore[override]
+        limits = None
+        if max_len is None:
+            limits = (src != self.config.pad_id).sum(dim=1) + 5  # BUG: + 5, not + 50
+        out = self.search(src, bos_id=bos_id, eos_id=eos_id, beam_size=beam_size, alpha=alpha,
+                          max_len=max_len if limits is None else limits)
+        for b, row in enumerate(out):
+            n = int((row != self.config.pad_id).sum())
+            if limits is not None and n == int(limits[b]) and int(row[n - 1]) != eos_id:
+                row[n - 1] = eos_id  # BUG: the end symbol forced at the limit
+        return out
+
+
 class BeamPadFirst(Searching):
     """Beam search that returns the decoder's start symbol with each output, the start symbol being the padding id
     (as T5 and BART-style decoders start from the pad token): every row begins with padding."""
@@ -390,6 +407,8 @@ BROKEN_DECODERS: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, d
         MAXLEN: "short sources in a padded batch decode too long"}),
     "max-len-t2t-100": (MaxLenT2TDefault, "logits", "default limit: real length + 100 (tensor2tensor)", {
         MAXLEN: "twice the paper's extra length"}),
+    "max-len-forced-end": (MaxLenForcedEnd, "logits", "default limit: real length + 5, the end symbol forced there", {
+        MAXLEN: "short outputs cut, each ended with an end symbol the model would not choose"}),
 }
 
 

@@ -19,6 +19,7 @@ from .tk_fairseq import (
     DEC,
     EPSILON,
     FINITE,
+    FORCED_END,
     GREEDY,
     INCREMENTAL,
     INSTALL,
@@ -30,6 +31,7 @@ from .tk_fairseq import (
     ONNX,
     POSITIONS,
     REFERENCE,
+    SG,
     SHIFT,
     SOURCE,
     WRITTEN_FOR,
@@ -56,6 +58,10 @@ DEVIATIONS: dict[str, str] = {
     "decode.incremental": INCREMENTAL,
     "decode.greedy": GREEDY,
     "decode.beam": BEAM,
+    "decode.max-length": (
+        f"fairseq-generate's default limit, max_len_b = 200 tokens ({CF}:830) capped at the decoder's positions - 1 "
+        f"({SG}:273; 63 at the audit's 64), is one number for every source, not each source's real length + 50; and "
+        + FORCED_END + ": measured, sources of 6, 3 and 1 real tokens each decode 64 tokens"),
     "train.optimizer": (
         f"fairseq-train has no default optimizer ({CF}:1142); --optimizer adam at its own defaults is Adam with "
         f"betas (0.9, 0.999) and eps 1e-8 ({ADAM}:27, :30), epsilon added before the bias correction ({ADAM}:223, "

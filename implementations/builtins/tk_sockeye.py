@@ -684,8 +684,8 @@ MAX_LENGTH = (
     f"without --max-output-length the limit of each source is ceil((mean + 2 std) x its length) with the length "
     f"ratio's mean and deviation measured on the training data ({INF}:95, :108; --max-output-length-num-stds "
     f"defaults to 2, {CO}:283), not its length + 50: a model built without data has the placeholder ratio 1.0 +- 0, "
-    f"so no output is longer than its source, and </s> is forced there ({BS}:265). The suite's witness: rows whose "
-    f"first choice was <pad> came back empty ({BS}:389, {INF}:784)"
+    f"so no output is longer than its source, and </s> is forced there ({BS}:265). The suite's witness: rows ended "
+    f"by an end symbol the model's own scores rule out (greedy and beam), at the source's own length"
 )
 REFERENCE = (
     "loaded with the canonical weights it computes another function than the paper's through its positional table "
