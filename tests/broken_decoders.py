@@ -378,15 +378,16 @@ BROKEN_DECODERS: dict[str, tuple[Callable[[ModelConfig], nn.Module], str, str, d
     "generate-positions-restart": (GenerateRestart, "logits", "generate only; its cache embeds every new token at "
                                    "position 0", {
         BEAM: "hypotheses are scored with another distribution than the forward's",
-        GREEDY: "the argmax of another distribution than the forward's: the greedy witness's row that finishes "
-                "after three tokens goes on"}),
+        GREEDY: "the argmax of another distribution than the forward's: on unsharpened weights the trajectories "
+                "depart from the full forward's"}),
     "generate-self-not-reordered": (GenerateSelfNotReordered, "logits", "generate only; its beam reorder leaves the "
                                     "self-attention cache behind", {
         BEAM: "after a reorder a beam continues another beam's prefix"}),
     "generate-window-8": (GenerateWindow, "logits", "generate only; its self-attention cache keeps only the last 8 "
                           "positions", {
-        BEAM: "past 8 tokens hypotheses are scored with another distribution than the forward's (greedy's witnesses "
-              "settle on one repeated token before 8 tokens, which the window does not change)"}),
+        BEAM: "past 8 tokens hypotheses are scored with another distribution than the forward's",
+        GREEDY: "past 8 tokens the argmax of another distribution than the forward's, on unsharpened weights (the "
+                "sharpened witness settles on one repeated token before 8 tokens, which the window does not change)"}),
     "greedy-no-eos-stop": (GreedyNoEosStop, "logits", "greedy decoding never stops at the end symbol", {
         GREEDY: "rows keep growing after EOS"}),
     "greedy-not-frozen": (GreedyNotFrozen, "logits", "greedy decoding goes on feeding and keeping a row's tokens after "
