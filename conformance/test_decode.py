@@ -427,6 +427,8 @@ def test_greedy_follows_the_whole_prefix(impl: Implementation, model: Any, decod
 
     def departures(scores: ForwardScores) -> tuple[list[list[int]], list[int | None], list[int]]:
         expected = greedy_rows(scores, src, eos_id=eos, max_len=HISTORY_LIMIT)
+        if got == expected:  # the near ties are read only where rows differ (a full forward per prefix: T^2)
+            return expected, [None] * len(expected), []
         ties = untied_lengths(scores, src, expected)
         return expected, ties, [b for b, (g, e, n) in enumerate(zip(got, expected, ties))
                                 if (g != e if n is None else g[:n] != e[:n])]
