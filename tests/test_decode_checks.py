@@ -457,7 +457,8 @@ def test_decode_greedy_is_judged_where_every_trajectory_repeats_the_start_symbol
 def _broken_decoders():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("_broken_decoders_for_checks", Path(__file__).parent / "broken_decoders.py")
+    path = Path(__file__).parent / "broken_decoders.py"
+    spec = importlib.util.spec_from_file_location("_broken_decoders_for_checks", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -28,7 +28,7 @@ from aiayn_conformance.spec.contract import has_capability
 from aiayn_conformance.spec.schema import parameter_schema, tied_groups
 
 from . import settings
-from .harness import ImplementationError, build_model, could_not_check, current_clause, held_weights, seeded
+from .harness import ImplementationError, build_model, could_not_check, current_clause, held_weights
 
 if TYPE_CHECKING:
     from aiayn_conformance.implementations import Implementation

@@ -13,11 +13,9 @@ from .tk_citations import cited
 from .tk_sockeye import (
     AR,
     BS,
-    CO,
     DE,
     EN,
     GREEDY,
-    INF,
     INSTALL,
     LA,
     LINES,
