@@ -831,24 +831,26 @@ def _candidate_end_symbols(subj: Subject, src: torch.Tensor) -> list[int]:
     return table.max(dim=0).values.argsort().tolist()[:3]
 
 
-FORCED_MARGIN = 1.0  # nats: how far below the beam's K-th best token an end symbol must score to be ruled out
+FORCED_MARGIN = 1.0  # nats: how far below the search's last candidate an end symbol must score to be ruled out
 
 
 def _forced_ends(subj: Subject, src: torch.Tensor, got: list[list[int]], eos: int, beam_size: int) -> dict[int, str]:
     """The rows that end with the end symbol where the model's own scores rule it out: after the row's prefix its
-    log-probability is more than FORCED_MARGIN below the ``beam_size``-th best token's, so §6.1's search could not
-    have chosen it there (greedy: beam 1; a beam keeps the K best extensions of all its hypotheses, and K
-    extensions of this one outscore it). The search ended such a row itself, at a limit. {row: the scores}."""
+    log-probability is more than FORCED_MARGIN below the token a search could last take there, so §6.1's search
+    could not have chosen it: greedy takes the best token; a beam of K takes the 2K best extensions of all its
+    hypotheses together (tensor2tensor's, fairseq's), and 2K extensions of this very prefix outscore it. The search
+    ended such a row itself, at a limit. {row: its scores, in words}."""
     assert subj.scores is not None
+    rank = 1 if beam_size == 1 else 2 * beam_size
     forced = {}
     for b, row in enumerate(got):
         if row[-1:] != [eos]:
             continue
         logp = subj.scores.log_probs(src[b:b + 1], torch.tensor([[BOS] + row[:-1]]))[0]  # (V,) after the prefix
-        kth = float(logp.topk(beam_size).values[-1])
-        if float(logp[eos]) < kth - FORCED_MARGIN:
+        last = float(logp.topk(rank).values[-1])
+        if float(logp[eos]) < last - FORCED_MARGIN:
             forced[b] = (f"row {b}'s end symbol at output position {len(row) - 1} has log p = {float(logp[eos]):.2f}, "
-                         f"the {'best' if beam_size == 1 else f'{beam_size}th best'} token's {kth:.2f}")
+                         f"the {'best' if rank == 1 else f'{rank}th best'} token's {last:.2f}")
     return forced
 
 
