@@ -70,7 +70,8 @@ LARGE = 5_000_000
 BOUNDED = {"built-models": 2, "transplanted": 2, "scratch-models": 2, "visible-states": 2, "decode-subjects": 2,
            "initial-states": 1, "visible-twins": 1}
 # The canonical states (float32, one tensor per tied group) keep more entries where their bytes allow: at base (252
-# MB a state) the checks draw 16 of them, seeded apart, and with 4 kept five were drawn twice (0.6 s each); 2 GiB
+# MB a state) the checks draw 16 of them, seeded apart, and with 4 kept five were drawn twice (0.6 s each, with
+# the serial draw of then; stop 52 draws on torch's threads); 2 GiB
 # keeps 8 at base, and at big (857 MB a state) the count bound's 2: measured at big, 2 kept instead of 4 took the
 # audit's peak from 15.2 to 13.5 GiB (331 and 334 s back to back, one pair: no time difference shown either way).
 BYTES_BOUNDED = {"visible-states": 2 * 2**30}
