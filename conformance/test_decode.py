@@ -430,8 +430,7 @@ def test_greedy_follows_the_whole_prefix(impl: Implementation, model: Any, decod
         if got == expected:  # the near ties are read only where rows differ (a full forward per prefix: T^2)
             return expected, [None] * len(expected), []
         ties = untied_lengths(scores, src, expected)
-        return expected, ties, [b for b, (g, e, n) in enumerate(zip(got, expected, ties))
-                                if (g != e if n is None else g[:n] != e[:n])]
+        return expected, ties, departing_rows(got, expected, ties)
 
     if hist.fast is not None and not departures(hist.fast)[2]:
         return  # the argmax trajectories of the twin's cache, which computes the model's function
@@ -439,7 +438,7 @@ def test_greedy_follows_the_whole_prefix(impl: Implementation, model: Any, decod
     if not bad:
         return
     b = bad[0]
-    first = next((i for i, (x, y) in enumerate(zip(got[b], expected[b])) if x != y), min(len(got[b]), len(expected[b])))
+    first = first_difference(got[b], expected[b])
     form = output_form(got, expected, bos_id=BOS, pad_id=decode_config.pad_id)
     cache = "" if form else _history_variant(hist.twin, src, got, first, bos_id=BOS, eos_id=eos,
                                              max_len=HISTORY_LIMIT)
@@ -468,6 +467,17 @@ def _quiet_start(name: str, tensor: torch.Tensor) -> torch.Tensor:
         tensor = tensor.clone()
         tensor[BOS] *= QUIET_START
     return tensor
+
+
+def first_difference(got: list[int], expected: list[int]) -> int:
+    """The first output position where two rows differ (the shorter one's length when one extends the other)."""
+    return next((i for i, (x, y) in enumerate(zip(got, expected)) if x != y), min(len(got), len(expected)))
+
+
+def departing_rows(got: list[list[int]], expected: list[list[int]], ties: list[int | None]) -> list[int]:
+    """The rows of ``got`` that differ from ``expected``, a row with a near tie (``untied_lengths``) compared
+    before it only."""
+    return [b for b, (g, e, n) in enumerate(zip(got, expected, ties)) if (g != e if n is None else g[:n] != e[:n])]
 
 
 def untied_lengths(scores: ForwardScores, src: torch.Tensor, rows: list[list[int]]) -> list[int | None]:
@@ -502,13 +512,13 @@ def check_greedy(impl: Implementation, model: Any, scores: ForwardScores, weight
                               config=cfg)
     got = rows_of(out, cfg.pad_id)
     ties = untied_lengths(scores, src, expected)
-    bad = [b for b, (g, e, n) in enumerate(zip(got, expected, ties)) if (g != e if n is None else g[:n] != e[:n])]
+    bad = departing_rows(got, expected, ties)
     if not bad:
         return
     if exact is not None and exact is not scores:
         return check_greedy(impl, model, exact, weights, greedy_witness(exact), twin=twin)
     b = bad[0]
-    first = next((k for k, (x, y) in enumerate(zip(got[b], expected[b])) if x != y), min(len(got[b]), len(expected[b])))
+    first = first_difference(got[b], expected[b])
     stop = min((r.index(eos) for r in expected if eos in r), default=GREEDY_MAX)
     form = output_form(got, expected, bos_id=BOS, pad_id=cfg.pad_id)
     if form:
@@ -778,7 +788,7 @@ def test_beam_follows_the_whole_prefix(impl: Implementation, model: Any, decode_
     if got == expected:
         return
     b = next(i for i, (g, e) in enumerate(zip(got, expected)) if g != e)
-    first = next((i for i, (x, y) in enumerate(zip(got[b], expected[b])) if x != y), min(len(got[b]), len(expected[b])))
+    first = first_difference(got[b], expected[b])
     named = [BEAM_VARIANTS[n].describe for n in BEAM_VARIANTS if BEAM_VARIANTS[n].run(hist.scores, src, **kw) == got]
     form = output_form(got, expected, bos_id=BOS, pad_id=decode_config.pad_id)
     cache = "" if form else _history_variant(hist.twin, src, got, first, **kw)

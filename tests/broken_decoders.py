@@ -277,14 +277,13 @@ class MaxLenForcedEnd(Searching):
     at its limit: every row ends with the end symbol, so only the model's own scores show where the search cut."""
 
     def generate(self, src, *, bos_id, eos_id, beam_size=4, alpha=0.6, max_len=None):  # type: ignore[override]
-        limits = None
-        if max_len is None:
-            limits = (src != self.config.pad_id).sum(dim=1) + 5  # BUG: + 5, not + 50
-        out = self.search(src, bos_id=bos_id, eos_id=eos_id, beam_size=beam_size, alpha=alpha,
-                          max_len=max_len if limits is None else limits)
+        if max_len is not None:
+            return self.search(src, bos_id=bos_id, eos_id=eos_id, beam_size=beam_size, alpha=alpha, max_len=max_len)
+        limits = (src != self.config.pad_id).sum(dim=1) + 5  # BUG: + 5, not + 50
+        out = self.search(src, bos_id=bos_id, eos_id=eos_id, beam_size=beam_size, alpha=alpha, max_len=limits)
         for b, row in enumerate(out):
             n = int((row != self.config.pad_id).sum())
-            if limits is not None and n == int(limits[b]) and int(row[n - 1]) != eos_id:
+            if n == int(limits[b]) and int(row[n - 1]) != eos_id:
                 row[n - 1] = eos_id  # BUG: the end symbol forced at the limit
         return out
 

@@ -64,11 +64,11 @@ def visible_state(config: ModelConfig, *, seed: int = 0, attention_gain: float =
     if unit_norms:
         state.update({name: torch.ones(t.shape) if name.endswith("weight") else torch.zeros(t.shape)
                       for name, t in state.items() if ".norm" in name})
-    if adjust is not None:  # the session's draw, rewritten into new tensors, never changed in place
+    if adjust is not None:  # the session's draw, rewritten into new tensors, never changed in place: tied again
         state = {k: adjust(k, v) for k, v in state.items()}
-    for group in tied_groups(config):
-        for other in group[1:]:
-            state[other] = state[group[0]]
+        for group in tied_groups(config):
+            for other in group[1:]:
+                state[other] = state[group[0]]
     return state
 
 
