@@ -214,6 +214,14 @@ class LabelsShiftedToo(Recipe):
         return decoder_input, labels
 
 
+class EosFirst(Recipe):
+    def make_batch(self, target, bos_id):
+        decoder_input, labels = super().make_batch(target, bos_id)  # (B, T): BOS, target[:, :-1]
+        decoder_input = decoder_input.masked_fill(decoder_input == 2, self.config.pad_id)  # no end symbol inside
+        decoder_input[:, 0] = 2  # BUG: fairseq's shift, the end symbol moved to the front instead of a start symbol
+        return decoder_input, labels
+
+
 class EosAsPadding(Recipe):
     def make_batch(self, target, bos_id):
         decoder_input, labels = super().make_batch(target, bos_id)
@@ -269,6 +277,8 @@ BROKEN_RECIPES: dict[str, tuple[Callable[..., nn.Module], str, dict[str, str]]] 
     "slice-without-bos": (SliceWithoutBos, "trg[:, :-1] / trg[:, 1:] on a target without BOS", {
         "train.shift": "no start symbol, and the first target token is never predicted",
         LEARNS: "greedy decoding starts from a BOS it never trained on"}),
+    "eos-first": (EosFirst, "the end symbol moved to the front of the decoder input (fairseq's shift)", {
+        "train.shift": "the decoder starts from </s>, not from a start symbol"}),
     "eos-as-padding": (EosAsPadding, "the decoder input's end symbols turned into padding (no departure: real "
                        "targets hold the end symbol last only)", {}),
     "labels-shifted-too": (LabelsShiftedToo, "BOS + target[:, :-1] as input and target[:, 1:] as labels", {
@@ -278,8 +288,9 @@ BROKEN_RECIPES: dict[str, tuple[Callable[..., nn.Module], str, dict[str, str]]] 
 
 
 # train.learns trains two tiny models per recipe (seconds each): it runs on the recipes that declare it and on these
-# controls, which depart elsewhere (or, eos-as-padding, not at all) and must still learn.
-LEARNS_CONTROLS = ("eos-as-padding", "adam-defaults", "no-smoothing")
+# controls, which depart elsewhere (or, eos-as-padding, not at all) and must still learn (eos-first: decoded from
+# the start symbol it trained with, which train.shift judges).
+LEARNS_CONTROLS = ("eos-as-padding", "eos-first", "adam-defaults", "no-smoothing")
 
 
 @hookimpl

@@ -50,3 +50,20 @@ def test_a_model_without_its_causal_mask_never_learns(seed):
             _, curve = train_implementation(impl, task, seed=seed)
         assert not curve.passed, f"seed {seed}, {task.name}: a decoder that reads the future passed ({curve.accuracy})"
         assert curve.teacher_forced[-1] > 0.9  # it did learn to read the future
+
+
+def test_greedy_decoding_starts_from_the_recipes_start_symbol():
+    """train.learns decodes from the symbol every row of the recipe's decoder input starts with (</s> for fairseq's
+    shift), and from BOS where the first column differs from row to row (a decoder input not shifted: its first
+    column is the targets' first symbols, which decoding must not be handed)."""
+    import torch
+
+    from aiayn_conformance.conformance.helpers.learning import BOS, EOS, start_symbol
+    from aiayn_conformance.reference.training import teacher_forcing
+
+    target = torch.tensor([[3, 4, EOS], [5, EOS, 0], [6, 7, 8]])
+    assert start_symbol(teacher_forcing(target, BOS)[0]) == BOS
+    assert start_symbol(teacher_forcing(target, EOS)[0]) == EOS
+    assert start_symbol(target) == BOS  # not shifted: 3, 5, 6 in the first column
+    assert start_symbol(torch.tensor([[4, 3], [4, 5]])) == 4  # one symbol in every row: a start symbol, whichever
+    assert start_symbol(torch.zeros(2, 0, dtype=torch.long)) == BOS

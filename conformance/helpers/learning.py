@@ -9,7 +9,10 @@ its source token by attention (§3.2.3).
 Accuracy is measured by greedy decoding from the source alone (``greedy_decode``): each next
 token is the argmax of ``forward(src, prefix)``, the prefix recomputed every step, so it works
 for any adapter. A model trained teacher-forced with a decoder that reads the future learns
-nothing it can use here, and fails.
+nothing it can use here, and fails. The prefix starts with the symbol the recipe's decoder input
+starts with (BOS for §3.1's shift, </s> for fairseq's): decoded from a symbol it never saw in that
+place, a model's result would hang on that symbol's untrained embedding, a matter of its initial
+state, and what the decoder input starts with is train.shift's to judge.
 """
 
 from __future__ import annotations
@@ -110,15 +113,16 @@ def task_batch(task: Task, n: int, generator: torch.Generator) -> tuple[Tensor, 
 
 
 @torch.no_grad()
-def greedy_decode(model: nn.Module, src: Tensor, steps: int) -> Tensor:
-    """Greedy decoding from the source alone: [B, steps] tokens after BOS, PAD after each row's EOS.
+def greedy_decode(model: nn.Module, src: Tensor, steps: int, start: int = BOS) -> Tensor:
+    """Greedy decoding from the source alone: [B, steps] tokens after the ``start`` symbol, PAD after each
+    row's EOS.
 
-    Each step runs ``model(src, prefix)`` on the whole prefix (BOS and the tokens so far) and takes the
+    Each step runs ``model(src, prefix)`` on the whole prefix (``start`` and the tokens so far) and takes the
     argmax at the last position (the same for logits, log-probabilities and probabilities).
     """
     was_training = model.training
     model.eval()
-    prefix = torch.full((src.size(0), 1), BOS, dtype=torch.long, device=src.device)  # (B, 1)
+    prefix = torch.full((src.size(0), 1), start, dtype=torch.long, device=src.device)  # (B, 1)
     done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
     for _ in range(steps):
         nxt = model(src, prefix)[:, -1].argmax(dim=-1)  # (B,)
@@ -131,6 +135,16 @@ def greedy_decode(model: nn.Module, src: Tensor, steps: int) -> Tensor:
     out = torch.full((src.size(0), steps), PAD, dtype=torch.long, device=src.device)
     out[:, : prefix.size(1) - 1] = prefix[:, 1:]
     return out
+
+
+def start_symbol(decoder_input: Tensor) -> int:
+    """The symbol a recipe's decoder input [B, T] (``make_batch``'s) starts with where that is one symbol in every
+    row, else BOS: a first column that differs from row to row (a decoder input not shifted) holds no start
+    symbol, and decoding is then from BOS."""
+    if decoder_input.dim() != 2 or decoder_input.numel() == 0:
+        return BOS
+    first = decoder_input[:, 0]  # (B,)
+    return int(first[0]) if bool((first == first[0]).all()) else BOS
 
 
 def exact_match(predicted: Tensor, target: Tensor) -> float:
@@ -156,6 +170,7 @@ class LearningCurve:
     accuracy: float = 0.0
     seconds: float = 0.0
     stopped: str = ""  # why training stopped early ("" when it ran every update)
+    start_symbol: int = BOS  # what greedy decoding starts from: the first symbol of the recipe's decoder input
     start: str = ""  # the initial state: REFERENCE_START or OWN_START
 
     @property
@@ -186,11 +201,20 @@ def learn(model: nn.Module, recipe: Recipe, task: Task, *, seed: int = 0, steps:
     started = time.perf_counter()
     optimizer = recipe.make_optimizer(model.parameters())
     scheduler = recipe.make_scheduler(optimizer)
+    read: list[bool] = []  # whether the start symbol was read (from the first update's decoder input)
+
+    def make_batch(target: Tensor, bos_id: int) -> tuple[Tensor, Tensor]:
+        decoder_input, labels = recipe.make_batch(target, bos_id)
+        if not read:
+            curve.start_symbol = start_symbol(decoder_input)
+            read.append(True)
+        return decoder_input, labels
+
     for k in range(1, total + 1):
         src, target = task_batch(task, task.batch_size, data)
         curve.lr.append(float(optimizer.param_groups[0]["lr"]))
         step = train_step(model, src, target, optimizer=optimizer, scheduler=scheduler, criterion=recipe.criterion,
-                          bos_id=BOS, make_batch=recipe.make_batch)
+                          bos_id=BOS, make_batch=make_batch)
         real = step.labels != PAD
         hits = (step.scores.argmax(dim=-1) == step.labels) & real
         curve.loss.append(step.loss)
@@ -199,12 +223,14 @@ def learn(model: nn.Module, recipe: Recipe, task: Task, *, seed: int = 0, steps:
             curve.stopped = f"the loss became {step.loss} at update {k}"
         if k % task.eval_every == 0 or k == total or curve.stopped:
             curve.eval_steps.append(k)
-            curve.greedy.append(exact_match(greedy_decode(model, probe[0], probe[1].size(1)), probe[1]))
+            curve.greedy.append(exact_match(greedy_decode(model, probe[0], probe[1].size(1), curve.start_symbol),
+                                            probe[1]))
         if on_step is not None:
             on_step(k, total, curve)
         if curve.stopped:
             break
-    curve.accuracy = exact_match(greedy_decode(model, held_out[0], held_out[1].size(1)), held_out[1])
+    curve.accuracy = exact_match(greedy_decode(model, held_out[0], held_out[1].size(1), curve.start_symbol),
+                                 held_out[1])
     curve.seconds = time.perf_counter() - started
     return curve
 
