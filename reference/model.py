@@ -299,8 +299,7 @@ class Transformer(nn.Module):
         # once, by reset_parameters, after §3.4's sharing has made them one matrix.
         self.src_embed = nn.utils.skip_init(nn.Embedding, cfg.src_vocab, cfg.d_model)
         self.tgt_embed = nn.utils.skip_init(nn.Embedding, cfg.tgt_vocab, cfg.d_model)
-        self.encoder = nn.ModuleList(EncoderLayer(cfg, attention, norm, ffn) for _ in range(cfg.n_layers))
-        self.decoder = nn.ModuleList(DecoderLayer(cfg, attention, norm, ffn) for _ in range(cfg.n_layers))
+        self.encoder, self.decoder = self._stacks(cfg, attention, norm, ffn)
         self.generator = nn.utils.skip_init(nn.Linear, cfg.d_model, cfg.tgt_vocab, bias=False)
         self.dropout = nn.Dropout(cfg.dropout)
         self.register_buffer("pe", self._table(cfg.max_len), persistent=False)  # (max_len, d_model)
@@ -308,6 +307,25 @@ class Transformer(nn.Module):
             self.tgt_embed.weight = self.src_embed.weight
             self.generator.weight = self.src_embed.weight
         self.reset_parameters()
+
+    @staticmethod
+    def _stacks(cfg: ModelConfig, attention: AttentionFn, norm: NormFactory,
+                ffn: FeedForwardFactory) -> tuple[nn.ModuleList, nn.ModuleList]:
+        """§3.1: the N encoder and N decoder layers, their parameters left undrawn: built on the meta device (no
+        values), then given storage on the default device, for reset_parameters to draw each parameter once. Where
+        that would lose something, a buffer's value or a parameter a component shares (to_empty gives each module
+        its own tensor), they are built where they live instead."""
+        def build() -> tuple[nn.ModuleList, nn.ModuleList]:
+            return (nn.ModuleList(EncoderLayer(cfg, attention, norm, ffn) for _ in range(cfg.n_layers)),
+                    nn.ModuleList(DecoderLayer(cfg, attention, norm, ffn) for _ in range(cfg.n_layers)))
+        device = torch.get_default_device()
+        with torch.device("meta"):
+            stacks = nn.ModuleList(build())
+        shared = len(list(stacks.parameters())) != len(list(stacks.named_parameters(remove_duplicate=False)))
+        if shared or any(True for _ in stacks.buffers()):
+            return build()
+        encoder, decoder = stacks.to_empty(device=device)
+        return encoder, decoder
 
     def _table(self, length: int) -> Tensor:
         table = torch.as_tensor(self._pe_fn(length, self.config.d_model), dtype=torch.float32)

@@ -167,3 +167,57 @@ def test_reference_twin_is_the_reference_built_and_loaded(config):
     assert torch.equal(twin(src, tgt), built(src, tgt))
     with pytest.raises(RuntimeError, match="Missing key"):
         reference_twin(config, {k: v for k, v in state.items() if k != "decoder.0.ffn.w1.bias"})
+
+
+def test_each_parameter_is_drawn_once_by_reset_parameters():
+    """The layers are built without values (meta, then storage) and reset_parameters draws every parameter: a
+    build under a seed equals reset_parameters alone under that seed (nothing drawn before it), the matrices are
+    within Xavier-uniform's bound, and the model lands on the default device (meta under ``torch.device("meta")``)."""
+    torch.manual_seed(0)
+    built = Transformer(TINY)
+    torch.manual_seed(0)
+    built.reset_parameters()  # the same draws again, on the same parameters
+    again = {k: v.clone() for k, v in built.state_dict().items()}
+    torch.manual_seed(0)
+    fresh = Transformer(TINY).state_dict()
+    assert {k: torch.equal(v, again[k]) for k, v in fresh.items()} == {k: True for k in fresh}
+    w = built.encoder[0].ffn.w1.weight  # (d_ff, d_model)
+    assert float(w.abs().max()) <= math.sqrt(6 / sum(w.shape))
+    assert {p.device.type for p in built.parameters()} == {"cpu"}
+    with torch.device("meta"):
+        shapes_only = Transformer(TINY)
+    assert {p.device.type for n, p in shapes_only.named_parameters() if "embed" not in n and "generator" not in n} \
+        == {"meta"}
+
+
+class BufferedNorm(LayerNorm):
+    """A norm component holding a buffer set at construction (a value the meta device would lose)."""
+
+    def __init__(self, d_model: int, eps: float = 1e-6):
+        super().__init__(d_model, eps)
+        self.register_buffer("offset", torch.full((d_model,), 0.25))
+
+    def forward(self, x):
+        return super().forward(x) + self.offset
+
+
+class SharedLinearFeedForward(torch.nn.Module):
+    """A feed-forward component that applies one matrix twice (a tie the meta device's to_empty would break)."""
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.w1 = torch.nn.Linear(d_model, d_model)
+        self.w2 = self.w1
+
+    def forward(self, x):
+        return self.w2(torch.relu(self.w1(x)))
+
+
+def test_components_keep_their_buffers_and_ties():
+    """A component whose buffer or tie building on the meta device would lose is built where it lives: the buffer
+    keeps its value, the tie stays one tensor, and every parameter is still drawn (finite, the matrices nonzero)."""
+    model = Transformer(TINY, layer_norm=BufferedNorm, feed_forward=SharedLinearFeedForward)
+    assert torch.equal(model.encoder[0].norm1.offset, torch.full((TINY.d_model,), 0.25))
+    assert model.decoder[1].ffn.w1.weight is model.decoder[1].ffn.w2.weight
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert all(p.abs().sum() > 0 for p in model.parameters() if p.dim() == 2)

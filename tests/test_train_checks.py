@@ -91,7 +91,7 @@ def test_without_a_recipe_the_recipe_checks_skip_naming_the_capability(tmp_path)
 @pytest.mark.slow
 def test_a_model_that_cannot_load_weights_learns_from_its_own_init_and_the_message_says_so(tmp_path):
     """train.learns: without load_reference_state the model starts from its own initialisation (here the paper's
-    model at N(0, 0.02), which measured 1-94% on copy and 2-3.5% on reversal), and the message names the
+    model at N(0, 0.02), which measured 33-100% on copy and 2-4.5% on reversal), and the message names the
     initialisation among the causes and the range conforming models measure; train.equivalence skips, naming the
     capability."""
     got = run(tmp_path, "small-init", "train.learns,train.equivalence")
@@ -99,7 +99,7 @@ def test_a_model_that_cannot_load_weights_learns_from_its_own_init_and_the_messa
     assert equivalence["outcome"] == "skipped" and "load_reference_state" in equivalence["message"], equivalence
     reverse = next(r for r in got["train.learns"] if "reverse" in r["nodeid"])
     assert reverse["outcome"] == "failed", reverse
-    assert "its own initialisation" in reverse["detail"] and "conforming models measured 80.5-97%" in reverse["detail"]
+    assert "its own initialisation" in reverse["detail"] and "conforming models measured 70-95%" in reverse["detail"]
 
 
 # N 6 at d_model 128: of four shapes measured, the one where ten Adam updates at Eq. (3)'s peak amplify float32 rounding
