@@ -518,3 +518,23 @@ def test_a_large_model_gets_fewer_examples_in_every_explored_check_of_every_impl
                          timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     assert "tests collected" in res.stdout, res.stdout[-2000:]
+
+
+def test_a_large_models_examples_hold_one_full_length_row_per_axis():
+    """Above LARGE_MODEL_PARAMETERS an example of B rows draws lengths up to max_len // B (a forward's cost is its
+    tokens times the parameters): a single row still reaches max_len, three rows never exceed a third of it. Below
+    it (TINY) three rows reach max_len as before."""
+    from aiayn_conformance.spec.config import BASE
+
+    assert strategies.length_cap(BASE, 3, BASE.max_len) == BASE.max_len // 3
+    assert strategies.length_cap(TINY, 3, TINY.max_len) == TINY.max_len
+    found(strategies.src_tgt(BASE, max_batch=3), lambda p: p[0].size(0) == 1 and p[0].size(1) == BASE.max_len)
+    found(strategies.src_tgt(TINY, max_batch=3), lambda p: p[0].size(0) == 3 and p[1].size(1) == TINY.max_len)
+
+    @settings(max_examples=30, derandomize=True, deadline=None)
+    @given(pair=strategies.src_tgt(BASE, max_batch=3))
+    def within(pair):
+        src, tgt = pair
+        assert src.size(0) * max(src.size(1), tgt.size(1)) <= BASE.max_len, (tuple(src.shape), tuple(tgt.shape))
+
+    within()

@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 from aiayn_conformance.spec.config import ModelConfig
+from aiayn_conformance.spec.schema import parameter_count
 
 from . import shapes
 
@@ -52,6 +53,17 @@ settings.load_profile(os.environ.get("AIAYN_HYPOTHESIS_PROFILE", "ci"))
 # witnesses, which every check has, do the catching).
 LARGE_MODEL_PARAMETERS = 5_000_000
 LARGE_MODEL_EXAMPLES = 3
+
+
+def length_cap(config: ModelConfig, batch: int, top: int) -> int:
+    """The longest row an explored example of ``batch`` rows draws (at most ``top``). Above LARGE_MODEL_PARAMETERS a
+    forward's cost is its tokens times the parameters, so an example holds at most one full-length row's tokens on
+    each axis (batch x length <= max_len): a batch of one still reaches max_len, a batch of three a third of it
+    (at big, the (3, 512, 378) example of model.reference-equivalence cost 8.9 s of its 11). The long rows a batch
+    then misses are the shape checks' own witnesses (model.shape's max_len x max_len edge)."""
+    if parameter_count(config) <= LARGE_MODEL_PARAMETERS:
+        return top
+    return max(1, min(top, config.max_len // max(1, batch)))
 
 
 def examples_for(parameters: int) -> int | None:
@@ -102,11 +114,17 @@ def _accepted(contract: shapes.ShapeContract, axis: shapes.Axis, low: int, high:
     return found
 
 
+def _within(values: list[int], cap: int) -> list[int]:
+    """The accepted ``values`` up to ``cap`` (length_cap), or the shortest where none is that short."""
+    return [n for n in values if n <= cap] or values[:1]
+
+
 @st.composite
 def src_tgt(draw: st.DrawFn, config: ModelConfig, *, min_batch: int = 1, max_batch: int = 4,
             max_len: int | None = None, padded: bool = True, src_room: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(src [B, S], tgt [B, T]): batch size, lengths (1 to ``max_len``, default the config's), right padding
-    per row (every row with at least one real token; none when not ``padded``) and token values, all drawn.
+    """(src [B, S], tgt [B, T]): batch size, lengths (1 to ``max_len``, default the config's; for a large model
+    at most ``length_cap``), right padding per row (every row with at least one real token; none when not
+    ``padded``) and token values, all drawn.
 
     Only shapes the implementation under test accepts are drawn (its shape contract, ``shapes``; with room for
     ``src_room`` more source tokens): where it accepts every probed shape, the draws are the plain ranges above;
@@ -115,8 +133,9 @@ def src_tgt(draw: st.DrawFn, config: ModelConfig, *, min_batch: int = 1, max_bat
     top = config.max_len if max_len is None else max_len
     if contract is None or contract.complete:
         batch = draw(st.integers(min_value=min_batch, max_value=max_batch), label="batch")
-        s_len = draw(lengths(config, max_value=max_len), label="S")
-        t_len = draw(lengths(config, max_value=max_len), label="T")
+        cap = length_cap(config, batch, top)
+        s_len = draw(lengths(config, max_value=cap), label="S")
+        t_len = draw(lengths(config, max_value=cap), label="T")
     else:
         need = "this property needs"
         batch = draw(st.sampled_from(_accepted(contract, "batch", min_batch, max_batch,
@@ -124,9 +143,11 @@ def src_tgt(draw: st.DrawFn, config: ModelConfig, *, min_batch: int = 1, max_bat
                      label="batch")
         s_what = (shapes.room_needed("src", src_room, "this property") if src_room
                   else f"{need} a source length up to {top}")
-        s_len = draw(st.sampled_from(_accepted(contract, "src", 1, top, room=src_room, what=s_what)), label="S")
-        t_len = draw(st.sampled_from(_accepted(contract, "tgt", 1, top, what=f"{need} a target length up to {top}")),
-                     label="T")
+        cap = length_cap(config, batch, top)
+        s_len = draw(st.sampled_from(_within(_accepted(contract, "src", 1, top, room=src_room, what=s_what), cap)),
+                     label="S")
+        t_len = draw(st.sampled_from(_within(_accepted(contract, "tgt", 1, top,
+                                                       what=f"{need} a target length up to {top}"), cap)), label="T")
     src = draw(token_batch(config, vocab=config.src_vocab, batch=batch, length=s_len, padded=padded), label="src")
     tgt = draw(token_batch(config, vocab=config.tgt_vocab, batch=batch, length=t_len, padded=padded), label="tgt")
     return src, tgt
