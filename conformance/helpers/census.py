@@ -76,12 +76,12 @@ def _parameter_map(model: Any, impl: Implementation, config: ModelConfig, state:
     moves k + 1 times as far in the second); None when an element follows no single module that way (a load that
     sums or transforms canonical tensors)."""
     params = dict(model.named_parameters())
-    before = {n: p.detach().clone() for n, p in params.items()}
+    before = {n: p.detach().cpu().clone() for n, p in params.items()}  # on the CPU, whatever --device
     number = {m: k for k, m in enumerate(modules)}
     moved = []
     for shift in (lambda m, n: 1.0, lambda m, n: float(number[m] + 1)):
         load_into(model, _shifted(config, state, shift), impl.name)
-        moved.append({n: (p.detach() - before[n]).flatten() for n, p in params.items()})
+        moved.append({n: (p.detach().cpu() - before[n]).flatten() for n, p in params.items()})
     load_into(model, state, impl.name)
     found: dict[str, Elements] = {m: {} for m in modules}
     for name, one in moved[0].items():
@@ -142,9 +142,9 @@ def _by_gradient(model: Any, impl: Implementation, config: ModelConfig, state: d
     module (a base model has 127 modules). A module none of whose elements the output depends on gets exactly 0.
     None when the model cannot be differentiated (then each module is perturbed in turn)."""
     params = dict(model.named_parameters())
-    before = {n: p.detach().clone() for n, p in params.items()}
+    before = {n: p.detach().cpu().clone() for n, p in params.items()}  # on the CPU, whatever --device
     load_into(model, _shifted(config, state, lambda m, n: deltas[m][n]), impl.name)
-    change = {n: (p.detach() - before[n]).flatten() for n, p in params.items()}
+    change = {n: (p.detach().cpu() - before[n]).flatten() for n, p in params.items()}
     load_into(model, state, impl.name)
     real = (tgt != config.pad_id)
     g = torch.Generator().manual_seed(23)

@@ -3,8 +3,12 @@
 Checks build their inputs on the CPU and compare outputs there. ``OnDevice`` holds the model on the device and
 moves what crosses the contract: tensor arguments go to the device, scores, encoder outputs, tables and tokens
 come back to the CPU (with their autograd graph, so a loss on them trains the model on the device). Decoding states
-stay where the adapter keeps them. The device checks themselves (device.portable, device.parity) build the plain
-model (``harness.build_model(..., place=False)``).
+stay where the adapter keeps them. The recipe's methods (``spec.contract.RECIPE_METHODS``) cross nothing: their
+arguments are the caller's own (parameters to optimize, which a copy to the device would turn into non-leaf
+tensors, an optimizer, targets on the CPU) and what they make works where the caller is: a batch made from a CPU
+target stays on the CPU, the criterion judges the CPU scores, the optimizer steps the parameters it was given. The
+device checks themselves (device.portable, device.parity) and the ONNX export build the plain model
+(``harness.build_model(..., place=False)``).
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["DEVICES", "OnDevice", "device_problem", "place"]
+from aiayn_conformance.spec.contract import RECIPE_METHODS
+
+__all__ = ["DEVICES", "DEVICE_ERRORS", "OnDevice", "device_problem", "is_device_error", "place"]
 
 DEVICES = "cpu, cuda or cuda:N (where torch.cuda.is_available())"
 
@@ -36,6 +42,19 @@ def device_problem(device: str) -> str:
     if dev.index is not None and dev.index >= torch.cuda.device_count():
         return f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here; accepted: {DEVICES}"
     return ""
+
+
+# What torch says when one operation meets tensors on two devices (CUDA and the CPU, or the meta device), or when a
+# forward asks for CUDA where there is none.
+DEVICE_ERRORS = ("not on the expected device", "same device", "expected all tensors to be on the same device",
+                 "torch not compiled with cuda", "nvidia driver", "no cuda gpus", "expected device",
+                 "found at least two devices")
+
+
+def is_device_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is torch refusing to mix devices (a tensor the model left on, or made on, another device)."""
+    text = str(exc).lower()
+    return any(e in text for e in DEVICE_ERRORS)
 
 
 def _to(value: Any, device: torch.device) -> Any:
@@ -76,7 +95,7 @@ class OnDevice(nn.Module):
         except AttributeError:
             pass
         attr = getattr(self._modules["model"], name)
-        if not callable(attr) or name.startswith("_"):
+        if not callable(attr) or name.startswith("_") or name in RECIPE_METHODS:
             return attr
         return self._crossing(name, attr)
 

@@ -52,7 +52,7 @@ def encode_output(model: Any, src: torch.Tensor) -> torch.Tensor | None:
         out = out[0]
     if not isinstance(out, torch.Tensor) or out.dim() != 3 or out.shape[:2] != src.shape:
         return None
-    return out.detach().to(torch.float64)
+    return out.detach().to("cpu", torch.float64)
 
 
 def own_table(model: Any, length: int, d_model: int) -> torch.Tensor | None:

@@ -24,7 +24,7 @@ def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None, *, scale
     sets masked scores to that finite value (the 1e-9 bug) and keeps the plain softmax. ``axis="queries"``
     is the classic bug (softmax over the query axis).
     """
-    q, k = (t.detach().to(torch.float64) for t in (q, k))
+    q, k = (t.detach().to("cpu", torch.float64) for t in (q, k))
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
     scores = q @ k.transpose(-2, -1) * scale  # (B, h, Lq, Lk)
     dim = -1 if axis == "keys" else -2
@@ -45,7 +45,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, sc
 
     ``axis="queries"`` is the classic bug (softmax over the query axis).
     """
-    return attention_weights(q, k, mask, scale=scale, axis=axis) @ v.detach().to(torch.float64)
+    return attention_weights(q, k, mask, scale=scale, axis=axis) @ v.detach().to("cpu", torch.float64)
 
 
 def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float, *, form: str = "paper") -> Tensor:
@@ -55,7 +55,7 @@ def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float, *, form: str
     (the Annotated Transformer's (x - mean) / (std_unbiased + eps)), ``eps-outside``
     ((x - mean) / (std_biased + eps)), ``unbiased-var`` (sqrt(var_unbiased + eps)).
     """
-    x, weight, bias = (t.detach().to(torch.float64) for t in (x, weight, bias))
+    x, weight, bias = (t.detach().to("cpu", torch.float64) for t in (x, weight, bias))
     mean = x.mean(-1, keepdim=True)
     if form == "paper":
         normed = (x - mean) / torch.sqrt((x - mean).pow(2).mean(-1, keepdim=True) + eps)
@@ -81,7 +81,7 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 def feed_forward(x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, *, activation: str = "relu",
                  after_w2: bool = False) -> Tensor:
     """§3.3, Eq. (2) in float64: max(0, x W1^T + b1) W2^T + b2 (nn.Linear layout)."""
-    x, w1, b1, w2, b2 = (t.detach().to(torch.float64) for t in (x, w1, b1, w2, b2))
+    x, w1, b1, w2, b2 = (t.detach().to("cpu", torch.float64) for t in (x, w1, b1, w2, b2))
     act = ACTIVATIONS[activation]
     out = act(x @ w1.T + b1) @ w2.T + b2
     return torch.relu(out) if after_w2 else out
@@ -138,7 +138,7 @@ PE_FORMS: dict[str, str] = {
 def length_penalty(length: Tensor, alpha: float, *, form: str = "paper") -> Tensor:
     """lp(|Y|) of §6.1 (``paper``: GNMT's ((5 + |Y|) / 6)^alpha, |Y| counting the end symbol) or a named
     variant, float64, for a tensor of output lengths."""
-    n = length.detach().to(torch.float64)
+    n = length.detach().to("cpu", torch.float64)
     if form == "paper":
         return ((5.0 + n) / 6.0) ** alpha
     if form == "length-power":

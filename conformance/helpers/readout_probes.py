@@ -83,7 +83,7 @@ def _factored(generator: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.T
     kept = _FACTORS.get(id(generator))
     if kept is not None and kept[0]() is generator and kept[1] == generator._version and kept[2] == rows:
         return kept[3], kept[4], kept[5]
-    E = generator[:rows].detach().double()  # (V, d)
+    E = generator[:rows].detach().to("cpu", torch.float64)  # (V, d)
     A = torch.cat([E, torch.ones(E.size(0), 1, dtype=torch.float64)], dim=1)  # (V, d + 1)
     Q, R = torch.linalg.qr(A)
     diag = R.diagonal().abs()
