@@ -37,7 +37,7 @@ from .helpers import (
     threads,
 )
 from .helpers.budget import budgeted_phase
-from .helpers.harness import checking
+from .helpers.harness import checking, device_blocking
 from .helpers.items import component_kind, is_conformance_item, is_hypothesis_test, item_clause, params
 from .helpers.ledger import DeclaredDeviations, Judgements, mark_declared
 from .helpers.options import (
@@ -296,13 +296,25 @@ def _under_its_clause(item: pytest.Item) -> Iterator[None]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item: pytest.Item) -> Generator[None, object, object]:
     with _under_its_clause(item):
-        return (yield from budgeted_phase(item, "setup"))
+        return (yield from _device_blocked(item, budgeted_phase(item, "setup")))
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     with _under_its_clause(item):
-        return (yield from budgeted_phase(item, "the call"))
+        return (yield from _device_blocked(item, budgeted_phase(item, "the call")))
+
+
+def _device_blocked(item: pytest.Item, phase: Generator[None, object, object]) -> Generator[None, object, object]:
+    """``phase``, with a check that fails because the model mixes devices on the audit's device (``--device``)
+    skipped as blocked by device.portable, which judges that (harness.device_blocking)."""
+    try:
+        return (yield from phase)
+    except Exception as exc:
+        reason = device_blocking(exc) if item_clause(item) in CLAUSES else ""
+        if reason:
+            pytest.skip(reason)
+        raise
 
 
 @pytest.hookimpl(wrapper=True)

@@ -16,7 +16,16 @@ from aiayn_conformance.implementations import Implementation
 from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.tolerance import compare
 
-from .helpers.harness import CheckTimeout, ImplementationError, build_model, describe_call, run_forward, violation
+from .helpers import devices, settings
+from .helpers.harness import (
+    CheckTimeout,
+    ImplementationError,
+    build_model,
+    could_not_check,
+    describe_call,
+    run_forward,
+    violation,
+)
 from .helpers.inputs import witness_batch
 from .helpers.outputs import compare_real, log_probs
 
@@ -46,9 +55,7 @@ def test_no_tensor_is_left_behind_by_to(impl: Implementation, config: ModelConfi
 FACTORIES = {"tensor", "as_tensor", "ones", "zeros", "full", "empty", "arange", "eye", "linspace", "rand", "randn",
              "randint", "randperm", "tril_indices", "triu_indices", "from_numpy"}
 # Errors that say a tensor was on another device than the meta inputs: the forward moved or made one there.
-DEVICE_ERRORS = ("cannot copy out of meta tensor", "not on the expected device", "same device",
-                 "expected all tensors to be on the same device", "torch not compiled with cuda", "nvidia driver",
-                 "no cuda gpus", "expected device", "found at least two devices")
+DEVICE_ERRORS = ("cannot copy out of meta tensor", *devices.DEVICE_ERRORS)
 _HERE = (__file__.rsplit(".", 1)[0], "/torch/", "/contextlib.py", "/unittest/mock.py")
 
 
@@ -149,6 +156,33 @@ def test_forward_on_the_meta_device(impl: Implementation, config: ModelConfig) -
                            "register tables as buffers")
         pytest.skip(f"the model cannot run on the meta device for a reason other than a tensor's device ({raised}); "
                     "device.portable is judged by the other checks")
+
+
+@pytest.mark.clause("device.portable")
+def test_forward_runs_on_the_audit_device(impl: Implementation, config: ModelConfig) -> None:
+    """On the audit's device (``--device cuda``) the model, moved there, runs the witness without mixing devices
+    (the checks of the other clauses skip as blocked by this one where it does not). On the CPU there is no other
+    device to meet: the meta-device check stands in."""
+    device = settings.current().device
+    if torch.device(device).type == "cpu":
+        pytest.skip("the audit runs on the CPU (--device cpu): the meta-device check judges portability instead")
+    model = build_model(impl, config)
+    src, tgt = witness_batch(config)
+    try:
+        with torch.no_grad():
+            model(src, tgt)
+    except CheckTimeout:
+        raise
+    except Exception as exc:
+        text = (str(exc).strip().splitlines() or [""])[0][:200]
+        raised = f"{type(exc).__name__}: {text} (raised at {_caller(traceback.extract_tb(exc.__traceback__))})"
+        if not devices.is_device_error(exc):
+            could_not_check(f"{describe_call(src, tgt, config.pad_id)} on {device} raised", exc)
+        violation(measured=f"moved to {device}, the forward mixes devices: {raised}",
+                  expected="every tensor follows module.to(device); tensors made in forward use the input's device",
+                  call=f"{impl.name}.to({device!r})({describe_call(src, tgt, config.pad_id)} on {device})",
+                  hint="create masks with device=src.device; do not keep tensors as plain attributes or move them "
+                       "to a device saved at construction")
 
 
 @pytest.mark.clause("device.portable")

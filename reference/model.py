@@ -320,11 +320,12 @@ class Transformer(nn.Module):
                     nn.ModuleList(DecoderLayer(cfg, attention, norm, ffn) for _ in range(cfg.n_layers)))
         device = torch.get_default_device()
         with torch.device("meta"):
-            stacks = nn.ModuleList(build())
+            encoder, decoder = build()
+        stacks = nn.ModuleList([encoder, decoder])
         shared = len(list(stacks.parameters())) != len(list(stacks.named_parameters(remove_duplicate=False)))
         if shared or any(True for _ in stacks.buffers()):
             return build()
-        encoder, decoder = stacks.to_empty(device=device)
+        stacks.to_empty(device=device)  # storage in place: encoder and decoder are the modules it holds
         return encoder, decoder
 
     def _table(self, length: int) -> Tensor:

@@ -67,3 +67,59 @@ def test_the_suite_judges_a_model_behind_on_device_as_the_reference(tmp_path):
     assert res.returncode == 0, res.stdout[-3000:]
     outcomes = {(r["clause"], r["outcome"]) for r in json.loads(out.read_text())["tests"]}
     assert {c for c, o in outcomes if o == "passed"} == set(clauses.split(",")), outcomes
+
+
+class MixesDevices(torch.nn.Module):
+    """A forward that fails as a causal mask made on the CPU fails on CUDA (torch's own message)."""
+
+    def forward(self, src, tgt):
+        raise RuntimeError("Expected all tensors to be on the same device, but found at least two devices, cuda:0 "
+                           "and cpu!")
+
+
+def test_recipe_methods_cross_nothing():
+    """make_optimizer gets the caller's parameters as they are (a copy to the device would be a non-leaf tensor
+    that no optimizer takes) and make_batch's batch stays where the target is."""
+    from aiayn_conformance.reference.model import Transformer
+    from aiayn_conformance.spec.training import TrainConfig
+
+    inner = Transformer(TINY)
+    wrapped = OnDevice(inner, torch.device("cpu"))
+    assert wrapped.make_batch == inner.make_batch and wrapped.make_optimizer == inner.make_optimizer
+    probe = torch.nn.Parameter(torch.zeros(3))
+    assert wrapped.make_optimizer([probe], TrainConfig()).param_groups[0]["params"][0] is probe
+
+
+def test_a_forward_that_mixes_devices_is_device_portables_finding():
+    """On the audit's device a forward that mixes devices blocks the other clauses' checks on device.portable
+    (skipped, naming it) and is a failure of device.portable itself; another crash stays the check's own error."""
+    from aiayn_conformance.conformance.helpers.harness import ImplementationError, call_forward, checking
+
+    wrapped = OnDevice(MixesDevices(), torch.device("cpu"))
+    src, tgt = torch.tensor([[5, 6]]), torch.tensor([[1, 4]])
+    with checking("mask.causal"), pytest.raises(pytest.skip.Exception, match="blocked by device.portable: on cpu"):
+        call_forward(wrapped, src, tgt)
+    with checking("device.portable"), pytest.raises(ImplementationError, match="same device"):
+        call_forward(wrapped, src, tgt)
+    with checking("mask.causal"), pytest.raises(ImplementationError, match="raised"):
+        call_forward(MixesDevices(), src, tgt)  # not on the audit's device: the check's own error
+
+
+def test_a_check_that_meets_mixed_devices_on_the_audit_device_is_blocked_by_device_portable():
+    """The plugin skips any check whose exception, or its cause, is torch refusing to mix devices while the audit
+    runs on an accelerator (harness.device_blocking), except device.portable's own checks; on the CPU it does not."""
+    from aiayn_conformance.conformance.helpers.harness import ImplementationError, checking, device_blocking
+    from aiayn_conformance.conformance.helpers.settings import AuditSettings, using
+
+    mixed = RuntimeError("Expected all tensors to be on the same device, but found at least two devices, cuda:0 "
+                         "and cpu!")
+    wrapped = ImplementationError("[train.learns] could not be checked: training raised")
+    wrapped.__cause__ = mixed
+    with using(AuditSettings(device="cuda")):
+        with checking("train.learns"):
+            assert device_blocking(wrapped).startswith("blocked by device.portable: on cuda, RuntimeError: Expected")
+            assert device_blocking(ValueError("shapes do not match")) == ""
+        with checking("device.portable"):
+            assert device_blocking(mixed) == ""
+    with using(AuditSettings(device="cpu")), checking("train.learns"):
+        assert device_blocking(mixed) == ""

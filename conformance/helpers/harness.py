@@ -276,11 +276,29 @@ def shape_gate(gate: ShapeGate) -> Iterator[None]:
         _SHAPE_GATE.reset(token)
 
 
+def device_blocking(exc: BaseException) -> str:
+    """"blocked by device.portable: ..." when ``exc``, or an exception that caused it, is torch refusing to mix
+    devices while the audit runs on another device than the CPU (``--device``), outside a check of
+    device.portable (which judges it); else "". The plugin skips a check that raised such an error with it."""
+    device = settings.current().device
+    if torch.device(device).type == "cpu" or current_clause() == "device.portable":
+        return ""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if devices.is_device_error(seen):
+            text = (str(seen).strip().splitlines() or [""])[0]
+            return f"blocked by device.portable: on {device}, {type(seen).__name__}: {text}"
+        seen = seen.__cause__
+    return ""
+
+
 def call_forward(model: Any, src: torch.Tensor, tgt: torch.Tensor, *, pad_id: int = 0, grad: bool = False) -> Any:
     """``model(src, tgt)`` as it returned, whatever it returned (a crash becomes ImplementationError).
 
     At a shape the implementation under test rejects (its shape contract, reported once by model.shape) the
-    check is skipped as "blocked by model.shape: ..." instead: the crash is already explained."""
+    check is skipped as "blocked by model.shape: ..." instead: the crash is already explained. So is a model on
+    the audit's device (``--device``) whose forward mixes devices there: "blocked by device.portable: ...", the
+    clause that judges it (outside a check of that clause)."""
     gate = _SHAPE_GATE.get()
     blocked = gate(src, tgt) if gate is not None else ""
     if blocked:
@@ -291,7 +309,13 @@ def call_forward(model: Any, src: torch.Tensor, tgt: torch.Tensor, *, pad_id: in
     except CheckTimeout:
         raise
     except Exception as exc:
-        could_not_check(describe_call(src, tgt, pad_id) + " raised", exc)
+        call = describe_call(src, tgt, pad_id)
+        if isinstance(model, devices.OnDevice) and devices.is_device_error(exc) and \
+                current_clause() != "device.portable":
+            text = (str(exc).strip().splitlines() or [""])[0]
+            pytest.skip(f"blocked by device.portable: on {model.placed_on}, {call} raised {type(exc).__name__}: "
+                        f"{text}")
+        could_not_check(call + " raised", exc)
 
 
 def output_problem(out: Any, src: torch.Tensor, tgt: torch.Tensor, vocab: int) -> tuple[str, str] | None:

@@ -342,13 +342,15 @@ _SUBJECT: contextvars.ContextVar[Subject | None] = contextvars.ContextVar("aiayn
 
 
 def contract_of(subject: Subject) -> ShapeContract | None:
-    """The implementation's shape contract, probed once per session (None when its build raises: then there is
-    no contract, and each check reports the build error itself)."""
+    """The implementation's shape contract, probed once per session on the CPU whatever ``--device`` says (which
+    shapes a model accepts is a matter of its code; a forward that mixes devices on the audit's device is
+    device.portable's finding), None when its build raises: then there is no contract, and each check reports the
+    build error itself."""
     contracts = settings.current().cache("shape-contracts")
     key = (subject.impl.name, id(subject.impl), subject.config)
     if key not in contracts:
         try:
-            model = build_model(subject.impl, subject.config)
+            model = build_model(subject.impl, subject.config, place=False)
         except ImplementationError:
             contracts[key] = None
             return None
