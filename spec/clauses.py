@@ -236,7 +236,7 @@ _RECORDS: tuple[Clause, ...] = (
     # --- portability -------------------------------------------------------------
     Clause("device.portable", "-", "should",
            "Every tensor the model uses follows module.to(device): tables are buffers, masks are "
-           "built on the input's device.",
+           "built on the input's device, and the model moved to the audit's device runs there.",
            severity_reason=(
                "The paper is silent on devices; following module.to(device) is PyTorch portability.")),
     Clause("device.parity", "-", "should",
