@@ -211,6 +211,18 @@ class GenerationCheck:
                 f"{self.max_logit_diff:.3g} at (source, step) {self.worst_step}")
 
 
+def early_end_symbol(generated: torch.Tensor) -> int:
+    """An end symbol for the EOS run of ``verify_generation``: of the tokens the first source generates ([sources,
+    steps], no EOS), in order, the first that would end the sources at different steps (greedy decoding with an end
+    symbol follows the trajectory without one up to its first occurrence), so that one source is padded while
+    another still decodes; the first source's first token where none does (every source then ends together)."""
+    first_at = [{int(t): i for i, t in reversed(list(enumerate(row.tolist())))} for row in generated]
+    for token in dict.fromkeys(generated[0].tolist()):
+        if len({at.get(token) for at in first_at}) > 1:
+            return int(token)
+    return int(generated[0, 0])
+
+
 def verify_generation(encoder: str | Path, decoder: str | Path, model, config: ModelConfig, *, sources: int = 3,
                       src_len: int = 8, max_new_tokens: int = 12, bos_id: int = 1, seed: int = 0,
                       atol: float = 1e-4, rtol: float = 1e-4) -> GenerationCheck:
@@ -219,8 +231,8 @@ def verify_generation(encoder: str | Path, decoder: str | Path, model, config: M
     Three comparisons on right-padded sources: the decoder step's next-token logits at every step of the
     PyTorch trajectory (teacher-forced, so a difference is seen even where argmax hides it: untrained
     models with tied embeddings tend to repeat one token); greedy decoding for ``max_new_tokens`` with no
-    EOS; and greedy decoding with an EOS taken from the first source's output, so a finished source is
-    padded while the others go on.
+    EOS; and greedy decoding with an EOS taken from the first source's output (``early_end_symbol``), so a
+    finished source is padded while the others go on.
     """
     model = model.eval()
     steps = min(max_new_tokens, config.max_len - 1)
@@ -242,7 +254,7 @@ def verify_generation(encoder: str | Path, decoder: str | Path, model, config: M
             step_worst = diff.max().item()
             if step_worst >= worst:
                 worst, worst_at = step_worst, (int(diff.amax(-1).argmax()), t - 1)
-        eos = int(pt[0, 1])
+        eos = early_end_symbol(pt[:, 1:])
         pt_eos = torch_greedy_decode(model, src, bos_id=bos_id, eos_id=eos, max_new_tokens=steps)
         ort = _ort_greedy(enc, dec, src, bos_id=bos_id, eos_id=never, pad_id=config.pad_id, max_new_tokens=steps)
         ort_eos = _ort_greedy(enc, dec, src, bos_id=bos_id, eos_id=eos, pad_id=config.pad_id, max_new_tokens=steps)

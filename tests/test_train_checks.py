@@ -6,6 +6,7 @@ beyond the training policy (the rounding floor)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -103,8 +104,10 @@ def test_a_model_that_cannot_load_weights_learns_from_its_own_init_and_the_messa
 
 
 # N 6 at d_model 128: of four shapes measured, the one where ten Adam updates at Eq. (3)'s peak amplify float32 rounding
-# beyond the training policy (the reference moved by one ulp: 1.2e-4 on the losses, 1.1e-3 on the log-probabilities),
-# as they do at base and big. The fused built-in (the same function, other kernels) failed there before the floor.
+# beyond the training policy (the reference moved by one ulp: 1.2e-4 on the losses, 1.1e-3 on the log-probabilities;
+# from the initial states of stop 53, 0.0045 and 0.0119), as they do at base and big. The fused built-in (the same
+# function, other kernels) failed there before the floor. Each bug below departs within the first updates, where the
+# floor is still about 1e-6: from update 2 or 3, as the initial state has it.
 CHAOTIC = "d_model=128,h=8,N=6,d_ff=512"
 
 
@@ -118,4 +121,4 @@ def test_lockstep_allows_the_rounding_floor_and_still_catches_a_backward_bug(tmp
         rec = outcomes[bug]
         assert rec["outcome"] == "failed", rec
         assert "3 times the rounding floor" in rec["detail"] and "float32 neighbour" in rec["detail"], rec["detail"]
-        assert "apart from update 2 on" in rec["detail"], rec["detail"]
+        assert re.search(r"apart from update [23] on", rec["detail"]), rec["detail"]
