@@ -59,6 +59,12 @@ DEVICE_ERRORS = ("cannot copy out of meta tensor", *devices.DEVICE_ERRORS)
 _HERE = (__file__.rsplit(".", 1)[0], "/torch/", "/contextlib.py", "/unittest/mock.py")
 
 
+def _raised(exc: BaseException) -> tuple[str, str]:
+    """(the first line of ``exc``'s message, 'Type: that line (raised at the model's frame)')."""
+    text = (str(exc).strip().splitlines() or [""])[0][:200]
+    return text, f"{type(exc).__name__}: {text} (raised at {_caller(traceback.extract_tb(exc.__traceback__))})"
+
+
 def _caller(frames: list[traceback.FrameSummary]) -> str:
     """'file:line in function: code' of the innermost frame outside torch and this module (the model's code)."""
     for frame in reversed(frames):
@@ -129,8 +135,7 @@ def test_forward_on_the_meta_device(impl: Implementation, config: ModelConfig) -
     except CheckTimeout:
         raise
     except Exception as exc:
-        text = (str(exc).strip().splitlines() or [""])[0][:200]
-        raised = f"{type(exc).__name__}: {text} (raised at {_caller(traceback.extract_tb(exc.__traceback__))})"
+        text, raised = _raised(exc)
         lowered = text.lower()
         # Copying a meta tensor out is this clause's finding when the forward moved one to a device; .tolist() or
         # .numpy() (data the meta device does not have) raise the same error and are not.
@@ -174,8 +179,7 @@ def test_forward_runs_on_the_audit_device(impl: Implementation, config: ModelCon
     except CheckTimeout:
         raise
     except Exception as exc:
-        text = (str(exc).strip().splitlines() or [""])[0][:200]
-        raised = f"{type(exc).__name__}: {text} (raised at {_caller(traceback.extract_tb(exc.__traceback__))})"
+        _, raised = _raised(exc)
         if not devices.is_device_error(exc):
             could_not_check(f"{describe_call(src, tgt, config.pad_id)} on {device} raised", exc)
         violation(measured=f"moved to {device}, the forward mixes devices: {raised}",

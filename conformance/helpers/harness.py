@@ -276,18 +276,24 @@ def shape_gate(gate: ShapeGate) -> Iterator[None]:
         _SHAPE_GATE.reset(token)
 
 
-def device_blocking(exc: BaseException) -> str:
+def device_blocking(exc: BaseException, *, device: str | None = None, call: str = "") -> str:
     """"blocked by device.portable: ..." when ``exc``, or an exception that caused it, is torch refusing to mix
-    devices while the audit runs on another device than the CPU (``--device``), outside a check of
-    device.portable (which judges it); else "". The plugin skips a check that raised such an error with it."""
-    device = settings.current().device
-    if torch.device(device).type == "cpu" or current_clause() == "device.portable":
+    devices while the model runs on ``device`` (an ``OnDevice``'s placement; by default the audit's ``--device``,
+    when that is not the CPU), outside a check of device.portable (which judges it); else "". The plugin skips a
+    check that raised such an error with it, and ``call_forward`` a forward call (named by ``call``) of an
+    ``OnDevice`` model."""
+    if device is None:  # the audit's device: on the CPU nothing is placed elsewhere
+        device = settings.current().device
+        if torch.device(device).type == "cpu":
+            return ""
+    if current_clause() == "device.portable":
         return ""
     seen: BaseException | None = exc
     while seen is not None:
         if devices.is_device_error(seen):
             text = (str(seen).strip().splitlines() or [""])[0]
-            return f"blocked by device.portable: on {device}, {type(seen).__name__}: {text}"
+            return f"blocked by device.portable: on {device}, {call + ' raised ' if call else ''}" \
+                   f"{type(seen).__name__}: {text}"
         seen = seen.__cause__
     return ""
 
@@ -310,11 +316,10 @@ def call_forward(model: Any, src: torch.Tensor, tgt: torch.Tensor, *, pad_id: in
         raise
     except Exception as exc:
         call = describe_call(src, tgt, pad_id)
-        if isinstance(model, devices.OnDevice) and devices.is_device_error(exc) and \
-                current_clause() != "device.portable":
-            text = (str(exc).strip().splitlines() or [""])[0]
-            pytest.skip(f"blocked by device.portable: on {model.placed_on}, {call} raised {type(exc).__name__}: "
-                        f"{text}")
+        blocked = device_blocking(exc, device=str(model.placed_on), call=call) \
+            if isinstance(model, devices.OnDevice) else ""
+        if blocked:
+            pytest.skip(blocked)
         could_not_check(call + " raised", exc)
 
 

@@ -20,6 +20,7 @@ Profiles (select with ``--hypothesis-profile NAME`` or ``AIAYN_HYPOTHESIS_PROFIL
 
 from __future__ import annotations
 
+import functools
 import os
 
 import pytest
@@ -61,9 +62,16 @@ def length_cap(config: ModelConfig, batch: int, top: int) -> int:
     each axis (batch x length <= max_len): a batch of one still reaches max_len, a batch of three a third of it
     (at big, the (3, 512, 378) example of model.reference-equivalence cost 8.9 s of its 11). The long rows a batch
     then misses are the shape checks' own witnesses (model.shape's max_len x max_len edge)."""
-    if parameter_count(config) <= LARGE_MODEL_PARAMETERS:
+    if not _large(config):
         return top
     return max(1, min(top, config.max_len // max(1, batch)))
+
+
+@functools.lru_cache(maxsize=16)
+def _large(config: ModelConfig) -> bool:
+    """Whether ``config``'s model has more than LARGE_MODEL_PARAMETERS (counted once per configuration, not per
+    drawn example)."""
+    return parameter_count(config) > LARGE_MODEL_PARAMETERS
 
 
 def examples_for(parameters: int) -> int | None:
