@@ -123,3 +123,51 @@ def test_a_check_that_meets_mixed_devices_on_the_audit_device_is_blocked_by_devi
             assert device_blocking(mixed) == ""
     with using(AuditSettings(device="cpu")), checking("train.learns"):
         assert device_blocking(mixed) == ""
+
+
+class _ClauseItem:
+    """What the plugin's phase wrappers read of a collected check: its clause marker."""
+
+    def __init__(self, clause: str) -> None:
+        self.mark = pytest.mark.clause(clause).mark
+
+    def iter_markers(self, name: str):
+        return iter([self.mark] if name == "clause" else [])
+
+
+def _phase_raising(exc: BaseException):
+    """A pytest phase (setup or call, as the hook wrapper sees it) whose check raises ``exc``."""
+    yield
+    raise exc
+
+
+def test_the_plugin_skips_a_phase_that_meets_mixed_devices_on_the_audit_device():
+    """The wrapper around each check's setup and call (plugin._device_blocked) turns an error caused by mixed devices
+    on the audit's accelerator into a skip blocked by device.portable, so a fixture's build or a training run that
+    crashes there is not an error of its own clause; device.portable's checks, another exception and a CPU audit keep
+    the exception."""
+    from aiayn_conformance.conformance.helpers.harness import ImplementationError, checking
+    from aiayn_conformance.conformance.helpers.settings import AuditSettings, using
+    from aiayn_conformance.conformance.plugin import _device_blocked
+
+    def wrapped() -> ImplementationError:
+        exc = ImplementationError("[train.learns] could not be checked: training raised")
+        exc.__cause__ = RuntimeError("Expected all tensors to be on the same device, but found at least two devices, "
+                                     "cuda:0 and cpu!")
+        return exc
+
+    def run(clause: str, exc: BaseException) -> None:
+        phase = _device_blocked(_ClauseItem(clause), _phase_raising(exc))
+        next(phase)  # the wrapper yields to pytest, which runs the phase
+        phase.send(None)
+
+    with using(AuditSettings(device="cuda")):
+        with checking("train.learns"), pytest.raises(pytest.skip.Exception,
+                                                     match="^blocked by device.portable: on cuda, RuntimeError"):
+            run("train.learns", wrapped())
+        with checking("train.learns"), pytest.raises(ValueError, match="shapes"):
+            run("train.learns", ValueError("shapes do not match"))
+        with checking("device.portable"), pytest.raises(ImplementationError):
+            run("device.portable", wrapped())
+    with using(AuditSettings(device="cpu")), checking("train.learns"), pytest.raises(ImplementationError):
+        run("train.learns", wrapped())
