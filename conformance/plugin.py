@@ -38,7 +38,14 @@ from .helpers import (
 )
 from .helpers.budget import budgeted_phase
 from .helpers.harness import checking, device_blocking
-from .helpers.items import component_kind, is_conformance_item, is_hypothesis_test, item_clause, params
+from .helpers.items import (
+    component_kind,
+    is_conformance_item,
+    is_hypothesis_test,
+    item_clause,
+    longest_files_first,
+    params,
+)
 from .helpers.ledger import DeclaredDeviations, Judgements, mark_declared
 from .helpers.options import (
     add_options,
@@ -209,6 +216,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             mark_declared(item, subject.name, clause_id, why)
     if problems:
         raise pytest.UsageError("conformance tests with bad markers:\n  " + "\n  ".join(problems))
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the collection xdist hands out file by file: the longest files first
+        items[:] = longest_files_first(items)  # (a run in one process keeps its order and its memos' measured peaks)
     fewer = strategies.examples_for(parameter_count(settings.config))
     if fewer is not None:  # a large model: fewer examples per explored check
         _fewer_examples(config, items, fewer)

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -138,3 +139,23 @@ def test_a_split_audit_folds_every_workers_records(tmp_path):
     clauses = json.loads(out.read_text())["implementations"]["reference"]["clauses"]
     assert {c: clauses[c]["status"] for c in ("attention.scale", "mask.causal")} == \
         {"attention.scale": "pass", "mask.causal": "pass"}, clauses
+
+
+def test_a_split_run_hands_out_the_longest_files_first():
+    """Under pytest-xdist the suite's workers collect the longest files first (items.longest_files_first), each
+    file's checks together and in order, and the audit asks xdist to keep that order (keep_file_order)."""
+    from aiayn_conformance.conformance.helpers.items import CONFORMANCE_DIR, LONGEST_FILES, longest_files_first
+
+    class Item:
+        def __init__(self, path: Path, name: str) -> None:
+            self.path, self.name = path, name
+
+    collected = [Item(CONFORMANCE_DIR / f, f"{f}::{i}") for f in
+                 ("test_attention.py", "test_export.py", "test_decode.py", "test_ffn.py") for i in range(2)]
+    collected.append(Item(CONFORMANCE_DIR.parent / "tests" / "test_decode.py", "elsewhere"))
+    order = [i.name for i in longest_files_first(collected)]  # type: ignore[arg-type]
+    assert order == ["test_decode.py::0", "test_decode.py::1", "test_export.py::0", "test_export.py::1",
+                     "test_attention.py::0", "test_attention.py::1", "test_ffn.py::0", "test_ffn.py::1", "elsewhere"]
+    assert set(LONGEST_FILES) <= {p.name for p in CONFORMANCE_DIR.glob("test_*.py")}  # no stale name
+    if HAVE_XDIST:
+        assert runner.keep_file_order() == ["--no-loadscope-reorder"]  # the test extra's xdist has it (3.6+)

@@ -116,6 +116,19 @@ def split_workers(slots: int, runs: int, parameters: int, memory: int | None = N
     return fits, f"{fits} pytest-xdist workers, one test file at a time"
 
 
+def keep_file_order() -> list[str]:
+    """pytest-xdist's flag that hands the files out in their collected order (the suite's workers collect the
+    longest files first: conformance.helpers.items.longest_files_first) instead of most tests first, where the
+    installed pytest-xdist has it (3.6 and later); else nothing."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = tuple(int(part) for part in re.findall(r"\d+", version("pytest-xdist"))[:2])
+    except PackageNotFoundError:
+        return []
+    return ["--no-loadscope-reorder"] if release >= (3, 6) else []
+
+
 class Progress:
     """One status line on stderr: which subjects run, how many tests of each are done."""
 
@@ -313,7 +326,7 @@ def audit(jobs: list[Job], *, plugins: list[str], extra: list[str], jobs_n: int,
     runs = min(max(1, jobs_n), len(jobs))
     workers, why = split_workers(jobs_n, runs, parameters)
     if workers > 1:
-        extra = [*extra, "-n", str(workers), "--dist", "loadfile"]
+        extra = [*extra, "-n", str(workers), "--dist", "loadfile", *keep_file_order()]
     if why:
         progress.log(f"aiayn audit: each suite run {'split over' if workers > 1 else 'in one process:'} {why}")
     env = threads.environment_for(runs * workers)  # each concurrent process's share of the CPUs
