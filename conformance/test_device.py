@@ -23,6 +23,7 @@ from .helpers.harness import (
     build_model,
     could_not_check,
     describe_call,
+    first_line,
     run_forward,
     violation,
 )
@@ -61,7 +62,7 @@ _HERE = (__file__.rsplit(".", 1)[0], "/torch/", "/contextlib.py", "/unittest/moc
 
 def _raised(exc: BaseException) -> tuple[str, str]:
     """(the first line of ``exc``'s message, 'Type: that line (raised at the model's frame)')."""
-    text = (str(exc).strip().splitlines() or [""])[0][:200]
+    text = first_line(exc)[:200]
     return text, f"{type(exc).__name__}: {text} (raised at {_caller(traceback.extract_tb(exc.__traceback__))})"
 
 

@@ -48,7 +48,7 @@ __all__ = [
     "ClauseViolation", "ImplementationError", "CheckTimeout", "checking", "current_clause", "violation",
     "could_not_check", "not_applicable", "build_model", "refused", "call_forward", "output_problem",
     "first_nonfinite", "check_finite_at", "run_forward", "as_log_probs", "describe_call", "seeded", "shape_gate",
-    "held_weights",
+    "held_weights", "first_line",
 ]
 
 _CLAUSE: contextvars.ContextVar[str | None] = contextvars.ContextVar("aiayn_clause_under_test", default=None)
@@ -122,11 +122,15 @@ def violation(*, measured: str, expected: str, call: str = "", hint: str = "") -
     raise ClauseViolation("\n".join(lines))
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, stripped ("" when it has none): what a one-line report quotes."""
+    return (str(exc).strip().splitlines() or [""])[0]
+
+
 def could_not_check(what: str, exc: BaseException | None = None) -> NoReturn:
     """The clause under test cannot be checked (``what`` happened): raise an ImplementationError."""
     clause = get_clause(current_clause())
-    text = str(exc).strip() if exc is not None else ""
-    detail = f": {type(exc).__name__}: {text.splitlines()[0] if text else ''}" if exc is not None else ""
+    detail = f": {type(exc).__name__}: {first_line(exc)}" if exc is not None else ""
     raise ImplementationError(f"[{clause.id}] ({clause.citation}) could not be checked: {what}{detail}",
                               clause_id=clause.id, reason=f"{what}{detail}") from exc
 
@@ -239,8 +243,7 @@ def refused(impl: Implementation, config: ModelConfig, exc: Exception) -> None:
         raise
     except Exception:
         return
-    text = str(exc).strip()
-    error = f"{type(exc).__name__}: {text.splitlines()[0][:300] if text else ''}"
+    error = f"{type(exc).__name__}: {first_line(exc)[:300]}"
     if current_clause() == "config.parameters":
         violation(measured=f"{impl.name} refuses to build the configuration with {change}: {error}",
                   expected="the model builds for every configuration of the schema's hyperparameters",
@@ -291,9 +294,8 @@ def device_blocking(exc: BaseException, *, device: str | None = None, call: str 
     seen: BaseException | None = exc
     while seen is not None:
         if devices.is_device_error(seen):
-            text = (str(seen).strip().splitlines() or [""])[0]
             return f"blocked by device.portable: on {device}, {call + ' raised ' if call else ''}" \
-                   f"{type(seen).__name__}: {text}"
+                   f"{type(seen).__name__}: {first_line(seen)}"
         seen = seen.__cause__
     return ""
 

@@ -68,7 +68,6 @@ def longest_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
     rank = {name: i for i, name in enumerate(LONGEST_FILES)}
 
     def key(item: pytest.Item) -> int:
-        path = Path(str(item.path))
-        return rank.get(path.name, len(rank)) if path.parent == CONFORMANCE_DIR else len(rank)
+        return rank.get(item.path.name, len(rank)) if item.path.parent == CONFORMANCE_DIR else len(rank)
 
     return sorted(items, key=key)

@@ -43,7 +43,7 @@ from aiayn_conformance.spec.config import ModelConfig
 from aiayn_conformance.spec.contract import has_capability
 
 from . import settings
-from .harness import ImplementationError, build_model, output_problem, shape_gate
+from .harness import ImplementationError, build_model, first_line, output_problem, shape_gate
 
 if TYPE_CHECKING:
     from aiayn_conformance.implementations import Implementation
@@ -205,8 +205,7 @@ def _tokens(config: ModelConfig, batch: int, length: int, vocab: int, seed: int)
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]
+    return f"{type(exc).__name__}: {first_line(exc)}"[:300]
 
 
 def probe(model: Any, config: ModelConfig, *, lengths: Sequence[int], batches: Sequence[int],
